@@ -1,0 +1,297 @@
+//! The command-line definition, and nothing else.
+//!
+//! This file depends on nothing else in the crate (only clap and std), so that the completion and
+//! man-page generators in `tests/generated.rs` can include it with `#[path]` and render exactly
+//! what users see. Parsing helpers that clap calls (`parse_duration`) live here for that reason.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+const ABOUT: &str = "A distributed lock for shell scripts, cron jobs and CI, backed by Redis";
+
+const LONG_ABOUT: &str = "\
+A distributed lock for shell scripts, cron jobs and CI, backed by Redis.
+
+redlock takes a lock with SET NX PX, releases and extends it only with the holder's token (atomic \
+Lua compare-and-delete / compare-and-PEXPIRE), hands out a strictly increasing fencing token with \
+every acquisition, and records who holds each lock so that `redlock status` can show it.";
+
+const AFTER_HELP: &str = "\
+Durations are humantime values (500ms, 30s, 1m30s); a bare number means seconds.
+Exit status: 0 ok, 1 busy/free, 2 usage, 3 not the owner, 69 Redis unavailable, 70 internal,
+75 lock lost (exec), 77 auth refused, 126/127 command not executable/found (exec),
+128+N signal N. See `man redlock` for details.";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "redlock",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_help = AFTER_HELP,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options that every subcommand accepts (before or after the subcommand name).
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://
+    ///
+    /// Defaults to $REDLOCK_URL, then $REDIS_URL, then redis://127.0.0.1:6379. An ACL user and
+    /// password may be given in the URL (redis://user:pass@host:6379/0); they are never printed.
+    #[arg(short = 'u', long = "url", value_name = "URL", global = true)]
+    pub url: Vec<String>,
+
+    /// Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD
+    #[arg(long, value_name = "FILE", global = true)]
+    pub password_file: Option<PathBuf>,
+
+    /// PEM file with the CA certificate(s) that signed the server's certificate (rediss://)
+    #[arg(long, value_name = "FILE", global = true)]
+    pub tls_ca: Option<PathBuf>,
+
+    /// PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)
+    #[arg(long, value_name = "FILE", global = true, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM file with the private key of --tls-cert
+    #[arg(long, value_name = "FILE", global = true, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Namespace for every Redis key redlock uses
+    #[arg(
+        long,
+        value_name = "P",
+        env = "REDLOCK_PREFIX",
+        default_value = "redlock:",
+        global = true
+    )]
+    pub prefix: String,
+
+    /// Give up connecting to Redis after DUR
+    #[arg(long, value_name = "DUR", default_value = "2s", value_parser = parse_duration, global = true)]
+    pub connect_timeout: Duration,
+
+    /// Give up on a Redis reply after DUR (a silent server never means a hang)
+    #[arg(long, value_name = "DUR", default_value = "2s", value_parser = parse_duration, global = true)]
+    pub io_timeout: Duration,
+
+    /// Print nothing on stderr except errors
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// Log every Redis round trip to stderr
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Take a lock and print its token (the lock stays held after redlock exits)
+    #[command(
+        after_help = "Example:\n  T=$(redlock acquire migrate --ttl 5m) || exit\n  \
+        trap 'redlock release migrate \"$T\"' EXIT"
+    )]
+    Acquire(AcquireArgs),
+
+    /// Release a lock held with TOKEN (never someone else's)
+    Release(ReleaseArgs),
+
+    /// Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)
+    Extend(ExtendArgs),
+
+    /// Show who holds locks: the named KEYs, or every lock under the prefix
+    Status(StatusArgs),
+
+    /// Take a lock, run a command while renewing it, release it when the command exits
+    #[command(after_help = "Examples:\n  \
+        redlock exec nightly-backup -n -- ./backup.sh\n  \
+        redlock exec deploy-prod --wait 30m -- ./deploy.sh\n  \
+        redlock exec report -c 'make report && mail -s done ops < report.txt'")]
+    Exec(ExecArgs),
+}
+
+/// How to take a lock: shared by `acquire` and `exec`.
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// Lock lifetime; the lock frees itself this long after the last renewal
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_ttl, allow_hyphen_values = true)]
+    pub ttl: Duration,
+
+    /// Wait at most DUR for a busy lock (default: wait until it is free)
+    #[arg(short, long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub wait: Option<Duration>,
+
+    /// Do not wait: fail at once if the lock is busy
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub no_wait: bool,
+
+    /// Exit status when the lock is busy (not acquired)
+    #[arg(
+        short = 'E',
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u8).range(1..=255)
+    )]
+    pub conflict_exit_code: u8,
+
+    /// Describe the holder in `status` (default: the command line)
+    #[arg(long, value_name = "TEXT")]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    /// Name of the lock
+    pub key: String,
+
+    #[command(flatten)]
+    pub lock: LockArgs,
+
+    /// What to print on stdout
+    #[arg(long, value_enum, default_value_t = Format::Token)]
+    pub format: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// The token alone, for T=$(redlock acquire KEY)
+    Token,
+    /// REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines, for eval
+    Env,
+    /// One JSON object
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// Name of the lock
+    pub key: String,
+
+    /// Token printed by `acquire`
+    #[arg(
+        env = "REDLOCK_TOKEN",
+        hide_env_values = true,
+        required_unless_present = "force"
+    )]
+    pub token: Option<String>,
+
+    /// Delete the lock whoever holds it, and print the previous holder
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExtendArgs {
+    /// Name of the lock
+    pub key: String,
+
+    /// Token printed by `acquire`
+    #[arg(env = "REDLOCK_TOKEN", hide_env_values = true)]
+    pub token: String,
+
+    /// New lifetime, counted from now
+    #[arg(long, value_name = "DUR", value_parser = parse_ttl, allow_hyphen_values = true)]
+    pub ttl: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Locks to show (default: every lock under the prefix)
+    pub keys: Vec<String>,
+
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+
+    /// Show whole tokens instead of fingerprints
+    #[arg(long)]
+    pub show_token: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Name of the lock
+    pub key: String,
+
+    #[command(flatten)]
+    pub lock: LockArgs,
+
+    /// What to do with the command if the lock is lost while it runs
+    #[arg(long, value_enum, value_name = "ACTION", default_value_t = OnLost::Term)]
+    pub on_lost: OnLost,
+
+    /// After SIGTERM (lock lost, or forwarded), send SIGKILL if the command still runs after DUR
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    pub kill_after: Duration,
+
+    /// Run this shell command with /bin/sh -c instead of CMD
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "SHELL-COMMAND",
+        conflicts_with = "cmd"
+    )]
+    pub shell_command: Option<String>,
+
+    /// The command to run, and its arguments
+    #[arg(
+        value_name = "CMD",
+        trailing_var_arg = true,
+        required_unless_present = "shell_command"
+    )]
+    pub cmd: Vec<OsString>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnLost {
+    /// SIGTERM, then SIGKILL after --kill-after
+    Term,
+    /// SIGKILL at once
+    Kill,
+    /// Warn and let the command finish
+    Ignore,
+}
+
+/// Parses a humantime duration (`500ms`, `1m30s`); a bare number means seconds, as `flock -w`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("empty duration; use e.g. 30s, 500ms or 1m30s".into());
+    }
+    if t.starts_with('-') {
+        return Err(format!("'{s}' is negative; durations are 0 or more"));
+    }
+    if t.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        let secs: f64 = t
+            .parse()
+            .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+        return Duration::try_from_secs_f64(secs).map_err(|_| format!("'{s}' is out of range"));
+    }
+    humantime::parse_duration(t)
+        .map_err(|e| format!("'{s}' is not a duration ({e}); use e.g. 30s, 500ms or 1m30s"))
+}
+
+/// A TTL: a duration of at least one millisecond (Redis counts expiry in milliseconds).
+pub fn parse_ttl(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(1) {
+        return Err(format!("'{s}' is too short; a TTL must be at least 1ms"));
+    }
+    if d > Duration::from_secs(100 * 365 * 24 * 3600) {
+        return Err(format!("'{s}' is too long; a TTL must be under 100 years"));
+    }
+    Ok(d)
+}

@@ -1,0 +1,134 @@
+//! Connecting to Redis with timeouts, TLS and auth, and running commands with logging.
+//!
+//! Every connection has a connect timeout and a read/write timeout, so a dead or silent server is
+//! an error after at most `--connect-timeout` + `--io-timeout`, never a hang. Errors carry the
+//! redacted URL and a hint at the fix.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::config::Config;
+use crate::error::{Failure, Kind, redis_kind};
+
+/// One connection to the configured Redis server.
+pub struct Redis {
+    con: redis::Connection,
+    display: String,
+    verbose: bool,
+}
+
+impl Redis {
+    /// Opens a connection, authenticates, and sets the I/O timeouts.
+    pub fn connect(config: &Config) -> Result<Redis> {
+        let ep = &config.endpoint;
+        let started = Instant::now();
+        let client = match &ep.tls {
+            Some(certs) => redis::Client::build_with_tls(ep.info.clone(), certs.clone()),
+            None => redis::Client::open(ep.info.clone()),
+        }
+        .map_err(|e| crate::error::usage(format!("invalid Redis URL {}: {e}", ep.display)))?;
+        let con = client
+            .get_connection_with_timeout(config.connect_timeout)
+            .map_err(|e| connect_error(&ep.display, config.connect_timeout, e))?;
+        con.set_read_timeout(Some(config.io_timeout))
+            .and_then(|()| con.set_write_timeout(Some(config.io_timeout)))
+            .with_context(|| format!("cannot set timeouts on {}", ep.display))?;
+        if config.verbose {
+            eprintln!(
+                "redlock: connected to {} in {:.1?}",
+                ep.display,
+                started.elapsed()
+            );
+        }
+        Ok(Redis {
+            con,
+            display: ep.display.clone(),
+            verbose: config.verbose,
+        })
+    }
+
+    /// Runs one round trip, logging it with `-v`, and names the server in any error.
+    pub fn call<T>(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let started = Instant::now();
+        let result = f(&mut self.con);
+        if self.verbose {
+            let outcome = match &result {
+                Ok(_) => "ok".to_string(),
+                Err(e) => format!("error: {e}"),
+            };
+            eprintln!(
+                "redlock: {what} on {}: {outcome} ({:.1?})",
+                self.display,
+                started.elapsed()
+            );
+        }
+        result.map_err(|e| command_error(&self.display, what, e))
+    }
+
+    /// Changes the read timeout, for blocking commands that wait longer than `--io-timeout`.
+    pub fn set_read_timeout(&mut self, timeout: Duration) -> Result<()> {
+        self.con
+            .set_read_timeout(Some(timeout))
+            .with_context(|| format!("cannot set timeouts on {}", self.display))
+    }
+}
+
+fn connect_error(display: &str, timeout: Duration, e: redis::RedisError) -> anyhow::Error {
+    let kind = redis_kind(&e);
+    if kind == Kind::Auth {
+        let detail = e.detail().unwrap_or("authentication failed").to_string();
+        return Failure::new(
+            Kind::Auth,
+            format!(
+                "{display} refused the credentials ({detail}); check the URL's user and \
+                 password, REDLOCK_PASSWORD or --password-file"
+            ),
+        );
+    }
+    let why = if e.is_timeout() {
+        format!("timed out after {}", humantime::format_duration(timeout))
+    } else if e.is_connection_refusal() {
+        "connection refused".to_string()
+    } else {
+        e.to_string()
+    };
+    let hint = if why.contains("certificate") || why.contains("UnknownIssuer") {
+        "; pass the CA that signed the server's certificate with --tls-ca"
+    } else {
+        "; start redis-server or set --url / REDLOCK_URL"
+    };
+    let kind = if kind == Kind::Protocol {
+        Kind::Unavailable
+    } else {
+        kind
+    };
+    Failure::new(kind, format!("cannot connect to {display} ({why}){hint}"))
+}
+
+fn command_error(display: &str, what: &str, e: redis::RedisError) -> anyhow::Error {
+    match redis_kind(&e) {
+        Kind::Unavailable if e.is_timeout() => Failure::new(
+            Kind::Unavailable,
+            format!("{display} did not answer {what} within --io-timeout"),
+        ),
+        Kind::Unavailable => Failure::new(
+            Kind::Unavailable,
+            format!("lost the connection to {display} during {what} ({e})"),
+        ),
+        Kind::Auth => anyhow::Error::new(e).context(format!("{display} refused {what}")),
+        _ => anyhow::Error::new(e).context(format!("{display} answered {what} with an error")),
+    }
+}
+
+/// An error for a reply that does not have the shape a script promises.
+pub fn unexpected_reply(what: &str, detail: impl std::fmt::Display) -> anyhow::Error {
+    Failure::new(
+        Kind::Protocol,
+        format!("unexpected reply to {what}: {detail}"),
+    )
+}

@@ -1,0 +1,206 @@
+//! The one-shot subcommands: `acquire`, `release`, `extend`, `status`.
+//!
+//! Each returns the exit status for outcomes that are not errors (busy, free) and an error for the
+//! rest; `main` maps errors to codes. `exec` lives in `exec.rs`.
+
+use std::io::Write;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::cli::{AcquireArgs, ExtendArgs, LockArgs, ReleaseArgs, StatusArgs};
+use crate::client::Redis;
+use crate::config::Config;
+use crate::error::usage;
+use crate::exit;
+use crate::lock::{self, Acquired, Keys, Verdict, Wait};
+use crate::owner;
+use crate::signals;
+
+/// Prints a message for humans on stderr unless `--quiet`.
+pub fn say(config: &Config, message: impl std::fmt::Display) {
+    if !config.quiet {
+        eprintln!("redlock: {message}");
+    }
+}
+
+impl LockArgs {
+    pub fn wait(&self) -> Wait {
+        match (self.no_wait, self.wait) {
+            (true, _) => Wait::No,
+            (false, Some(d)) => Wait::For(d),
+            (false, None) => Wait::Forever,
+        }
+    }
+}
+
+/// The message for a lock we gave up on.
+pub fn busy_message(keys: &Keys, outcome: &Acquired) -> String {
+    match outcome {
+        Acquired::Busy(Some(state)) if state.held() => {
+            format!("lock '{}' is busy: {}", keys.name, state.describe())
+        }
+        _ => format!("lock '{}' is busy", keys.name),
+    }
+}
+
+/// Waits for a busy lock with SIGINT/SIGTERM/SIGHUP/SIGQUIT able to stop the wait.
+pub fn acquire_interruptibly(
+    config: &Config,
+    redis: &mut Redis,
+    keys: &Keys,
+    args: &LockArgs,
+    owner: &lock::Owner,
+) -> Result<Acquired> {
+    let (tx, rx) = mpsc::channel();
+    if args.wait() != Wait::No {
+        signals::deliver(signals::STOP, tx, |s| s.signo)?;
+    }
+    let mut pause = |d: Duration| rx.recv_timeout(d).ok();
+    let outcome = lock::acquire(redis, keys, args.ttl, owner, args.wait(), &mut pause)?;
+    if let Acquired::Interrupted(sig) = outcome {
+        say(
+            config,
+            format!(
+                "{} while waiting for '{}'; gave up",
+                signals::name(sig),
+                keys.name
+            ),
+        );
+    }
+    Ok(outcome)
+}
+
+pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
+    let keys = Keys::new(&config.prefix, &args.key)?;
+    let ppid = owner::parent_pid();
+    let owner = owner::owner(ppid, args.lock.note.as_deref(), || {
+        owner::command_line(ppid)
+    });
+    let mut redis = Redis::connect(config)?;
+    let outcome = acquire_interruptibly(config, &mut redis, &keys, &args.lock, &owner)?;
+    let lock = match outcome {
+        Acquired::Held(lock) => lock,
+        Acquired::Interrupted(sig) => return Ok(exit::signal(sig)),
+        busy @ Acquired::Busy(_) => {
+            say(config, busy_message(&keys, &busy));
+            return Ok(args.lock.conflict_exit_code);
+        }
+    };
+    let text = crate::output::acquired(&lock, args.format);
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        // Nobody received the token, so nobody could ever release this lock: give it back.
+        lock.release(&mut redis)?;
+        return Err(e).context("cannot print the token (lock released again)");
+    }
+    Ok(exit::OK)
+}
+
+fn token_arg(token: Option<&str>) -> Result<&str> {
+    match token {
+        Some(t) if !t.trim().is_empty() => Ok(t),
+        _ => Err(usage(
+            "missing token: pass the token printed by `redlock acquire`, or set REDLOCK_TOKEN",
+        )),
+    }
+}
+
+pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
+    let keys = Keys::new(&config.prefix, &args.key)?;
+    let token = if args.force {
+        None
+    } else {
+        Some(token_arg(args.token.as_deref())?)
+    };
+    let mut redis = Redis::connect(config)?;
+    match lock::release(&mut redis, &keys, token)? {
+        Verdict::Done(previous) => {
+            if args.force {
+                let who = previous
+                    .filter(|_| true)
+                    .map(|h| {
+                        format!(
+                            "{} (fence {}, token {}…)",
+                            h.who(),
+                            h.fence,
+                            h.fingerprint()
+                        )
+                    })
+                    .unwrap_or_else(|| "an unknown client".to_string());
+                // The previous owner is the point of --force's output: print it even with -q.
+                eprintln!("redlock: force-released '{}', held by {who}", keys.name);
+            }
+            Ok(exit::OK)
+        }
+        Verdict::Free if args.force => {
+            say(config, format!("'{}' was not held", keys.name));
+            Ok(exit::OK)
+        }
+        other => Err(lock::not_owner(&other)).context(format!("cannot release '{}'", keys.name)),
+    }
+}
+
+pub fn extend(config: &Config, args: &ExtendArgs) -> Result<u8> {
+    let keys = Keys::new(&config.prefix, &args.key)?;
+    let token = token_arg(Some(&args.token))?;
+    let mut redis = Redis::connect(config)?;
+    match lock::extend(&mut redis, &keys, token, args.ttl)? {
+        Verdict::Done(_) => Ok(exit::OK),
+        other => Err(lock::not_owner(&other)).context(format!("cannot extend '{}'", keys.name)),
+    }
+}
+
+pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
+    let named: Vec<Keys> = args
+        .keys
+        .iter()
+        .map(|k| Keys::new(&config.prefix, k))
+        .collect::<Result<_>>()?;
+    let mut redis = Redis::connect(config)?;
+    let keys = if named.is_empty() {
+        lock::scan(&mut redis, &config.prefix)?
+    } else {
+        named
+    };
+    let mut states = Vec::with_capacity(keys.len());
+    for k in &keys {
+        let state = lock::inspect(&mut redis, k)?;
+        // A lock found by SCAN may have been released since: list only what is still held.
+        if args.keys.is_empty() && !state.held() {
+            continue;
+        }
+        states.push(state);
+    }
+    let text = if args.json {
+        let all: Vec<_> = states
+            .iter()
+            .map(|s| crate::output::state_json(s, args.show_token))
+            .collect();
+        format!("{}\n", serde_json::Value::Array(all))
+    } else if states.is_empty() {
+        say(
+            config,
+            format!("no locks held under prefix '{}'", config.prefix),
+        );
+        String::new()
+    } else {
+        crate::output::status_table(&states, args.show_token)
+    };
+    print_stdout(&text)?;
+    let all_held = states.iter().all(lock::State::held);
+    Ok(if all_held { exit::OK } else { exit::BUSY })
+}
+
+/// Writes machine output; a closed stdout (`| head`) is not an error.
+pub fn print_stdout(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to stdout"),
+    }
+}

@@ -1,0 +1,283 @@
+//! Turning flags and environment into a resolved, validated configuration.
+//!
+//! Everything the user can get wrong about *where* Redis is and *how* to reach it is checked here,
+//! before any connection is attempted, and reported as a usage error (exit 2). The password is
+//! kept only inside the `redis::ConnectionInfo`; every string meant for humans or for a child
+//! process is built from a redacted copy of the URL.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Result;
+use redis::IntoConnectionInfo;
+
+use crate::cli::GlobalArgs;
+use crate::error::usage;
+
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// Where and how to reach one Redis server.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub info: redis::ConnectionInfo,
+    /// The URL with the password replaced by `***`, for messages.
+    pub display: String,
+    /// The URL without any password, for a child's `REDLOCK_URL`.
+    pub public: String,
+    pub tls: Option<redis::TlsCertificates>,
+}
+
+/// The resolved configuration every subcommand runs with.
+#[derive(Clone)]
+pub struct Config {
+    pub endpoint: Endpoint,
+    pub prefix: String,
+    pub connect_timeout: Duration,
+    pub io_timeout: Duration,
+    pub quiet: bool,
+    pub verbose: bool,
+}
+
+/// The environment variables redlock reads, in one place so tests and docs agree.
+pub struct Env {
+    pub url: Option<String>,
+    pub password: Option<String>,
+}
+
+impl Env {
+    pub fn from_process() -> Self {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Env {
+            url: var("REDLOCK_URL").or_else(|| var("REDIS_URL")),
+            password: var("REDLOCK_PASSWORD"),
+        }
+    }
+}
+
+impl Config {
+    pub fn resolve(args: &GlobalArgs, env: &Env) -> Result<Config> {
+        let urls: Vec<String> = if args.url.is_empty() {
+            let from_env = env.url.clone().unwrap_or_else(|| DEFAULT_URL.to_string());
+            from_env
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        } else {
+            args.url.clone()
+        };
+        let url = match urls.as_slice() {
+            [one] => one,
+            [] => return Err(usage("empty Redis URL; set --url or REDLOCK_URL")),
+            many => {
+                return Err(usage(format!(
+                    "{} Redis URLs given, but this version uses exactly one \
+                     (quorum over several masters is not implemented yet)",
+                    many.len()
+                )));
+            }
+        };
+
+        let password = match &args.password_file {
+            Some(path) => Some(read_password(path)?),
+            None => env.password.clone(),
+        };
+        let tls = tls_certificates(args)?;
+        let endpoint = parse_url(url, password, tls)?;
+        if args.prefix.chars().any(char::is_control) {
+            return Err(usage("--prefix must not contain control characters"));
+        }
+        for (name, d) in [
+            ("--connect-timeout", args.connect_timeout),
+            ("--io-timeout", args.io_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(usage(format!("{name} must be more than 0")));
+            }
+        }
+        Ok(Config {
+            endpoint,
+            prefix: args.prefix.clone(),
+            connect_timeout: args.connect_timeout,
+            io_timeout: args.io_timeout,
+            quiet: args.quiet,
+            verbose: args.verbose,
+        })
+    }
+}
+
+fn read_password(path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        usage(format!(
+            "cannot read --password-file {}: {e}",
+            path.display()
+        ))
+    })?;
+    let line = text.lines().next().unwrap_or("").to_string();
+    if line.is_empty() {
+        return Err(usage(format!(
+            "--password-file {} is empty",
+            path.display()
+        )));
+    }
+    Ok(line)
+}
+
+fn read_pem(path: &Path, flag: &str) -> Result<Vec<u8>> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| usage(format!("cannot read {flag} {}: {e}", path.display())))?;
+    if !String::from_utf8_lossy(&bytes).contains("-----BEGIN ") {
+        return Err(usage(format!(
+            "{flag} {} is not a PEM file (no -----BEGIN line)",
+            path.display()
+        )));
+    }
+    Ok(bytes)
+}
+
+fn tls_certificates(args: &GlobalArgs) -> Result<Option<redis::TlsCertificates>> {
+    let root_cert = args
+        .tls_ca
+        .as_deref()
+        .map(|p| read_pem(p, "--tls-ca"))
+        .transpose()?;
+    let client_tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read_pem(cert, "--tls-cert")?,
+            client_key: read_pem(key, "--tls-key")?,
+        }),
+        _ => None,
+    };
+    if root_cert.is_none() && client_tls.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
+}
+
+/// Validates a Redis URL and builds its connection info, with the password applied.
+pub fn parse_url(
+    raw: &str,
+    password: Option<String>,
+    tls: Option<redis::TlsCertificates>,
+) -> Result<Endpoint> {
+    let mut url = url::Url::parse(raw).map_err(|e| {
+        usage(format!(
+            "malformed Redis URL '{}': {e}; expected e.g. redis://127.0.0.1:6379",
+            redact_unparsed(raw)
+        ))
+    })?;
+    let scheme = url.scheme().to_string();
+    match scheme.as_str() {
+        "redis" | "rediss" => {
+            if url.host_str().is_none_or(str::is_empty) {
+                return Err(usage(format!(
+                    "Redis URL '{}' has no host",
+                    redact_unparsed(raw)
+                )));
+            }
+        }
+        "redis+unix" | "unix" => {
+            if url.path().is_empty() || url.path() == "/" {
+                return Err(usage(format!(
+                    "Redis URL '{}' has no socket path",
+                    redact_unparsed(raw)
+                )));
+            }
+        }
+        other => {
+            return Err(usage(format!(
+                "unsupported URL scheme '{other}:' in '{}'; use redis://, rediss://, \
+                 redis+unix:// or unix://",
+                redact_unparsed(raw)
+            )));
+        }
+    }
+    if tls.is_some() && scheme != "rediss" {
+        return Err(usage(
+            "--tls-ca, --tls-cert and --tls-key need a rediss:// URL",
+        ));
+    }
+    let mut info = url
+        .as_str()
+        .into_connection_info()
+        .map_err(|e| usage(format!("invalid Redis URL '{}': {e}", redact_unparsed(raw))))?;
+    let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
+    if let Some(pw) = password {
+        settings = settings.set_password(pw);
+    }
+    info = info.set_redis_settings(settings);
+
+    let has_password = url.password().is_some();
+    let _ = url.set_password(None);
+    let public = url.to_string();
+    let display = if has_password {
+        let _ = url.set_password(Some("***"));
+        url.to_string()
+    } else {
+        public.clone()
+    };
+    Ok(Endpoint {
+        info,
+        display,
+        public,
+        tls,
+    })
+}
+
+/// Hides anything between `://` and `@` in a string that did not parse as a URL.
+fn redact_unparsed(raw: &str) -> String {
+    match (raw.find("://"), raw.rfind('@')) {
+        (Some(start), Some(at)) if at > start => {
+            format!("{}://***@{}", &raw[..start], &raw[at + 1..])
+        }
+        _ => raw.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_display_strings() {
+        let ep = parse_url("redis://alice:s3cret@127.0.0.1:6380/2", None, None).unwrap();
+        assert_eq!(ep.display, "redis://alice:***@127.0.0.1:6380/2");
+        assert_eq!(ep.public, "redis://alice@127.0.0.1:6380/2");
+        assert_eq!(ep.info.redis_settings().password(), Some("s3cret"));
+        assert_eq!(ep.info.redis_settings().username(), Some("alice"));
+    }
+
+    #[test]
+    fn env_password_overrides_url() {
+        let ep = parse_url("redis://:old@localhost", Some("new".into()), None).unwrap();
+        assert_eq!(ep.info.redis_settings().password(), Some("new"));
+    }
+
+    #[test]
+    fn bad_urls_are_usage_errors() {
+        for raw in [
+            "http://localhost",
+            "localhost:6379",
+            "redis://",
+            "redis://:pw@",
+            "unix://",
+            "redis://[::1",
+        ] {
+            let err = match parse_url(raw, None, None) {
+                Ok(_) => panic!("{raw} was accepted"),
+                Err(e) => e,
+            };
+            assert_eq!(crate::error::exit_code(&err), crate::exit::USAGE, "{raw}");
+            assert!(!format!("{err:#}").contains("pw"), "{err:#}");
+        }
+    }
+
+    #[test]
+    fn unix_sockets_are_accepted() {
+        parse_url("unix:///tmp/redis.sock", None, None).unwrap();
+        parse_url("redis+unix:///tmp/redis.sock", None, None).unwrap();
+    }
+}

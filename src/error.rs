@@ -1,0 +1,141 @@
+//! Error kinds whose exit status differs, and the one place that maps an error to its code.
+//!
+//! Errors travel as `anyhow::Error` with context added at the edges. Where the kind decides the
+//! exit status, the root cause is a [`Failure`] (raised by redlock itself) or a
+//! [`redis::RedisError`] (raised by the driver); [`exit_code`] looks for either in the chain.
+
+use std::fmt;
+
+use crate::exit;
+
+/// The kinds of failure that have an exit status of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Bad input: flag, duration, key, URL, file.
+    Usage,
+    /// `release`/`extend` with a token that does not hold the lock.
+    NotOwner,
+    /// Redis cannot be reached, timed out, or dropped the connection.
+    Unavailable,
+    /// Redis refused our credentials or the ACL forbids a command.
+    Auth,
+    /// Redis answered something we did not expect.
+    Protocol,
+    /// `exec`: the lock was lost while the command ran.
+    LockLost,
+    /// `exec`: the command was not found.
+    NotFound,
+    /// `exec`: the command could not be executed.
+    NotExecutable,
+}
+
+/// An error raised by redlock itself, carrying the kind that decides the exit status.
+#[derive(Debug)]
+pub struct Failure {
+    pub kind: Kind,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(kind: Kind, message: impl Into<String>) -> anyhow::Error {
+        anyhow::Error::new(Failure {
+            kind,
+            message: message.into(),
+        })
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// Shorthand for `Err(Failure::new(Kind::Usage, ...))`.
+pub fn usage(message: impl Into<String>) -> anyhow::Error {
+    Failure::new(Kind::Usage, message)
+}
+
+/// Classifies an error by the first [`Failure`] or Redis error in its chain.
+pub fn kind_of(err: &anyhow::Error) -> Kind {
+    for cause in err.chain() {
+        if let Some(f) = cause.downcast_ref::<Failure>() {
+            return f.kind;
+        }
+        if let Some(r) = cause.downcast_ref::<redis::RedisError>() {
+            return redis_kind(r);
+        }
+        if cause.downcast_ref::<std::io::Error>().is_some() {
+            return Kind::Unavailable;
+        }
+    }
+    Kind::Protocol
+}
+
+/// How a Redis driver error counts for us.
+pub fn redis_kind(err: &redis::RedisError) -> Kind {
+    use redis::ErrorKind as R;
+    match err.kind() {
+        R::AuthenticationFailed => Kind::Auth,
+        R::Server(redis::ServerErrorKind::NoPerm) => Kind::Auth,
+        R::Io => Kind::Unavailable,
+        R::Server(redis::ServerErrorKind::BusyLoading | redis::ServerErrorKind::MasterDown) => {
+            Kind::Unavailable
+        }
+        _ if err.is_io_error() || err.is_timeout() || err.is_connection_dropped() => {
+            Kind::Unavailable
+        }
+        _ => match err.code() {
+            Some("NOAUTH" | "WRONGPASS" | "NOPERM") => Kind::Auth,
+            _ => Kind::Protocol,
+        },
+    }
+}
+
+/// The exit status for an error.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    match kind_of(err) {
+        Kind::Usage => exit::USAGE,
+        Kind::NotOwner => exit::NOT_OWNER,
+        Kind::Unavailable => exit::UNAVAILABLE,
+        Kind::Auth => exit::AUTH,
+        Kind::Protocol => exit::INTERNAL,
+        Kind::LockLost => exit::LOCK_LOST,
+        Kind::NotFound => exit::NOT_FOUND,
+        Kind::NotExecutable => exit::NOT_EXECUTABLE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    #[test]
+    fn failure_kind_survives_context() {
+        let err = Err::<(), _>(Failure::new(Kind::NotOwner, "held by bob"))
+            .context("cannot release 'k'")
+            .unwrap_err();
+        assert_eq!(exit_code(&err), exit::NOT_OWNER);
+        assert_eq!(format!("{err:#}"), "cannot release 'k': held by bob");
+    }
+
+    #[test]
+    fn redis_errors_map_to_their_codes() {
+        let io: redis::RedisError =
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused").into();
+        assert_eq!(exit_code(&anyhow::Error::new(io)), exit::UNAVAILABLE);
+        let auth: redis::RedisError =
+            (redis::ErrorKind::AuthenticationFailed, "invalid password").into();
+        assert_eq!(exit_code(&anyhow::Error::new(auth)), exit::AUTH);
+        let other: redis::RedisError = (redis::ErrorKind::UnexpectedReturnType, "bad").into();
+        assert_eq!(exit_code(&anyhow::Error::new(other)), exit::INTERNAL);
+    }
+
+    #[test]
+    fn unknown_errors_are_internal() {
+        assert_eq!(exit_code(&anyhow::anyhow!("???")), exit::INTERNAL);
+    }
+}

@@ -1,0 +1,34 @@
+//! redlock: a distributed mutual-exclusion lock for shell scripts, cron jobs and CI, on Redis.
+//!
+//! The binary (`main.rs`) parses the command line and calls [`run`]; everything else lives here so
+//! that tests can use the lock protocol directly.
+
+pub mod cli;
+pub mod client;
+mod commands;
+pub mod config;
+pub mod error;
+mod exec;
+pub mod exit;
+pub mod lock;
+pub mod output;
+mod owner;
+mod scripts;
+pub mod signals;
+
+use anyhow::Result;
+
+use cli::{Cli, Command};
+use config::{Config, Env};
+
+/// Runs a parsed command line; returns the exit status for outcomes that are not errors.
+pub fn run(cli: Cli) -> Result<u8> {
+    let config = Config::resolve(&cli.global, &Env::from_process())?;
+    match &cli.command {
+        Command::Acquire(args) => commands::acquire(&config, args),
+        Command::Release(args) => commands::release(&config, args),
+        Command::Extend(args) => commands::extend(&config, args),
+        Command::Status(args) => commands::status(&config, args),
+        Command::Exec(args) => exec::run(&config, args),
+    }
+}

@@ -1,0 +1,542 @@
+//! The lock protocol on one Redis server: acquire (with waiting), renew, release, inspect.
+//!
+//! Invariants this module keeps:
+//! - A lock is the string key `PREFIX{NAME}` holding the holder's token, with a PX expiry. Only
+//!   `SET NX PX` creates it; only the Lua scripts in `src/scripts/` change or delete it, and they
+//!   compare the token first, so a client never releases or extends a lock it does not hold.
+//! - Beside it, `PREFIX{NAME}:meta` (a hash that never expires) keeps the fence counter and the
+//!   record of the last holder. The `{NAME}` hash tag puts both keys in one Cluster slot.
+//! - The fence is incremented exactly once per successful acquisition, in the same script, so
+//!   successive holders see strictly increasing fences.
+//! - No client clock is used for anything Redis decides: expiry is Redis's, acquired-at is
+//!   Redis's `TIME`. Client-side waits only decide when to *ask* again.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use redis::Value;
+
+use crate::client::{Redis, unexpected_reply};
+use crate::error::{Failure, Kind, usage};
+use crate::scripts;
+
+/// Longest lock name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 512;
+
+/// The Redis keys of one named lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    pub name: String,
+    pub lock: String,
+    pub meta: String,
+}
+
+impl Keys {
+    /// Validates a lock name and derives its keys under `prefix`.
+    pub fn new(prefix: &str, name: &str) -> Result<Keys> {
+        if name.is_empty() {
+            return Err(usage("the lock name is empty"));
+        }
+        if name.len() > MAX_NAME_LEN {
+            return Err(usage(format!(
+                "the lock name is {} bytes long; the limit is {MAX_NAME_LEN}",
+                name.len()
+            )));
+        }
+        if let Some(c) = name.chars().find(|c| c.is_control()) {
+            return Err(usage(format!(
+                "the lock name {name:?} contains the control character {c:?}"
+            )));
+        }
+        let lock = format!("{prefix}{{{name}}}");
+        Ok(Keys {
+            name: name.to_string(),
+            meta: format!("{lock}:meta"),
+            lock,
+        })
+    }
+
+    /// The lock name of a lock key found by [`scan`], if it is one.
+    fn name_of(prefix: &str, key: &str) -> Option<String> {
+        key.strip_prefix(prefix)?
+            .strip_prefix('{')?
+            .strip_suffix('}')
+            .map(str::to_string)
+    }
+}
+
+/// What the acquirer says about itself; shown by `status`.
+#[derive(Debug, Clone)]
+pub struct Owner {
+    pub host: String,
+    pub pid: u32,
+    pub user: String,
+    pub note: String,
+}
+
+/// The record of a holder, as kept in the meta hash.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holder {
+    pub token: String,
+    pub fence: i64,
+    pub host: String,
+    pub pid: String,
+    pub user: String,
+    pub note: String,
+    pub acquired_ms: Option<i64>,
+}
+
+impl Holder {
+    /// `user@host (pid N)`
+    pub fn who(&self) -> String {
+        format!("{}@{} (pid {})", self.user, self.host, self.pid)
+    }
+
+    /// The first 8 characters of the token: enough to tell holders apart, useless to release.
+    pub fn fingerprint(&self) -> String {
+        fingerprint(&self.token)
+    }
+}
+
+pub fn fingerprint(token: &str) -> String {
+    token.chars().take(8).collect()
+}
+
+/// The state of one lock, read in one atomic snapshot.
+#[derive(Debug, Clone)]
+pub struct State {
+    pub keys: Keys,
+    /// The token in the lock key; `None` when the lock is free.
+    pub token: Option<String>,
+    /// Milliseconds until expiry (-1: no expiry, -2: free).
+    pub pttl_ms: i64,
+    /// The Redis server's clock when the snapshot was taken.
+    pub now_ms: i64,
+    /// The fence counter (the current holder's fence while held).
+    pub fence: i64,
+    /// The holder's record, when it describes the token in the lock key.
+    pub holder: Option<Holder>,
+}
+
+impl State {
+    pub fn held(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// How long the current holder has held the lock, by the server's clock.
+    pub fn held_for(&self) -> Option<Duration> {
+        let acquired = self.holder.as_ref()?.acquired_ms?;
+        Some(Duration::from_millis(
+            u64::try_from(self.now_ms - acquired).unwrap_or(0),
+        ))
+    }
+
+    /// "held by alice@web1 (pid 42, 'deploy.sh') for 3s, expires in 27s"
+    pub fn describe(&self) -> String {
+        if !self.held() {
+            return "free".to_string();
+        }
+        let mut s = match &self.holder {
+            Some(h) => format!("held by {}", h.who()),
+            None => "held by an unknown client (no redlock record)".to_string(),
+        };
+        if let Some(h) = &self.holder
+            && !h.note.is_empty()
+        {
+            s.push_str(&format!(" running '{}'", h.note));
+        }
+        if let Some(d) = self.held_for() {
+            s.push_str(&format!(" for {}", human_ms(d)));
+        }
+        match self.pttl_ms {
+            ms if ms >= 0 => s.push_str(&format!(
+                ", expires in {}",
+                human_ms(Duration::from_millis(ms as u64))
+            )),
+            -1 => s.push_str(", with no expiry"),
+            _ => {}
+        }
+        s
+    }
+}
+
+/// A duration rounded for humans: whole seconds from 10s up, milliseconds below.
+pub fn human_ms(d: Duration) -> String {
+    let d = if d >= Duration::from_secs(10) {
+        Duration::from_secs(d.as_secs())
+    } else {
+        Duration::from_millis(d.as_millis() as u64)
+    };
+    humantime::format_duration(d).to_string()
+}
+
+/// A lock this process holds (or held: the lock may have expired since).
+#[derive(Debug, Clone)]
+pub struct Lock {
+    pub keys: Keys,
+    pub token: String,
+    pub fence: i64,
+    pub acquired_ms: i64,
+    pub ttl: Duration,
+}
+
+/// What happened to a release or an extension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Done: the lock was ours (or, with `--force`, whoever's `Holder` says).
+    Done(Option<Holder>),
+    /// The lock is free: it expired or was never taken.
+    Free,
+    /// Another token holds the lock; nothing was changed.
+    HeldByOther(Option<Holder>),
+}
+
+impl Lock {
+    /// Resets the TTL if we still hold the lock (compare-and-PEXPIRE).
+    pub fn renew(&self, redis: &mut Redis, ttl: Duration) -> Result<Verdict> {
+        extend(redis, &self.keys, &self.token, ttl)
+    }
+
+    /// Deletes the lock if we still hold it (compare-and-delete).
+    pub fn release(&self, redis: &mut Redis) -> Result<Verdict> {
+        release(redis, &self.keys, Some(&self.token))
+    }
+}
+
+/// The outcome of one attempt to take a lock.
+#[derive(Debug)]
+pub enum Attempt {
+    Acquired(Lock),
+    /// Someone else holds it; `pttl_ms` is its remaining TTL (-1: none).
+    Busy {
+        pttl_ms: i64,
+        holder: Option<Holder>,
+    },
+}
+
+/// How long to wait for a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    No,
+    For(Duration),
+    Forever,
+}
+
+/// The outcome of [`acquire`].
+#[derive(Debug)]
+pub enum Acquired {
+    Held(Lock),
+    /// Not acquired: busy when we gave up. The last known holder is included.
+    Busy(Option<State>),
+    /// A signal stopped the wait; nothing of ours is left in Redis.
+    Interrupted(i32),
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// One atomic attempt: SET NX PX plus fence and owner record.
+pub fn try_acquire(
+    redis: &mut Redis,
+    keys: &Keys,
+    ttl: Duration,
+    owner: &Owner,
+) -> Result<Attempt> {
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let reply: Vec<Value> = redis.call("acquire", |con| {
+        scripts::ACQUIRE
+            .key(&keys.lock)
+            .key(&keys.meta)
+            .arg(&token)
+            .arg(millis(ttl))
+            .arg(&owner.host)
+            .arg(owner.pid)
+            .arg(&owner.user)
+            .arg(&owner.note)
+            .invoke(con)
+    })?;
+    match reply.as_slice() {
+        [Value::Int(1), Value::Int(fence), Value::Int(now)] => Ok(Attempt::Acquired(Lock {
+            keys: keys.clone(),
+            token,
+            fence: *fence,
+            acquired_ms: *now,
+            ttl,
+        })),
+        [Value::Int(0), Value::Int(pttl), meta] => Ok(Attempt::Busy {
+            pttl_ms: *pttl,
+            holder: parse_meta(meta).1,
+        }),
+        other => Err(unexpected_reply("acquire", format!("{other:?}"))),
+    }
+}
+
+/// Takes the lock, waiting as `wait` says.
+///
+/// While waiting, the pause between attempts follows the holder's remaining TTL (a holder that
+/// died is picked up right when its key expires) and a jittered exponential backoff capped at
+/// [`MAX_PAUSE`], so waiters neither hammer Redis nor sleep blindly. `pause` sleeps for the given
+/// time and returns a signal number if one arrived; a signal ends the wait at once, and a lock
+/// taken in the same instant is released before returning, so nothing is left behind.
+pub fn acquire(
+    redis: &mut Redis,
+    keys: &Keys,
+    ttl: Duration,
+    owner: &Owner,
+    wait: Wait,
+    pause: &mut dyn FnMut(Duration) -> Option<i32>,
+) -> Result<Acquired> {
+    let deadline = match wait {
+        Wait::For(d) => Instant::now().checked_add(d),
+        Wait::No | Wait::Forever => None,
+    };
+    let mut backoff = FIRST_PAUSE;
+    loop {
+        if let Some(sig) = pause(Duration::ZERO) {
+            return Ok(Acquired::Interrupted(sig));
+        }
+        let pttl_ms = match try_acquire(redis, keys, ttl, owner)? {
+            Attempt::Acquired(lock) => {
+                if let Some(sig) = pause(Duration::ZERO) {
+                    lock.release(redis)
+                        .context("interrupted right after acquiring; releasing failed")?;
+                    return Ok(Acquired::Interrupted(sig));
+                }
+                return Ok(Acquired::Held(lock));
+            }
+            Attempt::Busy { pttl_ms, .. } => pttl_ms,
+        };
+        let remaining = match (wait, deadline) {
+            (Wait::No, _) => Duration::ZERO,
+            (Wait::For(_), Some(d)) => d.saturating_duration_since(Instant::now()),
+            _ => Duration::MAX,
+        };
+        if remaining.is_zero() {
+            return Ok(Acquired::Busy(inspect(redis, keys).ok()));
+        }
+        let nap = next_pause(backoff, pttl_ms).min(remaining);
+        if let Some(sig) = pause(nap) {
+            return Ok(Acquired::Interrupted(sig));
+        }
+        backoff = (backoff * 2).min(MAX_PAUSE);
+    }
+}
+
+/// The first pause after a failed attempt.
+const FIRST_PAUSE: Duration = Duration::from_millis(10);
+/// The longest pause between attempts while waiting.
+pub const MAX_PAUSE: Duration = Duration::from_millis(1000);
+
+/// A pause drawn from [backoff/2, backoff], or just past the holder's expiry when that is sooner.
+fn next_pause(backoff: Duration, pttl_ms: i64) -> Duration {
+    let half = backoff / 2;
+    let jittered = half + half.mul_f64(fastrand::f64());
+    match u64::try_from(pttl_ms) {
+        Ok(ms) if Duration::from_millis(ms) < jittered => {
+            Duration::from_millis(ms + 1 + fastrand::u64(0..3))
+        }
+        _ => jittered,
+    }
+}
+
+/// Deletes the lock if `token` holds it; with `None`, deletes it whoever holds it (`--force`).
+pub fn release(redis: &mut Redis, keys: &Keys, token: Option<&str>) -> Result<Verdict> {
+    let reply: Vec<Value> = redis.call("release", |con| {
+        scripts::RELEASE
+            .key(&keys.lock)
+            .key(&keys.meta)
+            .arg(token.unwrap_or(""))
+            .arg(if token.is_some() { "" } else { "force" })
+            .invoke(con)
+    })?;
+    verdict("release", &reply)
+}
+
+/// Resets the TTL of the lock if `token` holds it.
+pub fn extend(redis: &mut Redis, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {
+    let reply: Vec<Value> = redis.call("extend", |con| {
+        scripts::EXTEND
+            .key(&keys.lock)
+            .key(&keys.meta)
+            .arg(token)
+            .arg(millis(ttl))
+            .invoke(con)
+    })?;
+    verdict("extend", &reply)
+}
+
+fn verdict(what: &str, reply: &[Value]) -> Result<Verdict> {
+    match reply {
+        [Value::Int(1)] => Ok(Verdict::Done(None)),
+        [Value::Int(1), meta] => Ok(Verdict::Done(parse_meta(meta).1)),
+        [Value::Int(0)] => Ok(Verdict::Free),
+        [Value::Int(-1), meta] => Ok(Verdict::HeldByOther(parse_meta(meta).1)),
+        other => Err(unexpected_reply(what, format!("{other:?}"))),
+    }
+}
+
+/// Turns a non-`Done` verdict into the "not the owner" error, naming who holds the lock.
+pub fn not_owner(verdict: &Verdict) -> anyhow::Error {
+    let why = match verdict {
+        Verdict::Free => "the lock is free (it expired or was released)".to_string(),
+        Verdict::HeldByOther(Some(h)) => format!(
+            "the lock is held by {} with another token ({}…)",
+            h.who(),
+            h.fingerprint()
+        ),
+        Verdict::HeldByOther(None) => {
+            "the lock is held by another token (no redlock record)".to_string()
+        }
+        Verdict::Done(_) => "the lock was released".to_string(),
+    };
+    Failure::new(Kind::NotOwner, format!("not the owner: {why}"))
+}
+
+/// Reads one lock's state.
+pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
+    let reply: Vec<Value> = redis.call("status", |con| {
+        scripts::STATUS.key(&keys.lock).key(&keys.meta).invoke(con)
+    })?;
+    let [token, Value::Int(pttl), Value::Int(now), meta] = reply.as_slice() else {
+        return Err(unexpected_reply("status", format!("{reply:?}")));
+    };
+    let token = text(token);
+    let (fence, recorded) = parse_meta(meta);
+    let holder = recorded.filter(|h| Some(&h.token) == token.as_ref());
+    Ok(State {
+        keys: keys.clone(),
+        token,
+        pttl_ms: *pttl,
+        now_ms: *now,
+        fence,
+        holder,
+    })
+}
+
+/// Every lock currently held under `prefix`, found with SCAN (never KEYS), sorted by name.
+pub fn scan(redis: &mut Redis, prefix: &str) -> Result<Vec<Keys>> {
+    let pattern = format!("{}{{*}}", glob_escape(prefix));
+    let mut cursor: u64 = 0;
+    let mut names = Vec::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis.call("scan", |con| {
+            redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .arg("TYPE")
+                .arg("string")
+                .query(con)
+        })?;
+        names.extend(batch.iter().filter_map(|k| Keys::name_of(prefix, k)));
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    names.sort();
+    names.dedup();
+    names.iter().map(|n| Keys::new(prefix, n)).collect()
+}
+
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+/// Parses HGETALL of the meta hash into (fence counter, holder record if any).
+fn parse_meta(v: &Value) -> (i64, Option<Holder>) {
+    let mut map = HashMap::new();
+    if let Value::Array(items) = v {
+        for pair in items.chunks_exact(2) {
+            if let (Some(k), Some(val)) = (text(&pair[0]), text(&pair[1])) {
+                map.insert(k, val);
+            }
+        }
+    }
+    let fence = map.get("fence").and_then(|f| f.parse().ok()).unwrap_or(0);
+    let holder = map.get("token").map(|token| Holder {
+        token: token.clone(),
+        fence,
+        host: map.get("host").cloned().unwrap_or_default(),
+        pid: map.get("pid").cloned().unwrap_or_default(),
+        user: map.get("user").cloned().unwrap_or_default(),
+        note: map.get("note").cloned().unwrap_or_default(),
+        acquired_ms: map.get("acquired_ms").and_then(|a| a.parse().ok()),
+    });
+    (fence, holder)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let k = Keys::new("redlock:", "deploy").unwrap();
+        assert_eq!(k.lock, "redlock:{deploy}");
+        assert_eq!(k.meta, "redlock:{deploy}:meta");
+        assert_eq!(
+            Keys::name_of("redlock:", &k.lock).as_deref(),
+            Some("deploy")
+        );
+        assert_eq!(Keys::name_of("redlock:", &k.meta), None);
+    }
+
+    #[test]
+    fn names_with_braces_round_trip() {
+        let k = Keys::new("p:", "a}b{c}").unwrap();
+        assert_eq!(Keys::name_of("p:", &k.lock).as_deref(), Some("a}b{c}"));
+        assert_eq!(Keys::name_of("p:", &k.meta), None);
+    }
+
+    #[test]
+    fn bad_names_are_rejected() {
+        assert!(Keys::new("p:", "").is_err());
+        assert!(Keys::new("p:", "a\nb").is_err());
+        assert!(Keys::new("p:", &"x".repeat(MAX_NAME_LEN + 1)).is_err());
+        assert!(Keys::new("p:", &"x".repeat(MAX_NAME_LEN)).is_ok());
+    }
+
+    #[test]
+    fn pause_follows_a_short_ttl_and_stays_in_bounds() {
+        for _ in 0..100 {
+            let p = next_pause(Duration::from_millis(400), 5);
+            assert!(
+                p >= Duration::from_millis(6) && p <= Duration::from_millis(8),
+                "{p:?}"
+            );
+            let p = next_pause(Duration::from_millis(400), 30_000);
+            assert!(
+                p >= Duration::from_millis(200) && p <= Duration::from_millis(400),
+                "{p:?}"
+            );
+            let p = next_pause(Duration::from_millis(400), -1);
+            assert!(p <= Duration::from_millis(400), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn glob_characters_in_the_prefix_are_escaped() {
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+}

@@ -1,0 +1,51 @@
+//! The `redlock` binary: parse, dispatch, report, exit. The work is in the library.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+use redlock::cli::Cli;
+use redlock::{error, exit, run};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("redlock: {err:#}");
+            ExitCode::from(error::exit_code(&err))
+        }
+    }
+}
+
+/// Help and version go to stdout as clap renders them; usage errors become one line on stderr.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+        || matches!(
+            e.kind(),
+            ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        )
+    {
+        let _ = e.print();
+        return ExitCode::from(
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                exit::USAGE
+            } else {
+                exit::OK
+            },
+        );
+    }
+    let rendered = e.render().to_string();
+    let first: Vec<&str> = rendered
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let line = first.join(" ");
+    let line = line.strip_prefix("error: ").unwrap_or(&line);
+    eprintln!("redlock: {line} (see 'redlock --help')");
+    ExitCode::from(exit::USAGE)
+}

@@ -1,0 +1,149 @@
+//! What redlock prints: the token/env/JSON forms of `acquire`, and `status` as a table or JSON.
+//!
+//! stdout carries machine output only; messages for humans go to stderr from the callers.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::cli::Format;
+use crate::lock::{Lock, State, fingerprint, human_ms};
+
+/// The text `acquire` prints on stdout for `format`.
+pub fn acquired(lock: &Lock, format: Format) -> String {
+    match format {
+        Format::Token => format!("{}\n", lock.token),
+        Format::Env => format!(
+            "REDLOCK_KEY={}\nREDLOCK_TOKEN={}\nREDLOCK_FENCE={}\n",
+            shell_quote(&lock.keys.name),
+            lock.token,
+            lock.fence
+        ),
+        Format::Json => {
+            let v = json!({
+                "key": lock.keys.name,
+                "token": lock.token,
+                "fence": lock.fence,
+                "ttl_ms": lock.ttl.as_millis() as u64,
+                "acquired_at": rfc3339(lock.acquired_ms),
+            });
+            format!("{v}\n")
+        }
+    }
+}
+
+/// Quotes `s` for a POSIX shell, only when it needs it.
+pub fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:@%+,".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+fn rfc3339(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// One lock as a JSON object.
+pub fn state_json(s: &State, show_token: bool) -> Value {
+    let token = s.token.as_deref().map(|t| {
+        if show_token {
+            t.to_string()
+        } else {
+            fingerprint(t)
+        }
+    });
+    let h = s.holder.as_ref();
+    json!({
+        "key": s.keys.name,
+        "held": s.held(),
+        "holder": h.map(|h| json!({"user": h.user, "host": h.host, "pid": h.pid.parse::<u64>().ok()})),
+        "note": h.map(|h| h.note.clone()),
+        "acquired_at": h.and_then(|h| h.acquired_ms).filter(|_| s.held()).map(rfc3339),
+        "held_for_ms": s.held_for().filter(|_| s.held()).map(|d| d.as_millis() as u64),
+        "ttl_ms": (s.pttl_ms >= 0).then_some(s.pttl_ms),
+        "fence": s.fence,
+        if show_token { "token" } else { "token_fingerprint" }: token,
+    })
+}
+
+/// The locks as an aligned table with a header.
+pub fn status_table(states: &[State], show_token: bool) -> String {
+    let header = [
+        "LOCK", "STATE", "HOLDER", "FENCE", "ACQUIRED", "HELD", "TTL", "TOKEN", "NOTE",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+    for s in states {
+        let dash = || "-".to_string();
+        let h = s.holder.as_ref().filter(|_| s.held());
+        rows.push(vec![
+            s.keys.name.clone(),
+            if s.held() { "held" } else { "free" }.to_string(),
+            match (s.held(), h) {
+                (true, Some(h)) => h.who(),
+                (true, None) => "unknown".to_string(),
+                _ => dash(),
+            },
+            s.fence.to_string(),
+            h.and_then(|h| h.acquired_ms)
+                .map(rfc3339)
+                .unwrap_or_else(dash),
+            s.held_for()
+                .filter(|_| s.held())
+                .map(human_ms)
+                .unwrap_or_else(dash),
+            match s.pttl_ms {
+                ms if ms >= 0 => human_ms(Duration::from_millis(ms as u64)),
+                -1 => "none".to_string(),
+                _ => dash(),
+            },
+            match &s.token {
+                Some(t) if show_token => t.clone(),
+                Some(t) => fingerprint(t),
+                None => dash(),
+            },
+            h.map(|h| h.note.clone())
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(dash),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let last = row.len() - 1;
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| {
+                if i == last {
+                    cell.clone()
+                } else {
+                    format!("{cell:<w$}", w = widths[i])
+                }
+            })
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(shell_quote("deploy-prod"), "deploy-prod");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
+    }
+}

@@ -1,0 +1,120 @@
+//! Facts about the acquiring process for the owner record: host, user, pid, command line.
+//!
+//! All of it is best effort: a missing /proc or passwd entry gives a placeholder, never an error.
+//! Text is cleaned of control characters so that `status` stays one line per lock.
+
+use std::ffi::CStr;
+
+use crate::lock::Owner;
+
+/// Longest note kept, in characters.
+const MAX_NOTE: usize = 200;
+
+/// The owner record for process `pid`, described by `note` or else by `default_note`.
+pub fn owner(pid: u32, note: Option<&str>, default_note: impl FnOnce() -> String) -> Owner {
+    let note = match note {
+        Some(n) => n.to_string(),
+        None => default_note(),
+    };
+    Owner {
+        host: hostname(),
+        pid,
+        user: username(),
+        note: clean(&note),
+    }
+}
+
+/// The calling script: our parent process.
+pub fn parent_pid() -> u32 {
+    // SAFETY: getppid has no preconditions and cannot fail.
+    let ppid = unsafe { libc::getppid() };
+    u32::try_from(ppid).unwrap_or(0)
+}
+
+/// The command line of `pid` from /proc, or "" where unreadable.
+pub fn command_line(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| {
+            raw.split(|&b| b == 0)
+                .filter(|part| !part.is_empty())
+                .map(|part| String::from_utf8_lossy(part).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// Joins arguments into one line for humans (not for a shell).
+pub fn join_args<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
+    args.iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn clean(s: &str) -> String {
+    let cleaned: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let trimmed = cleaned.trim();
+    if trimmed.chars().count() > MAX_NOTE {
+        let cut: String = trimmed.chars().take(MAX_NOTE - 1).collect();
+        format!("{cut}…")
+    } else {
+        trimmed.to_string()
+    }
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is valid for buf.len() bytes; gethostname NUL-terminates on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown-host".to_string();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    clean(&String::from_utf8_lossy(&buf[..end]))
+}
+
+fn username() -> String {
+    // SAFETY: getuid cannot fail; getpwuid returns NULL or a pointer to static storage that stays
+    // valid until the next getpw* call, and we copy the name out before returning.
+    let from_passwd = unsafe {
+        let pw = libc::getpwuid(libc::getuid());
+        if pw.is_null() || (*pw).pw_name.is_null() {
+            None
+        } else {
+            Some(CStr::from_ptr((*pw).pw_name).to_string_lossy().into_owned())
+        }
+    };
+    from_passwd
+        .or_else(|| std::env::var("USER").ok())
+        .or_else(|| std::env::var("LOGNAME").ok())
+        .map(|u| clean(&u))
+        .unwrap_or_else(|| {
+            // SAFETY: getuid cannot fail.
+            format!("uid{}", unsafe { libc::getuid() })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notes_are_one_bounded_line() {
+        assert_eq!(clean(" a\nb\tc "), "a b c");
+        let long = "x".repeat(500);
+        assert_eq!(clean(&long).chars().count(), MAX_NOTE);
+    }
+
+    #[test]
+    fn own_command_line_is_readable() {
+        let me = std::process::id();
+        assert!(!command_line(me).is_empty());
+        let o = owner(me, None, || "fallback".into());
+        assert_eq!(o.note, "fallback");
+        assert!(!o.host.is_empty() && !o.user.is_empty());
+    }
+}

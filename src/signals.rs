@@ -1,0 +1,74 @@
+//! Signal delivery as channel messages.
+//!
+//! A background thread (signal-hook's iterator, which runs only async-signal-safe code in the
+//! handler) turns each signal into a message on a channel, with whether the kernel raised it for a
+//! terminal (Ctrl-C, Ctrl-\): the main loop can then block on one channel for signals, child exit
+//! and renewal results alike, and decide what to forward without racing a handler.
+
+use std::sync::mpsc::Sender;
+
+use anyhow::{Context, Result};
+use signal_hook::consts::signal::*;
+use signal_hook::iterator::SignalsInfo;
+use signal_hook::iterator::exfiltrator::WithOrigin;
+use signal_hook::low_level::siginfo::Cause;
+
+/// The signals that stop a wait for a lock.
+pub const STOP: &[i32] = &[SIGINT, SIGTERM, SIGHUP, SIGQUIT];
+/// The signals `exec` forwards to its child.
+pub const FORWARD: &[i32] = &[SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2];
+
+/// One delivered signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Signal {
+    pub signo: i32,
+    /// Raised by the kernel for a terminal (Ctrl-C, Ctrl-\, hangup): the whole foreground process
+    /// group, our child included, got it too.
+    pub from_terminal: bool,
+}
+
+/// Starts delivering `signals` to `tx`, each wrapped by `wrap`. Runs for the life of the process.
+pub fn deliver<T: Send + 'static>(
+    signals: &[i32],
+    tx: Sender<T>,
+    wrap: impl Fn(Signal) -> T + Send + 'static,
+) -> Result<()> {
+    let mut info =
+        SignalsInfo::<WithOrigin>::new(signals).context("cannot install signal handlers")?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for origin in info.forever() {
+                let from_terminal = matches!(origin.cause, Cause::Kernel);
+                if tx
+                    .send(wrap(Signal {
+                        signo: origin.signal,
+                        from_terminal,
+                    }))
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        })
+        .context("cannot start the signal thread")?;
+    Ok(())
+}
+
+/// The conventional name of a signal, for messages.
+pub fn name(signo: i32) -> String {
+    let n = match signo {
+        SIGHUP => "SIGHUP",
+        SIGINT => "SIGINT",
+        SIGQUIT => "SIGQUIT",
+        SIGKILL => "SIGKILL",
+        SIGSEGV => "SIGSEGV",
+        SIGTERM => "SIGTERM",
+        SIGUSR1 => "SIGUSR1",
+        SIGUSR2 => "SIGUSR2",
+        SIGPIPE => "SIGPIPE",
+        SIGABRT => "SIGABRT",
+        _ => return format!("signal {signo}"),
+    };
+    n.to_string()
+}
