@@ -1,0 +1,205 @@
+
+using namespace System.Management.Automation
+using namespace System.Management.Automation.Language
+
+Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
+    param($wordToComplete, $commandAst, $cursorPosition)
+
+    $commandElements = $commandAst.CommandElements
+    $command = @(
+        'redlock'
+        for ($i = 1; $i -lt $commandElements.Count; $i++) {
+            $element = $commandElements[$i]
+            if ($element -isnot [StringConstantExpressionAst] -or
+                $element.StringConstantType -ne [StringConstantType]::BareWord -or
+                $element.Value.StartsWith('-') -or
+                $element.Value -eq $wordToComplete) {
+                break
+        }
+        $element.Value
+    }) -join ';'
+
+    $completions = @(switch ($command) {
+        'redlock' {
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://')
+            [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD')
+            [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)')
+            [CompletionResult]::new('--tls-cert', '--tls-cert', [CompletionResultType]::ParameterName, 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)')
+            [CompletionResult]::new('--tls-key', '--tls-key', [CompletionResultType]::ParameterName, 'PEM file with the private key of --tls-cert')
+            [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Namespace for every Redis key redlock uses')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
+            [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('acquire', 'acquire', [CompletionResultType]::ParameterValue, 'Take a lock and print its token (the lock stays held after redlock exits)')
+            [CompletionResult]::new('release', 'release', [CompletionResultType]::ParameterValue, 'Release a lock held with TOKEN (never someone else''s)')
+            [CompletionResult]::new('extend', 'extend', [CompletionResultType]::ParameterValue, 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds locks: the named KEYs, or every lock under the prefix')
+            [CompletionResult]::new('exec', 'exec', [CompletionResultType]::ParameterValue, 'Take a lock, run a command while renewing it, release it when the command exits')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'redlock;acquire' {
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lock lifetime; the lock frees itself this long after the last renewal')
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: wait until it is free)')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: wait until it is free)')
+            [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (not acquired)')
+            [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (not acquired)')
+            [CompletionResult]::new('--note', '--note', [CompletionResultType]::ParameterName, 'Describe the holder in `status` (default: the command line)')
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'What to print on stdout')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://')
+            [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD')
+            [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)')
+            [CompletionResult]::new('--tls-cert', '--tls-cert', [CompletionResultType]::ParameterName, 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)')
+            [CompletionResult]::new('--tls-key', '--tls-key', [CompletionResultType]::ParameterName, 'PEM file with the private key of --tls-cert')
+            [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Namespace for every Redis key redlock uses')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
+            [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang)')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Do not wait: fail at once if the lock is busy')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Do not wait: fail at once if the lock is busy')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'redlock;release' {
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://')
+            [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD')
+            [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)')
+            [CompletionResult]::new('--tls-cert', '--tls-cert', [CompletionResultType]::ParameterName, 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)')
+            [CompletionResult]::new('--tls-key', '--tls-key', [CompletionResultType]::ParameterName, 'PEM file with the private key of --tls-cert')
+            [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Namespace for every Redis key redlock uses')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
+            [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang)')
+            [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Delete the lock whoever holds it, and print the previous holder')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'redlock;extend' {
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'New lifetime, counted from now')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://')
+            [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD')
+            [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)')
+            [CompletionResult]::new('--tls-cert', '--tls-cert', [CompletionResultType]::ParameterName, 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)')
+            [CompletionResult]::new('--tls-key', '--tls-key', [CompletionResultType]::ParameterName, 'PEM file with the private key of --tls-cert')
+            [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Namespace for every Redis key redlock uses')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
+            [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'redlock;status' {
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://')
+            [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD')
+            [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)')
+            [CompletionResult]::new('--tls-cert', '--tls-cert', [CompletionResultType]::ParameterName, 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)')
+            [CompletionResult]::new('--tls-key', '--tls-key', [CompletionResultType]::ParameterName, 'PEM file with the private key of --tls-cert')
+            [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Namespace for every Redis key redlock uses')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
+            [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON instead of a table')
+            [CompletionResult]::new('--show-token', '--show-token', [CompletionResultType]::ParameterName, 'Show whole tokens instead of fingerprints')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'redlock;exec' {
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lock lifetime; the lock frees itself this long after the last renewal')
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: wait until it is free)')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: wait until it is free)')
+            [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (not acquired)')
+            [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (not acquired)')
+            [CompletionResult]::new('--note', '--note', [CompletionResultType]::ParameterName, 'Describe the holder in `status` (default: the command line)')
+            [CompletionResult]::new('--on-lost', '--on-lost', [CompletionResultType]::ParameterName, 'What to do with the command if the lock is lost while it runs')
+            [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'After SIGTERM (lock lost, or forwarded), send SIGKILL if the command still runs after DUR')
+            [CompletionResult]::new('-c', '-c', [CompletionResultType]::ParameterName, 'Run this shell command with /bin/sh -c instead of CMD')
+            [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run this shell command with /bin/sh -c instead of CMD')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://')
+            [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD')
+            [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)')
+            [CompletionResult]::new('--tls-cert', '--tls-cert', [CompletionResultType]::ParameterName, 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)')
+            [CompletionResult]::new('--tls-key', '--tls-key', [CompletionResultType]::ParameterName, 'PEM file with the private key of --tls-cert')
+            [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Namespace for every Redis key redlock uses')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
+            [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang)')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Do not wait: fail at once if the lock is busy')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Do not wait: fail at once if the lock is busy')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'redlock;help' {
+            [CompletionResult]::new('acquire', 'acquire', [CompletionResultType]::ParameterValue, 'Take a lock and print its token (the lock stays held after redlock exits)')
+            [CompletionResult]::new('release', 'release', [CompletionResultType]::ParameterValue, 'Release a lock held with TOKEN (never someone else''s)')
+            [CompletionResult]::new('extend', 'extend', [CompletionResultType]::ParameterValue, 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds locks: the named KEYs, or every lock under the prefix')
+            [CompletionResult]::new('exec', 'exec', [CompletionResultType]::ParameterValue, 'Take a lock, run a command while renewing it, release it when the command exits')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'redlock;help;acquire' {
+            break
+        }
+        'redlock;help;release' {
+            break
+        }
+        'redlock;help;extend' {
+            break
+        }
+        'redlock;help;status' {
+            break
+        }
+        'redlock;help;exec' {
+            break
+        }
+        'redlock;help;help' {
+            break
+        }
+    })
+
+    $completions.Where{ $_.CompletionText -like "$wordToComplete*" } |
+        Sort-Object -Property ListItemText
+}

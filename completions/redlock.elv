@@ -1,0 +1,187 @@
+
+use builtin;
+use str;
+
+set edit:completion:arg-completer[redlock] = {|@words|
+    fn spaces {|n|
+        builtin:repeat $n ' ' | str:join ''
+    }
+    fn cand {|text desc|
+        edit:complex-candidate $text &display=$text' '(spaces (- 14 (wcswidth $text)))$desc
+    }
+    var command = 'redlock'
+    for word $words[1..-1] {
+        if (str:has-prefix $word '-') {
+            break
+        }
+        set command = $command';'$word
+    }
+    var completions = [
+        &'redlock'= {
+            cand -u 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://'
+            cand --url 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://'
+            cand --password-file 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD'
+            cand --tls-ca 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)'
+            cand --tls-cert 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)'
+            cand --tls-key 'PEM file with the private key of --tls-cert'
+            cand --prefix 'Namespace for every Redis key redlock uses'
+            cand --connect-timeout 'Give up connecting to Redis after DUR'
+            cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang)'
+            cand -q 'Print nothing on stderr except errors'
+            cand --quiet 'Print nothing on stderr except errors'
+            cand -v 'Log every Redis round trip to stderr'
+            cand --verbose 'Log every Redis round trip to stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand acquire 'Take a lock and print its token (the lock stays held after redlock exits)'
+            cand release 'Release a lock held with TOKEN (never someone else''s)'
+            cand extend 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
+            cand status 'Show who holds locks: the named KEYs, or every lock under the prefix'
+            cand exec 'Take a lock, run a command while renewing it, release it when the command exits'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'redlock;acquire'= {
+            cand --ttl 'Lock lifetime; the lock frees itself this long after the last renewal'
+            cand -w 'Wait at most DUR for a busy lock (default: wait until it is free)'
+            cand --wait 'Wait at most DUR for a busy lock (default: wait until it is free)'
+            cand -E 'Exit status when the lock is busy (not acquired)'
+            cand --conflict-exit-code 'Exit status when the lock is busy (not acquired)'
+            cand --note 'Describe the holder in `status` (default: the command line)'
+            cand --format 'What to print on stdout'
+            cand -u 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://'
+            cand --url 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://'
+            cand --password-file 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD'
+            cand --tls-ca 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)'
+            cand --tls-cert 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)'
+            cand --tls-key 'PEM file with the private key of --tls-cert'
+            cand --prefix 'Namespace for every Redis key redlock uses'
+            cand --connect-timeout 'Give up connecting to Redis after DUR'
+            cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang)'
+            cand -n 'Do not wait: fail at once if the lock is busy'
+            cand --no-wait 'Do not wait: fail at once if the lock is busy'
+            cand -q 'Print nothing on stderr except errors'
+            cand --quiet 'Print nothing on stderr except errors'
+            cand -v 'Log every Redis round trip to stderr'
+            cand --verbose 'Log every Redis round trip to stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'redlock;release'= {
+            cand -u 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://'
+            cand --url 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://'
+            cand --password-file 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD'
+            cand --tls-ca 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)'
+            cand --tls-cert 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)'
+            cand --tls-key 'PEM file with the private key of --tls-cert'
+            cand --prefix 'Namespace for every Redis key redlock uses'
+            cand --connect-timeout 'Give up connecting to Redis after DUR'
+            cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang)'
+            cand --force 'Delete the lock whoever holds it, and print the previous holder'
+            cand -q 'Print nothing on stderr except errors'
+            cand --quiet 'Print nothing on stderr except errors'
+            cand -v 'Log every Redis round trip to stderr'
+            cand --verbose 'Log every Redis round trip to stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'redlock;extend'= {
+            cand --ttl 'New lifetime, counted from now'
+            cand -u 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://'
+            cand --url 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://'
+            cand --password-file 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD'
+            cand --tls-ca 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)'
+            cand --tls-cert 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)'
+            cand --tls-key 'PEM file with the private key of --tls-cert'
+            cand --prefix 'Namespace for every Redis key redlock uses'
+            cand --connect-timeout 'Give up connecting to Redis after DUR'
+            cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang)'
+            cand -q 'Print nothing on stderr except errors'
+            cand --quiet 'Print nothing on stderr except errors'
+            cand -v 'Log every Redis round trip to stderr'
+            cand --verbose 'Log every Redis round trip to stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'redlock;status'= {
+            cand -u 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://'
+            cand --url 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://'
+            cand --password-file 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD'
+            cand --tls-ca 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)'
+            cand --tls-cert 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)'
+            cand --tls-key 'PEM file with the private key of --tls-cert'
+            cand --prefix 'Namespace for every Redis key redlock uses'
+            cand --connect-timeout 'Give up connecting to Redis after DUR'
+            cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang)'
+            cand --json 'Print JSON instead of a table'
+            cand --show-token 'Show whole tokens instead of fingerprints'
+            cand -q 'Print nothing on stderr except errors'
+            cand --quiet 'Print nothing on stderr except errors'
+            cand -v 'Log every Redis round trip to stderr'
+            cand --verbose 'Log every Redis round trip to stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'redlock;exec'= {
+            cand --ttl 'Lock lifetime; the lock frees itself this long after the last renewal'
+            cand -w 'Wait at most DUR for a busy lock (default: wait until it is free)'
+            cand --wait 'Wait at most DUR for a busy lock (default: wait until it is free)'
+            cand -E 'Exit status when the lock is busy (not acquired)'
+            cand --conflict-exit-code 'Exit status when the lock is busy (not acquired)'
+            cand --note 'Describe the holder in `status` (default: the command line)'
+            cand --on-lost 'What to do with the command if the lock is lost while it runs'
+            cand --kill-after 'After SIGTERM (lock lost, or forwarded), send SIGKILL if the command still runs after DUR'
+            cand -c 'Run this shell command with /bin/sh -c instead of CMD'
+            cand --command 'Run this shell command with /bin/sh -c instead of CMD'
+            cand -u 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://'
+            cand --url 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://'
+            cand --password-file 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD'
+            cand --tls-ca 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)'
+            cand --tls-cert 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)'
+            cand --tls-key 'PEM file with the private key of --tls-cert'
+            cand --prefix 'Namespace for every Redis key redlock uses'
+            cand --connect-timeout 'Give up connecting to Redis after DUR'
+            cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang)'
+            cand -n 'Do not wait: fail at once if the lock is busy'
+            cand --no-wait 'Do not wait: fail at once if the lock is busy'
+            cand -q 'Print nothing on stderr except errors'
+            cand --quiet 'Print nothing on stderr except errors'
+            cand -v 'Log every Redis round trip to stderr'
+            cand --verbose 'Log every Redis round trip to stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'redlock;help'= {
+            cand acquire 'Take a lock and print its token (the lock stays held after redlock exits)'
+            cand release 'Release a lock held with TOKEN (never someone else''s)'
+            cand extend 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
+            cand status 'Show who holds locks: the named KEYs, or every lock under the prefix'
+            cand exec 'Take a lock, run a command while renewing it, release it when the command exits'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'redlock;help;acquire'= {
+        }
+        &'redlock;help;release'= {
+        }
+        &'redlock;help;extend'= {
+        }
+        &'redlock;help;status'= {
+        }
+        &'redlock;help;exec'= {
+        }
+        &'redlock;help;help'= {
+        }
+    ]
+    $completions[$command]
+}

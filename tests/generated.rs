@@ -1,0 +1,723 @@
+//! Shell completions and man pages, generated from the clap definition and committed.
+//!
+//! `completions/` and `man/` hold nothing but the output of this file: every completion script
+//! and man page is rendered into memory from `src/cli.rs` (and the exit-status table from
+//! `src/exit.rs`) and compared with the committed copy. A stale, missing or unexpected file fails
+//! the test with the one command that refreshes them all:
+//!
+//! ```text
+//! REDLOCK_BLESS=1 cargo test --test generated
+//! ```
+//!
+//! With `REDLOCK_BLESS` set, the test writes the files (and removes files that are no longer
+//! generated) instead of failing. The output must be deterministic: no dates, and the version
+//! is the crate's own `CARGO_PKG_VERSION`.
+//!
+//! The man pages are clap_mangen's NAME, SYNOPSIS, DESCRIPTION, OPTIONS (and SUBCOMMANDS) with
+//! hand-written sections appended, in the manner of ripgrep's and xh's man templates. The hand-
+//! written text describes behaviour that `src/cli.rs` cannot express (environment, signals,
+//! exit status); keep it consistent with the code when either changes.
+
+// Both files depend only on clap and std (cli.rs also on humantime for its duration parser), so
+// the test renders exactly the parser users run. Not every item is used here.
+#[allow(dead_code)]
+#[path = "../src/cli.rs"]
+mod cli;
+#[allow(dead_code)]
+#[path = "../src/exit.rs"]
+mod exit;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use clap::CommandFactory;
+use clap_complete::{Generator, Shell};
+use clap_mangen::Man;
+use clap_mangen::roff::{Inline, Roff, bold, italic, roman};
+
+const BLESS_VAR: &str = "REDLOCK_BLESS";
+const BLESS_COMMAND: &str = "REDLOCK_BLESS=1 cargo test --test generated";
+const GENERATED_DIRS: &[&str] = &["completions", "man"];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn blessing() -> bool {
+    std::env::var_os(BLESS_VAR).is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+#[test]
+fn cli_definition_is_consistent() {
+    cli::Cli::command().debug_assert();
+}
+
+#[test]
+fn generated_files_are_fresh() {
+    let root = root();
+    let expected = generated_files();
+    let bless = blessing();
+    let mut problems = Vec::new();
+
+    for (path, contents) in &expected {
+        let full = root.join(path);
+        let committed = fs::read_to_string(&full).ok();
+        if committed.as_deref() == Some(contents.as_str()) {
+            continue;
+        }
+        if bless {
+            fs::create_dir_all(full.parent().unwrap()).unwrap();
+            fs::write(&full, contents).unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
+            eprintln!("wrote {path}");
+        } else {
+            problems.push(match committed {
+                None => format!("{path}: missing"),
+                Some(old) => format!("{path}: stale ({})", first_difference(&old, contents)),
+            });
+        }
+    }
+
+    let wanted: BTreeSet<&str> = expected.iter().map(|(p, _)| p.as_str()).collect();
+    for extra in committed_files(&root) {
+        if wanted.contains(extra.as_str()) {
+            continue;
+        }
+        if bless {
+            fs::remove_file(root.join(&extra))
+                .unwrap_or_else(|e| panic!("cannot remove {extra}: {e}"));
+            eprintln!("removed {extra}");
+        } else {
+            problems.push(format!("{extra}: no longer generated"));
+        }
+    }
+
+    assert!(
+        problems.is_empty(),
+        "the generated completions and man pages do not match src/cli.rs and src/exit.rs:\n  \
+         {}\nRefresh them with:\n    {BLESS_COMMAND}\nthen review and commit the changes.",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn readme_carries_the_exit_table() {
+    let readme = root().join("README.md");
+    let Ok(text) = fs::read_to_string(&readme) else {
+        eprintln!("note: README.md does not exist yet; skipping the exit-table check");
+        return;
+    };
+    let table = exit::markdown_table();
+    assert!(
+        text.contains(&table),
+        "README.md must contain the exit-status table exactly as src/exit.rs renders it \
+         (exit::markdown_table()):\n\n{table}"
+    );
+}
+
+#[test]
+fn every_subcommand_has_a_man_page_with_examples() {
+    let files = generated_files();
+    for sub in cli::Cli::command().get_subcommands() {
+        let name = format!("man/redlock-{}.1", sub.get_name());
+        let (_, page) = files
+            .iter()
+            .find(|(p, _)| *p == name)
+            .unwrap_or_else(|| panic!("{name} is not generated"));
+        for heading in [".SH \"EXIT STATUS\"", ".SH EXAMPLES", ".SH \"SEE ALSO\""] {
+            assert!(page.contains(heading), "{name} has no {heading}");
+        }
+    }
+}
+
+/// Describes where `new` first departs from `old`, so the failure says more than "differs".
+fn first_difference(old: &str, new: &str) -> String {
+    let (mut old_lines, mut new_lines) = (old.lines(), new.lines());
+    for n in 1.. {
+        match (old_lines.next(), new_lines.next()) {
+            (Some(a), Some(b)) if a == b => {}
+            (a, b) => {
+                return format!(
+                    "line {n}: committed {:?}, generated {:?}",
+                    a.unwrap_or("<end>"),
+                    b.unwrap_or("<end>")
+                );
+            }
+        }
+    }
+    unreachable!()
+}
+
+/// Every file under the generated directories, as `/`-separated paths relative to `root`.
+fn committed_files(root: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for dir in GENERATED_DIRS {
+        let Ok(entries) = fs::read_dir(root.join(dir)) else {
+            continue;
+        };
+        for entry in entries {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_file() {
+                found.push(format!("{dir}/{}", entry.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Every generated file: `(path relative to the crate root, contents)`.
+fn generated_files() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+
+    for shell in [
+        Shell::Bash,
+        Shell::Zsh,
+        Shell::Fish,
+        Shell::Elvish,
+        Shell::PowerShell,
+    ] {
+        let mut cmd = cli::Cli::command();
+        let mut buf = Vec::new();
+        clap_complete::generate(shell, &mut cmd, "redlock", &mut buf);
+        let text = String::from_utf8(buf).expect("completions are UTF-8");
+        files.push((format!("completions/{}", shell.file_name("redlock")), text));
+    }
+
+    // `redlock help` would get a page of its own and a SUBCOMMANDS entry; `--help` says the same.
+    let mut cmd = cli::Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let subcommand_pages: Vec<String> = cmd
+        .get_subcommands()
+        .map(|sub| format!("redlock-{}(1)", sub.get_name()))
+        .collect();
+    let mut root_see_also = vec!["flock(1)"];
+    root_see_also.extend(subcommand_pages.iter().map(String::as_str));
+    files.push((
+        "man/redlock.1".into(),
+        man_page(&cmd, root_sections, &root_see_also),
+    ));
+    for sub in cmd.get_subcommands() {
+        let (extra, see_also): (fn(&mut Roff), &[&str]) = match sub.get_name() {
+            "acquire" => (
+                acquire_sections,
+                &[
+                    "redlock(1)",
+                    "redlock-release(1)",
+                    "redlock-extend(1)",
+                    "redlock-exec(1)",
+                ],
+            ),
+            "release" => (
+                release_sections,
+                &["redlock(1)", "redlock-acquire(1)", "redlock-status(1)"],
+            ),
+            "extend" => (
+                extend_sections,
+                &["redlock(1)", "redlock-acquire(1)", "redlock-exec(1)"],
+            ),
+            "status" => (
+                status_sections,
+                &["redlock(1)", "redlock-acquire(1)", "redlock-release(1)"],
+            ),
+            "exec" => (
+                exec_sections,
+                &[
+                    "redlock(1)",
+                    "redlock-acquire(1)",
+                    "flock(1)",
+                    "systemd.kill(5)",
+                ],
+            ),
+            other => panic!("no hand-written man sections for subcommand {other}"),
+        };
+        files.push((
+            format!("man/redlock-{}.1", sub.get_name()),
+            man_page(sub, extra, see_also),
+        ));
+    }
+    files
+}
+
+// ---------------------------------------------------------------------------------------------
+// Man pages
+
+/// clap_mangen's sections, then the hand-written ones, VERSION, and SEE ALSO last.
+fn man_page(cmd: &clap::Command, hand_written: fn(&mut Roff), see_also_pages: &[&str]) -> String {
+    let name = cmd.get_display_name().unwrap_or(cmd.get_name()).to_owned();
+    let man = Man::new(cmd.clone())
+        .title(name.to_uppercase())
+        .source(format!("redlock {}", env!("CARGO_PKG_VERSION")))
+        .manual("User Commands");
+
+    let mut out = Vec::new();
+    man.render_title(&mut out).unwrap();
+    // Ragged right and no hyphenation: option names and variables stay whole.
+    out.extend_from_slice(b".ad l\n.nh\n");
+    // Each clap_mangen section comes with roff's apostrophe preamble; keep only the first.
+    let preamble = Roff::new().render();
+    let mut section = |render: &dyn Fn(&mut Vec<u8>) -> std::io::Result<()>| {
+        let mut buf = Vec::new();
+        render(&mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        out.extend_from_slice(text.strip_prefix(&preamble).unwrap_or(&text).as_bytes());
+    };
+    section(&|w| man.render_name_section(w));
+    section(&|w| man.render_synopsis_section(w));
+    section(&|w| man.render_description_section(w));
+    section(&|w| man.render_options_section(w));
+    if cmd.has_subcommands() {
+        section(&|w| man.render_subcommands_section(w));
+    }
+    // The after_help texts (the short exit-code summary, the examples) are not rendered: the
+    // hand-written EXIT STATUS and EXAMPLES sections say the same at greater length.
+    let mut roff = Roff::new();
+    hand_written(&mut roff);
+    section(&|w| roff.to_writer(w));
+    section(&|w| man.render_version_section(w));
+    let mut roff = Roff::new();
+    see_also(&mut roff, see_also_pages);
+    section(&|w| roff.to_writer(w));
+
+    String::from_utf8(out).unwrap()
+}
+
+fn heading(r: &mut Roff, title: &str) {
+    r.control("SH", [title]);
+}
+
+fn para(r: &mut Roff, text: impl Into<Vec<Inline>>) {
+    r.control("PP", []);
+    r.text(text);
+}
+
+/// A tagged paragraph: `tag` in bold, then `body` indented below it.
+fn item(r: &mut Roff, tag: &str, body: impl Into<Vec<Inline>>) {
+    r.control("TP", []);
+    r.text([bold(tag)]);
+    r.text(body);
+}
+
+/// An example: what it does, then the lines to type, indented and unfilled.
+fn example(r: &mut Roff, what: impl Into<Vec<Inline>>, lines: &[&str]) {
+    para(r, what);
+    r.control("RS", ["4"]);
+    r.control("sp", []);
+    r.control("nf", []);
+    for line in lines {
+        r.text([roman(*line)]);
+    }
+    r.control("fi", []);
+    r.control("RE", []);
+}
+
+fn see_also(r: &mut Roff, pages: &[&str]) {
+    heading(r, "SEE ALSO");
+    let mut line = Vec::new();
+    for (i, page) in pages.iter().enumerate() {
+        if i > 0 {
+            line.push(roman(", "));
+        }
+        let (name, section) = page.split_once('(').expect("page(section)");
+        line.push(bold(name));
+        line.push(roman(format!("({section}")));
+    }
+    r.text(line);
+}
+
+/// EXIT STATUS, from `exit::TABLE` so the codes are defined once. Subcommands other than `exec`
+/// leave out the rows that only `exec` can produce.
+fn exit_status(r: &mut Roff, include_exec_only: bool) {
+    heading(r, "EXIT STATUS");
+    for (code, meaning) in exit::TABLE {
+        if !include_exec_only && meaning.starts_with("exec only") {
+            continue;
+        }
+        item(r, code, [roman(*meaning)]);
+    }
+}
+
+const FENCE_HELP: &str = "the fencing token of this acquisition, a per-key number that grows \
+    with every acquisition. Pass it to the storage the command writes to, and have that storage \
+    refuse writes carrying a lower fence than it has seen: then a holder that lost the lock \
+    without noticing cannot overwrite the work of the next one.";
+
+/// The variables `exec` puts in its command's environment, for the `exec` page.
+fn child_environment(r: &mut Roff) {
+    item(r, "REDLOCK_KEY", [roman("The name of the lock.")]);
+    item(
+        r,
+        "REDLOCK_TOKEN",
+        [roman("The token that holds the lock.")],
+    );
+    item(r, "REDLOCK_FENCE", [roman(capitalized(FENCE_HELP))]);
+    item(
+        r,
+        "REDLOCK_URL",
+        [roman(
+            "The Redis URL in use, without its password, so that a redlock run by the command \
+             reaches the same server.",
+        )],
+    );
+}
+
+fn capitalized(s: &str) -> String {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
+fn root_sections(r: &mut Roff) {
+    exit_status(r, true);
+
+    heading(r, "ENVIRONMENT");
+    item(
+        r,
+        "REDLOCK_URL",
+        [
+            roman("The Redis URL to use when "),
+            bold("--url"),
+            roman(" is not given (default redis://127.0.0.1:6379). "),
+            bold("redlock exec"),
+            roman(
+                " sets it for the command to the URL in use, without its password, so that a \
+                 redlock run by the command reaches the same server.",
+            ),
+        ],
+    );
+    item(
+        r,
+        "REDIS_URL",
+        [
+            roman("Used instead when "),
+            bold("REDLOCK_URL"),
+            roman(" is unset or empty."),
+        ],
+    );
+    item(
+        r,
+        "REDLOCK_PASSWORD",
+        [
+            roman("The Redis password. It overrides a password in the URL; "),
+            bold("--password-file"),
+            roman(" overrides it. A password is never printed."),
+        ],
+    );
+    item(
+        r,
+        "REDLOCK_PREFIX",
+        [
+            roman("The namespace for every Redis key redlock uses, as "),
+            bold("--prefix"),
+            roman(" (default redlock:)."),
+        ],
+    );
+    item(
+        r,
+        "REDLOCK_TOKEN",
+        [
+            roman("The default "),
+            italic("TOKEN"),
+            roman(" of "),
+            bold("redlock release"),
+            roman(" and "),
+            bold("redlock extend"),
+            roman(". "),
+            bold("redlock exec"),
+            roman(" sets it for the command to the token that holds the lock."),
+        ],
+    );
+    item(
+        r,
+        "REDLOCK_KEY",
+        [
+            roman("Set by "),
+            bold("redlock exec"),
+            roman(" for the command: the name of the lock."),
+        ],
+    );
+    item(
+        r,
+        "REDLOCK_FENCE",
+        [
+            roman("Set by "),
+            bold("redlock exec"),
+            roman(" for the command: "),
+            roman(FENCE_HELP),
+        ],
+    );
+
+    heading(r, "EXAMPLES");
+    example(
+        r,
+        [roman(
+            "A cron job that skips its run (exit status 1) while the previous one still holds the lock:",
+        )],
+        &["0 3 * * * redlock exec nightly-backup -n -- ./backup.sh"],
+    );
+    example(
+        r,
+        [roman(
+            "Serialize deployments from CI: wait up to 30 minutes for the running one to finish:",
+        )],
+        &["redlock exec deploy-prod --wait 30m -- ./deploy.sh"],
+    );
+    example(
+        r,
+        [roman(
+            "Hold a lock across several steps of a shell script, and release it whatever happens:",
+        )],
+        &[
+            "T=$(redlock acquire migrate --ttl 5m) || exit",
+            "trap 'redlock release migrate \"$T\"' EXIT",
+            "./migrate.sh",
+        ],
+    );
+    example(
+        r,
+        [roman(
+            "Show every lock under the prefix: holder, note, age, TTL left and fence:",
+        )],
+        &["redlock status"],
+    );
+    example(
+        r,
+        [
+            roman("Run a systemd service under a lock. With "),
+            bold("KillMode=mixed"),
+            roman(
+                " systemd sends SIGTERM to redlock alone, which forwards it to the command, and \
+                 SIGKILL to whatever is left after ",
+            ),
+            bold("TimeoutStopSec"),
+            roman(":"),
+        ],
+        &[
+            "[Service]",
+            "ExecStart=/usr/bin/redlock exec report -n -- /usr/local/bin/make-report",
+            "KillMode=mixed",
+        ],
+    );
+    example(
+        r,
+        [
+            roman("Pass the fencing token to the storage the command writes to (see "),
+            bold("REDLOCK_FENCE"),
+            roman(" above):"),
+        ],
+        &["redlock exec ledger -c 'import-ledger --fence \"$REDLOCK_FENCE\" ledger.csv'"],
+    );
+}
+
+fn acquire_sections(r: &mut Roff) {
+    exit_status(r, false);
+
+    heading(r, "EXAMPLES");
+    example(
+        r,
+        [roman(
+            "Take a lock for a script, and release it when the script exits:",
+        )],
+        &[
+            "T=$(redlock acquire migrate --ttl 5m) || exit",
+            "trap 'redlock release migrate \"$T\"' EXIT",
+        ],
+    );
+    example(
+        r,
+        [roman(
+            "Try once, and give up with exit status 1 if the lock is busy:",
+        )],
+        &["redlock acquire nightly-report -n"],
+    );
+    example(
+        r,
+        [
+            roman("Set "),
+            bold("REDLOCK_KEY"),
+            roman(", "),
+            bold("REDLOCK_TOKEN"),
+            roman(" and "),
+            bold("REDLOCK_FENCE"),
+            roman(" as shell variables (not exported):"),
+        ],
+        &[
+            "vars=$(redlock acquire deploy --wait 10m --format env) || exit",
+            "eval \"$vars\"",
+            "trap 'redlock release \"$REDLOCK_KEY\" \"$REDLOCK_TOKEN\"' EXIT",
+            "./deploy.sh --fence \"$REDLOCK_FENCE\"",
+        ],
+    );
+}
+
+fn release_sections(r: &mut Roff) {
+    exit_status(r, false);
+
+    heading(r, "EXAMPLES");
+    example(
+        r,
+        [roman("Release a lock with the token acquire printed:")],
+        &["redlock release migrate \"$T\""],
+    );
+    example(
+        r,
+        [roman(
+            "Break a lock left behind by a crashed holder (the previous holder is printed on \
+             stderr):",
+        )],
+        &["redlock release deploy-prod --force"],
+    );
+}
+
+fn extend_sections(r: &mut Roff) {
+    exit_status(r, false);
+
+    heading(r, "EXAMPLES");
+    example(
+        r,
+        [roman(
+            "Keep a lock alive between the steps of a long job; stop if it was lost:",
+        )],
+        &[
+            "for step in 1 2 3; do",
+            "    ./step \"$step\"",
+            "    redlock extend migrate \"$T\" --ttl 5m || exit",
+            "done",
+        ],
+    );
+}
+
+fn status_sections(r: &mut Roff) {
+    exit_status(r, false);
+
+    heading(r, "EXAMPLES");
+    example(
+        r,
+        [roman("Show every lock under the prefix:")],
+        &["redlock status"],
+    );
+    example(
+        r,
+        [roman(
+            "Check in a script whether a lock is held (exit status 0) or free (1):",
+        )],
+        &["if redlock status -q deploy-prod >/dev/null; then echo busy; fi"],
+    );
+    example(
+        r,
+        [roman("The same information as JSON:")],
+        &["redlock status --json deploy-prod nightly-backup"],
+    );
+}
+
+fn exec_sections(r: &mut Roff) {
+    exit_status(r, true);
+    para(
+        r,
+        [roman(
+            "Once the lock is held, redlock exits with the command's own status, or 128+N if it \
+             died of signal N, unless the lock was lost (75; see SIGNALS AND LOCK LOSS).",
+        )],
+    );
+
+    heading(r, "ENVIRONMENT");
+    para(r, [roman("The command runs with these variables set:")]);
+    child_environment(r);
+
+    heading(r, "SIGNALS AND LOCK LOSS");
+    para(
+        r,
+        [roman(
+            "While redlock waits for the lock, SIGINT, SIGTERM, SIGHUP or SIGQUIT stops the \
+             wait: the command is not started, nothing is left in Redis, and redlock exits with \
+             128+N.",
+        )],
+    );
+    para(
+        r,
+        [roman(
+            "While the command runs, redlock forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 \
+             and SIGUSR2 to it. A signal generated by the terminal (Ctrl-C, Ctrl-\\, hangup) is \
+             not forwarded: the command shares the terminal's foreground process group and has \
+             received it already, so it reaches the command once.",
+        )],
+    );
+    para(
+        r,
+        [
+            roman(
+                "A second SIGINT or SIGTERM makes redlock send SIGKILL at once. After the first \
+                 SIGINT, SIGTERM, SIGHUP or SIGQUIT, redlock sends SIGKILL if the command is \
+                 still running ",
+            ),
+            bold("--kill-after"),
+            roman(" later."),
+        ],
+    );
+    para(
+        r,
+        [
+            roman("redlock renews the lock every third of its TTL (every 10s with the default "),
+            bold("--ttl"),
+            roman(
+                " 30s). The lock is lost when a renewal finds the key held with another token, \
+                 or not there at all, or when no renewal has succeeded by the lock's deadline: \
+                 one TTL after the last successful acquisition or renewal was sent, measured on \
+                 the monotonic clock (this is what happens when Redis stays unreachable). Then ",
+            ),
+            bold("--on-lost"),
+            roman(" acts: "),
+            bold("term"),
+            roman(" sends SIGTERM, then SIGKILL after "),
+            bold("--kill-after"),
+            roman("; "),
+            bold("kill"),
+            roman(" sends SIGKILL at once; "),
+            bold("ignore"),
+            roman(
+                " warns and lets the command finish. redlock then exits with status 75, except \
+                 that with ",
+            ),
+            bold("ignore"),
+            roman(
+                " a command that succeeds still yields 0. A lost lock is not released: it may \
+                 belong to someone else by then.",
+            ),
+        ],
+    );
+    para(
+        r,
+        [roman(
+            "If redlock itself is killed with SIGKILL, the command receives SIGTERM (on Linux, \
+             through the parent-death signal), and the lock expires at most one TTL later.",
+        )],
+    );
+
+    heading(r, "EXAMPLES");
+    example(
+        r,
+        [roman(
+            "Skip a cron run while the previous one still holds the lock:",
+        )],
+        &["redlock exec nightly-backup -n -- ./backup.sh"],
+    );
+    example(
+        r,
+        [roman("Wait up to 30 minutes for the lock, then deploy:")],
+        &["redlock exec deploy-prod --wait 30m -- ./deploy.sh"],
+    );
+    example(
+        r,
+        [roman("Run a shell command line under the lock:")],
+        &["redlock exec report -c 'make report && mail -s done ops < report.txt'"],
+    );
+    example(
+        r,
+        [roman(
+            "Hand the fencing token to the storage the command writes to:",
+        )],
+        &["redlock exec ledger -c 'import-ledger --fence \"$REDLOCK_FENCE\" ledger.csv'"],
+    );
+}
