@@ -1,14 +1,15 @@
 //! The command-line definition, and nothing else.
 //!
-//! This file depends on nothing else in the crate (only clap and std), so that the completion and
-//! man-page generators in `tests/generated.rs` can include it with `#[path]` and render exactly
-//! what users see. Parsing helpers that clap calls (`parse_duration`) live here for that reason.
+//! This file depends only on clap, humantime and `crate::exit` (itself std-only), so that the
+//! completion and man-page generators in `tests/generated.rs` can include both with `#[path]` and
+//! render exactly what users see. Parsing helpers that clap calls (`parse_duration`) live here for
+//! that reason.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum, ValueHint};
 
 const ABOUT: &str = "A distributed lock for shell scripts, cron jobs and CI, backed by Redis";
 
@@ -17,13 +18,19 @@ A distributed lock for shell scripts, cron jobs and CI, backed by Redis.
 
 redlock takes a lock with SET NX PX, releases and extends it only with the holder's token (atomic \
 Lua compare-and-delete / compare-and-PEXPIRE), hands out a strictly increasing fencing token with \
-every acquisition, and records who holds each lock so that `redlock status` can show it.";
+every acquisition, and records who holds each lock so that 'redlock status' can show it.";
 
-const AFTER_HELP: &str = "\
-Durations are humantime values (500ms, 30s, 1m30s); a bare number means seconds.
-Exit status: 0 ok, 1 busy/free, 2 usage, 3 not the owner, 69 Redis unavailable, 70 internal,
-75 lock lost (exec), 77 auth refused, 126/127 command not executable/found (exec),
-128+N signal N. See `man redlock` for details.";
+/// The text after `--help`: the duration syntax and the exit table from `exit::TABLE`.
+fn after_help() -> String {
+    let mut s = String::from(
+        "Durations are humantime values (500ms, 30s, 1m30s); a bare number means seconds.\n\n\
+         Exit status:\n",
+    );
+    for (code, meaning) in crate::exit::TABLE {
+        s.push_str(&format!("  {code:<9} {meaning}\n"));
+    }
+    s
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -31,12 +38,12 @@ Exit status: 0 ok, 1 busy/free, 2 usage, 3 not the owner, 69 Redis unavailable, 
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
-    after_help = AFTER_HELP,
+    after_help = after_help(),
     propagate_version = true,
     max_term_width = 100
 )]
 pub struct Cli {
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Global options")]
     pub global: GlobalArgs,
 
     #[command(subcommand)]
@@ -50,6 +57,8 @@ pub struct GlobalArgs {
     ///
     /// Defaults to $REDLOCK_URL, then $REDIS_URL, then redis://127.0.0.1:6379. An ACL user and
     /// password may be given in the URL (redis://user:pass@host:6379/0); they are never printed.
+    /// One server only: several --url (or a comma-separated $REDLOCK_URL) are refused, since a
+    /// quorum over several masters is not implemented yet.
     #[arg(short = 'u', long = "url", value_name = "URL", global = true)]
     pub url: Vec<String>,
 
@@ -137,17 +146,11 @@ pub struct LockArgs {
     #[arg(short = 'n', long, conflicts_with = "wait")]
     pub no_wait: bool,
 
-    /// Exit status when the lock is busy (not acquired)
-    #[arg(
-        short = 'E',
-        long,
-        value_name = "N",
-        default_value_t = 1,
-        value_parser = clap::value_parser!(u8).range(1..=255)
-    )]
+    /// Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed
+    #[arg(short = 'E', long, value_name = "N", default_value_t = 1)]
     pub conflict_exit_code: u8,
 
-    /// Describe the holder in `status` (default: the command line)
+    /// Describe the holder in 'redlock status' (default: the command line)
     #[arg(long, value_name = "TEXT")]
     pub note: Option<String>,
 }
@@ -250,6 +253,7 @@ pub struct ExecArgs {
     #[arg(
         value_name = "CMD",
         trailing_var_arg = true,
+        value_hint = ValueHint::CommandWithArguments,
         required_unless_present = "shell_command"
     )]
     pub cmd: Vec<OsString>,

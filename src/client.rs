@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::config::Config;
-use crate::error::{Failure, Kind, redis_kind};
+use crate::error::{Kind, failure, redis_kind};
 
 /// One connection to the configured Redis server.
 pub struct Redis {
@@ -82,7 +82,7 @@ fn connect_error(display: &str, timeout: Duration, e: redis::RedisError) -> anyh
     let kind = redis_kind(&e);
     if kind == Kind::Auth {
         let detail = e.detail().unwrap_or("authentication failed").to_string();
-        return Failure::new(
+        return failure(
             Kind::Auth,
             format!(
                 "{display} refused the credentials ({detail}); check the URL's user and \
@@ -107,16 +107,16 @@ fn connect_error(display: &str, timeout: Duration, e: redis::RedisError) -> anyh
     } else {
         kind
     };
-    Failure::new(kind, format!("cannot connect to {display} ({why}){hint}"))
+    failure(kind, format!("cannot connect to {display} ({why}){hint}"))
 }
 
 fn command_error(display: &str, what: &str, e: redis::RedisError) -> anyhow::Error {
     match redis_kind(&e) {
-        Kind::Unavailable if e.is_timeout() => Failure::new(
+        Kind::Unavailable if e.is_timeout() => failure(
             Kind::Unavailable,
             format!("{display} did not answer {what} within --io-timeout"),
         ),
-        Kind::Unavailable => Failure::new(
+        Kind::Unavailable => failure(
             Kind::Unavailable,
             format!("lost the connection to {display} during {what} ({e})"),
         ),
@@ -127,7 +127,7 @@ fn command_error(display: &str, what: &str, e: redis::RedisError) -> anyhow::Err
 
 /// An error for a reply that does not have the shape a script promises.
 pub fn unexpected_reply(what: &str, detail: impl std::fmt::Display) -> anyhow::Error {
-    Failure::new(
+    failure(
         Kind::Protocol,
         format!("unexpected reply to {what}: {detail}"),
     )

@@ -45,19 +45,16 @@ pub fn busy_message(keys: &Keys, outcome: &Acquired) -> String {
     }
 }
 
-/// Waits for a busy lock with SIGINT/SIGTERM/SIGHUP/SIGQUIT able to stop the wait.
-pub fn acquire_interruptibly(
+/// Takes the lock as `args` say; `pause` sleeps up to the given time and returns the number of a
+/// signal that should stop the wait.
+pub fn acquire_interruptibly_with(
     config: &Config,
     redis: &mut Redis,
     keys: &Keys,
     args: &LockArgs,
     owner: &lock::Owner,
+    mut pause: impl FnMut(Duration) -> Option<i32>,
 ) -> Result<Acquired> {
-    let (tx, rx) = mpsc::channel();
-    if args.wait() != Wait::No {
-        signals::deliver(signals::STOP, tx, |s| s.signo)?;
-    }
-    let mut pause = |d: Duration| rx.recv_timeout(d).ok();
     let outcome = lock::acquire(redis, keys, args.ttl, owner, args.wait(), &mut pause)?;
     if let Acquired::Interrupted(sig) = outcome {
         say(
@@ -78,8 +75,14 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     let owner = owner::owner(ppid, args.lock.note.as_deref(), || {
         owner::command_line(ppid)
     });
+    let (tx, rx) = mpsc::channel();
+    if args.lock.wait() != Wait::No {
+        signals::deliver(signals::STOP, tx, |s| s.signo)?;
+    }
     let mut redis = Redis::connect(config)?;
-    let outcome = acquire_interruptibly(config, &mut redis, &keys, &args.lock, &owner)?;
+    let outcome = acquire_interruptibly_with(config, &mut redis, &keys, &args.lock, &owner, |d| {
+        rx.recv_timeout(d).ok()
+    })?;
     let lock = match outcome {
         Acquired::Held(lock) => lock,
         Acquired::Interrupted(sig) => return Ok(exit::signal(sig)),

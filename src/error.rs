@@ -36,13 +36,12 @@ pub struct Failure {
     pub message: String,
 }
 
-impl Failure {
-    pub fn new(kind: Kind, message: impl Into<String>) -> anyhow::Error {
-        anyhow::Error::new(Failure {
-            kind,
-            message: message.into(),
-        })
-    }
+/// A [`Failure`] as an `anyhow::Error`.
+pub fn failure(kind: Kind, message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Failure {
+        kind,
+        message: message.into(),
+    })
 }
 
 impl fmt::Display for Failure {
@@ -53,9 +52,9 @@ impl fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
-/// Shorthand for `Err(Failure::new(Kind::Usage, ...))`.
+/// Shorthand for `failure(Kind::Usage, ...)`.
 pub fn usage(message: impl Into<String>) -> anyhow::Error {
-    Failure::new(Kind::Usage, message)
+    failure(Kind::Usage, message)
 }
 
 /// Classifies an error by the first [`Failure`] or Redis error in its chain.
@@ -115,7 +114,7 @@ mod tests {
 
     #[test]
     fn failure_kind_survives_context() {
-        let err = Err::<(), _>(Failure::new(Kind::NotOwner, "held by bob"))
+        let err = Err::<(), _>(failure(Kind::NotOwner, "held by bob"))
             .context("cannot release 'k'")
             .unwrap_err();
         assert_eq!(exit_code(&err), exit::NOT_OWNER);

@@ -1,3 +1,476 @@
-pub fn run(_c: &crate::config::Config, _a: &crate::cli::ExecArgs) -> anyhow::Result<u8> {
-    todo!()
+//! `redlock exec`: take the lock, run a command while renewing it, release it after the command.
+//!
+//! One supervisor loop owns every decision. It blocks on a single channel that carries signals
+//! (from the signal thread), renewal results (from the renewal thread) and child exits (SIGCHLD),
+//! with a timeout at the next deadline: the lock's deadline or the SIGKILL escalation.
+//!
+//! Invariants:
+//! - The child runs only while we believe we hold the lock. The lock's deadline is
+//!   `sent + ttl` of the last successful acquire/renewal, on the monotonic clock; when it passes
+//!   without a renewal, or a renewal finds another token or no key, the lock is lost and
+//!   `--on-lost` acts on the child.
+//! - Renewal runs on its own connection and thread and stops when the child exits (its channel is
+//!   dropped); a renewal in flight then is harmless, since extend never recreates a released key.
+//! - The child shares our process group, so terminal signals (Ctrl-C) reach it directly; signals
+//!   sent to redlock alone are forwarded. It gets SIGTERM if redlock dies (PR_SET_PDEATHSIG), so it
+//!   never runs on unlocked after a `kill -9` of redlock.
+//! - Release happens after the child has been reaped, then redlock exits with the child's status.
+
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result};
+use signal_hook::consts::signal::*;
+
+use crate::cli::{ExecArgs, OnLost};
+use crate::client::Redis;
+use crate::commands::{acquire_interruptibly_with, busy_message, say};
+use crate::config::Config;
+use crate::error::{Kind, failure};
+use crate::exit;
+use crate::lock::{Acquired, Keys, Lock, Verdict, human_ms};
+use crate::owner;
+use crate::signals::{self, Signal};
+
+/// What the supervisor loop reacts to.
+#[derive(Debug)]
+enum Event {
+    Signal(Signal),
+    /// A renewal sent at this instant succeeded.
+    Renewed(Instant),
+    /// A renewal could not reach Redis; the lock holds until its deadline.
+    RenewFailed(String),
+    /// A renewal found another token or no key: the lock is gone.
+    Lost(String),
+}
+
+/// The longest the loop sleeps without looking at the child (a safety net under SIGCHLD).
+const POLL_CAP: Duration = Duration::from_secs(1);
+
+pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
+    let keys = Keys::new(&config.prefix, &args.key)?;
+    let argv: Vec<OsString> = match &args.shell_command {
+        Some(c) => vec!["/bin/sh".into(), "-c".into(), c.into()],
+        None => args.cmd.clone(),
+    };
+    if argv.is_empty() || argv[0].is_empty() {
+        return Err(crate::error::usage(
+            "no command to run: give it after --, or with -c 'shell command'",
+        ));
+    }
+    let owner = owner::owner(std::process::id(), args.lock.note.as_deref(), || {
+        owner::join_args(&argv)
+    });
+
+    let (tx, rx) = mpsc::channel::<Event>();
+    let mut watched = signals::FORWARD.to_vec();
+    watched.push(SIGCHLD);
+    signals::deliver(&watched, tx.clone(), Event::Signal)?;
+
+    let mut redis = Redis::connect(config)?;
+    let stop_signal = |e: &Event| match e {
+        Event::Signal(s) if signals::STOP.contains(&s.signo) => Some(s.signo),
+        _ => None,
+    };
+    let outcome = acquire_interruptibly_with(config, &mut redis, &keys, &args.lock, &owner, |d| {
+        wait_for(&rx, d, &stop_signal)
+    })?;
+    let lock = match outcome {
+        Acquired::Held(lock) => lock,
+        Acquired::Interrupted(sig) => return Ok(exit::signal(sig)),
+        busy @ Acquired::Busy(_) => {
+            say(config, busy_message(&keys, &busy));
+            return Ok(args.lock.conflict_exit_code);
+        }
+    };
+
+    // From here on the lock is ours: every way out goes through `release_after`.
+    let renewal_redis = match Redis::connect(config) {
+        Ok(r) => r,
+        Err(e) => return release_after(config, &mut redis, &lock, Err(e)),
+    };
+    if let Some(sig) = wait_for(&rx, Duration::ZERO, &stop_signal) {
+        say(
+            config,
+            format!("{} before the command started", signals::name(sig)),
+        );
+        return release_after(config, &mut redis, &lock, Ok(exit::signal(sig)));
+    }
+    let child = match spawn(&argv, &lock, config) {
+        Ok(child) => child,
+        Err(e) => return release_after(config, &mut redis, &lock, Err(e)),
+    };
+    if config.verbose {
+        eprintln!(
+            "redlock: holding '{}' (fence {}); started pid {}",
+            keys.name,
+            lock.fence,
+            child.id()
+        );
+    }
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    start_renewal(config.clone(), renewal_redis, lock.clone(), stop_rx, tx);
+    let mut supervisor = Supervisor {
+        config,
+        args,
+        lock: &lock,
+        child,
+        deadline: lock.sent + lock.ttl,
+        kill_at: None,
+        terminations: 0,
+        lost: None,
+        last_renew_error: None,
+    };
+    let status = supervisor.run(&rx);
+    drop(stop_tx);
+    let lost = supervisor.lost.is_some();
+    let code = match status {
+        Ok(status) => {
+            let child_code = exit_code(status);
+            if lost && !(args.on_lost == OnLost::Ignore && child_code == 0) {
+                exit::LOCK_LOST
+            } else {
+                child_code
+            }
+        }
+        Err(e) => return release_after(config, &mut redis, &lock, Err(e)),
+    };
+    if lost {
+        // Another client may hold the lock now; there is nothing of ours to release.
+        return Ok(code);
+    }
+    release_after(config, &mut redis, &lock, Ok(code))
+}
+
+/// Receives events for up to `d`, returning the first for which `pick` says something.
+fn wait_for<T>(rx: &Receiver<Event>, d: Duration, pick: &dyn Fn(&Event) -> Option<T>) -> Option<T> {
+    let until = Instant::now() + d;
+    loop {
+        match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok(e) => {
+                if let Some(v) = pick(&e) {
+                    return Some(v);
+                }
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Releases the lock, then passes `result` on. A failed release is reported, not fatal: the lock
+/// expires by its TTL.
+fn release_after(
+    config: &Config,
+    redis: &mut Redis,
+    lock: &Lock,
+    result: Result<u8>,
+) -> Result<u8> {
+    let released = lock.release(redis).or_else(|first| {
+        // The main connection may have gone stale during a long run: try once on a fresh one.
+        Redis::connect(config)
+            .and_then(|mut fresh| lock.release(&mut fresh))
+            .map_err(|_| first)
+    });
+    match released {
+        Ok(Verdict::Done(_)) => {}
+        Ok(other) => say(
+            config,
+            format!(
+                "'{}' was no longer ours at release: {}",
+                lock.keys.name,
+                crate::lock::not_owner(&other)
+            ),
+        ),
+        Err(e) => eprintln!(
+            "redlock: cannot release '{}': {e:#}; it expires within {}",
+            lock.keys.name,
+            human_ms(lock.ttl)
+        ),
+    }
+    result
+}
+
+/// Starts the command with the lock's variables, tied to our lifetime.
+fn spawn(argv: &[OsString], lock: &Lock, config: &Config) -> Result<Child> {
+    let program = &argv[0];
+    let mut cmd = Command::new(program);
+    cmd.args(&argv[1..])
+        .env("REDLOCK_KEY", &lock.keys.name)
+        .env("REDLOCK_TOKEN", &lock.token)
+        .env("REDLOCK_FENCE", lock.fence.to_string())
+        .env("REDLOCK_URL", &config.endpoint.public);
+    // SAFETY: getpid is async-signal-safe and is called before fork.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
+    // functions (prctl, getppid).
+    unsafe {
+        cmd.pre_exec(move || {
+            // If redlock dies (even by SIGKILL), the command gets SIGTERM: it must not go on
+            // running without the lock, whose renewal died with us.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // redlock died between fork and prctl: the death signal was missed.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    let shown = program.to_string_lossy();
+    cmd.spawn().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            failure(Kind::NotFound, format!("command not found: {shown}"))
+        }
+        std::io::ErrorKind::PermissionDenied => failure(
+            Kind::NotExecutable,
+            format!("cannot execute {shown}: permission denied"),
+        ),
+        _ => failure(Kind::NotExecutable, format!("cannot execute {shown}: {e}")),
+    })
+}
+
+/// Renews the lock every TTL/3 on its own connection until `stop` is dropped or the lock is lost.
+fn start_renewal(
+    config: Config,
+    mut redis: Redis,
+    lock: Lock,
+    stop: Receiver<()>,
+    tx: Sender<Event>,
+) {
+    let interval = (lock.ttl / 3).max(Duration::from_millis(1));
+    let retry = (interval / 3).max(Duration::from_millis(1));
+    let spawned = std::thread::Builder::new()
+        .name("renewal".into())
+        .spawn(move || {
+            let mut next = interval;
+            let mut connected = true;
+            loop {
+                if stop.recv_timeout(next) != Err(RecvTimeoutError::Timeout) {
+                    return;
+                }
+                if !connected {
+                    match Redis::connect(&config) {
+                        Ok(r) => {
+                            redis = r;
+                            connected = true;
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Event::RenewFailed(format!("{e:#}")));
+                            next = retry;
+                            continue;
+                        }
+                    }
+                }
+                let sent = Instant::now();
+                let event = match lock.renew(&mut redis, lock.ttl) {
+                    Ok(Verdict::Done(_)) => {
+                        next = interval;
+                        Event::Renewed(sent)
+                    }
+                    Ok(lost) => Event::Lost(lost_reason(&lost)),
+                    Err(e) => {
+                        connected = false;
+                        next = retry;
+                        Event::RenewFailed(format!("{e:#}"))
+                    }
+                };
+                let done = matches!(event, Event::Lost(_));
+                if tx.send(event).is_err() || done {
+                    return;
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        // Without renewal the deadline check still stops the child when the TTL runs out.
+        eprintln!("redlock: cannot start the renewal thread: {e}");
+    }
+}
+
+fn lost_reason(v: &Verdict) -> String {
+    match v {
+        Verdict::Free => "the lock key is gone (expired, or deleted by someone else)".into(),
+        Verdict::HeldByOther(Some(h)) => format!(
+            "the lock is now held by {} (fence {}, token {}…)",
+            h.who(),
+            h.fence,
+            h.fingerprint()
+        ),
+        Verdict::HeldByOther(None) => "the lock key now holds another token".into(),
+        Verdict::Done(_) => "the lock was released".into(),
+    }
+}
+
+/// The child's status as an exit code: its code, or 128+N if signal N killed it.
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(exit::INTERNAL),
+        (None, Some(sig)) => exit::signal(sig),
+        (None, None) => exit::INTERNAL,
+    }
+}
+
+struct Supervisor<'a> {
+    config: &'a Config,
+    args: &'a ExecArgs,
+    lock: &'a Lock,
+    child: Child,
+    /// The lock is surely ours until then (monotonic clock).
+    deadline: Instant,
+    /// When to send SIGKILL, after a SIGTERM we sent or forwarded.
+    kill_at: Option<Instant>,
+    /// SIGINT/SIGTERM received so far: the second escalates to SIGKILL.
+    terminations: u32,
+    lost: Option<String>,
+    last_renew_error: Option<String>,
+}
+
+impl Supervisor<'_> {
+    /// Supervises the child until it exits; returns its status.
+    fn run(&mut self, rx: &Receiver<Event>) -> Result<ExitStatus> {
+        loop {
+            if let Some(status) = self
+                .child
+                .try_wait()
+                .context("cannot wait for the command")?
+            {
+                return Ok(status);
+            }
+            let now = Instant::now();
+            if self.lost.is_none() && now >= self.deadline {
+                let why = match &self.last_renew_error {
+                    Some(e) => format!("no renewal succeeded before the lock's TTL ran out ({e})"),
+                    None => "no renewal succeeded before the lock's TTL ran out".to_string(),
+                };
+                self.lose(why);
+            }
+            if self.kill_at.is_some_and(|t| now >= t) {
+                self.kill_at = None;
+                self.send(SIGKILL);
+            }
+            let mut wake = now + POLL_CAP;
+            if self.lost.is_none() {
+                wake = wake.min(self.deadline);
+            }
+            if let Some(t) = self.kill_at {
+                wake = wake.min(t);
+            }
+            match rx.recv_timeout(wake.saturating_duration_since(now)) {
+                Ok(Event::Signal(s)) if s.signo == SIGCHLD => {}
+                Ok(Event::Signal(s)) => self.forward(s),
+                Ok(Event::Renewed(sent)) => {
+                    // A renewal sent after the deadline comes too late: the lock counted as lost.
+                    if self.lost.is_none() && sent < self.deadline {
+                        self.deadline = self.deadline.max(sent + self.lock.ttl);
+                        self.last_renew_error = None;
+                    }
+                }
+                Ok(Event::RenewFailed(e)) => {
+                    if self.lost.is_none() && self.last_renew_error.is_none() {
+                        say(
+                            self.config,
+                            format!(
+                                "renewing '{}' failed: {e}; retrying while the lock lasts ({} left)",
+                                self.lock.keys.name,
+                                human_ms(self.deadline.saturating_duration_since(Instant::now()))
+                            ),
+                        );
+                    }
+                    self.last_renew_error = Some(e);
+                }
+                Ok(Event::Lost(why)) => {
+                    if self.lost.is_none() {
+                        self.lose(why);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    // Cannot happen while we hold a sender's clone in the signal thread; wait
+                    // for the child the plain way rather than spin.
+                    return self.child.wait().context("cannot wait for the command");
+                }
+            }
+        }
+    }
+
+    fn forward(&mut self, s: Signal) {
+        let terminal_signal = matches!(s.signo, SIGINT | SIGQUIT | SIGHUP);
+        let terminating = matches!(s.signo, SIGINT | SIGTERM | SIGHUP | SIGQUIT);
+        if matches!(s.signo, SIGINT | SIGTERM) {
+            self.terminations += 1;
+        }
+        if self.terminations >= 2 && matches!(s.signo, SIGINT | SIGTERM) {
+            say(
+                self.config,
+                format!("second {}: killing the command", signals::name(s.signo)),
+            );
+            self.send(SIGKILL);
+            return;
+        }
+        // A terminal's Ctrl-C or Ctrl-\ went to the whole foreground process group, the child
+        // included: sending it again would deliver it twice.
+        if !(s.from_terminal && terminal_signal) {
+            self.send(s.signo);
+        }
+        if terminating && self.kill_at.is_none() {
+            self.kill_at = Some(Instant::now() + self.args.kill_after);
+        }
+    }
+
+    fn lose(&mut self, why: String) {
+        let action = match self.args.on_lost {
+            OnLost::Term => format!(
+                "sending SIGTERM to the command (SIGKILL after {})",
+                human_ms(self.args.kill_after)
+            ),
+            OnLost::Kill => "killing the command".to_string(),
+            OnLost::Ignore => "letting the command run unprotected (--on-lost ignore)".to_string(),
+        };
+        eprintln!(
+            "redlock: lost the lock '{}' at {} after holding it {}: {why}; {action}",
+            self.lock.keys.name,
+            humantime::format_rfc3339_seconds(SystemTime::now()),
+            human_ms(self.lock.sent.elapsed()),
+        );
+        self.lost = Some(why);
+        match self.args.on_lost {
+            OnLost::Term => {
+                self.send(SIGTERM);
+                self.kill_at = Some(Instant::now() + self.args.kill_after);
+            }
+            OnLost::Kill => self.send(SIGKILL),
+            OnLost::Ignore => {}
+        }
+    }
+
+    fn send(&mut self, signo: i32) {
+        if signo == SIGKILL {
+            let _ = self.child.kill();
+            return;
+        }
+        // The child is not reaped until `try_wait` sees it exit, so its pid cannot be reused yet.
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(pid, signo);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_follow_the_shell() {
+        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
+        assert_eq!(exit_code(ExitStatus::from_raw(7 << 8)), 7);
+        assert_eq!(exit_code(ExitStatus::from_raw(255 << 8)), 255);
+        assert_eq!(exit_code(ExitStatus::from_raw(SIGSEGV)), 139);
+        assert_eq!(exit_code(ExitStatus::from_raw(SIGKILL)), 137);
+    }
 }

@@ -18,7 +18,7 @@ use anyhow::{Context, Result};
 use redis::Value;
 
 use crate::client::{Redis, unexpected_reply};
-use crate::error::{Failure, Kind, usage};
+use crate::error::{Kind, failure, usage};
 use crate::scripts;
 
 /// Longest lock name accepted, in bytes.
@@ -179,6 +179,8 @@ pub struct Lock {
     pub fence: i64,
     pub acquired_ms: i64,
     pub ttl: Duration,
+    /// When the successful attempt was sent: the lock is surely ours until `sent + ttl`.
+    pub sent: Instant,
 }
 
 /// What happened to a release or an extension.
@@ -245,6 +247,7 @@ pub fn try_acquire(
     owner: &Owner,
 ) -> Result<Attempt> {
     let token = uuid::Uuid::new_v4().simple().to_string();
+    let sent = Instant::now();
     let reply: Vec<Value> = redis.call("acquire", |con| {
         scripts::ACQUIRE
             .key(&keys.lock)
@@ -264,6 +267,7 @@ pub fn try_acquire(
             fence: *fence,
             acquired_ms: *now,
             ttl,
+            sent,
         })),
         [Value::Int(0), Value::Int(pttl), meta] => Ok(Attempt::Busy {
             pttl_ms: *pttl,
@@ -391,7 +395,7 @@ pub fn not_owner(verdict: &Verdict) -> anyhow::Error {
         }
         Verdict::Done(_) => "the lock was released".to_string(),
     };
-    Failure::new(Kind::NotOwner, format!("not the owner: {why}"))
+    failure(Kind::NotOwner, format!("not the owner: {why}"))
 }
 
 /// Reads one lock's state.

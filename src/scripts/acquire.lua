@@ -18,4 +18,16 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     'user', ARGV[5], 'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ARGV[2])
   return {1, fence, now}
 end
-return {0, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[2])}
+-- The meta record describes the current holder only if its token is the lock key's value (a key
+-- set by hand has no record of its own).
+local function holder(current)
+  local meta = redis.call('HGETALL', KEYS[2])
+  for i = 1, #meta, 2 do
+    if meta[i] == 'token' and meta[i + 1] ~= current then
+      return {}
+    end
+  end
+  return meta
+end
+
+return {0, redis.call('PTTL', KEYS[1]), holder(redis.call('GET', KEYS[1]))}
