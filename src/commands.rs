@@ -4,8 +4,7 @@
 //! rest; `main` maps errors to codes. `exec` lives in `exec.rs`.
 
 use std::io::Write;
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::mpsc::{self, Receiver, Sender};
 
 use anyhow::{Context, Result};
 
@@ -17,6 +16,7 @@ use crate::exit;
 use crate::lock::{self, Acquired, Keys, Verdict, Wait};
 use crate::owner;
 use crate::signals;
+use crate::wait::{Event, Parker};
 
 /// Prints a message for humans on stderr unless `--quiet`.
 pub fn say(config: &Config, message: impl std::fmt::Display) {
@@ -45,17 +45,17 @@ pub fn busy_message(keys: &Keys, outcome: &Acquired) -> String {
     }
 }
 
-/// Takes the lock as `args` say; `pause` sleeps up to the given time and returns the number of a
-/// signal that should stop the wait.
-pub fn acquire_interruptibly_with(
+/// Takes the lock as `args` say, waiting on `events` (which must carry stop signals).
+pub fn acquire_waiting(
     config: &Config,
     redis: &mut Redis,
     keys: &Keys,
     args: &LockArgs,
     owner: &lock::Owner,
-    mut pause: impl FnMut(Duration) -> Option<i32>,
+    events: (&Sender<Event>, &Receiver<Event>),
 ) -> Result<Acquired> {
-    let outcome = lock::acquire(redis, keys, args.ttl, owner, args.wait(), &mut pause)?;
+    let mut parker = Parker::new(config, events.1, events.0.clone());
+    let outcome = lock::acquire(redis, keys, args.ttl, owner, args.wait(), &mut parker)?;
     if let Acquired::Interrupted(sig) = outcome {
         say(
             config,
@@ -77,12 +77,10 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     });
     let (tx, rx) = mpsc::channel();
     if args.lock.wait() != Wait::No {
-        signals::deliver(signals::STOP, tx, |s| s.signo)?;
+        signals::deliver(signals::STOP, tx.clone(), Event::Signal)?;
     }
     let mut redis = Redis::connect(config)?;
-    let outcome = acquire_interruptibly_with(config, &mut redis, &keys, &args.lock, &owner, |d| {
-        rx.recv_timeout(d).ok()
-    })?;
+    let outcome = acquire_waiting(config, &mut redis, &keys, &args.lock, &owner, (&tx, &rx))?;
     let lock = match outcome {
         Acquired::Held(lock) => lock,
         Acquired::Interrupted(sig) => return Ok(exit::signal(sig)),

@@ -27,25 +27,14 @@ use signal_hook::consts::signal::*;
 
 use crate::cli::{ExecArgs, OnLost};
 use crate::client::Redis;
-use crate::commands::{acquire_interruptibly_with, busy_message, say};
+use crate::commands::{acquire_waiting, busy_message, say};
 use crate::config::Config;
 use crate::error::{Kind, failure};
 use crate::exit;
 use crate::lock::{Acquired, Keys, Lock, Verdict, human_ms};
 use crate::owner;
 use crate::signals::{self, Signal};
-
-/// What the supervisor loop reacts to.
-#[derive(Debug)]
-enum Event {
-    Signal(Signal),
-    /// A renewal sent at this instant succeeded.
-    Renewed(Instant),
-    /// A renewal could not reach Redis; the lock holds until its deadline.
-    RenewFailed(String),
-    /// A renewal found another token or no key: the lock is gone.
-    Lost(String),
-}
+use crate::wait::Event;
 
 /// The longest the loop sleeps without looking at the child (a safety net under SIGCHLD).
 const POLL_CAP: Duration = Duration::from_secs(1);
@@ -71,13 +60,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     signals::deliver(&watched, tx.clone(), Event::Signal)?;
 
     let mut redis = Redis::connect(config)?;
-    let stop_signal = |e: &Event| match e {
-        Event::Signal(s) if signals::STOP.contains(&s.signo) => Some(s.signo),
-        _ => None,
-    };
-    let outcome = acquire_interruptibly_with(config, &mut redis, &keys, &args.lock, &owner, |d| {
-        wait_for(&rx, d, &stop_signal)
-    })?;
+    let outcome = acquire_waiting(config, &mut redis, &keys, &args.lock, &owner, (&tx, &rx))?;
     let lock = match outcome {
         Acquired::Held(lock) => lock,
         Acquired::Interrupted(sig) => return Ok(exit::signal(sig)),
@@ -92,7 +75,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         Ok(r) => r,
         Err(e) => return release_after(config, &mut redis, &lock, Err(e)),
     };
-    if let Some(sig) = wait_for(&rx, Duration::ZERO, &stop_signal) {
+    if let Some(sig) = pending_stop(&rx) {
         say(
             config,
             format!("{} before the command started", signals::name(sig)),
@@ -145,19 +128,12 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     release_after(config, &mut redis, &lock, Ok(code))
 }
 
-/// Receives events for up to `d`, returning the first for which `pick` says something.
-fn wait_for<T>(rx: &Receiver<Event>, d: Duration, pick: &dyn Fn(&Event) -> Option<T>) -> Option<T> {
-    let until = Instant::now() + d;
-    loop {
-        match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
-            Ok(e) => {
-                if let Some(v) = pick(&e) {
-                    return Some(v);
-                }
-            }
-            Err(_) => return None,
-        }
-    }
+/// A stop signal already delivered, if any (other events are dropped: nothing runs yet).
+fn pending_stop(rx: &Receiver<Event>) -> Option<i32> {
+    rx.try_iter().find_map(|e| match e {
+        Event::Signal(s) if signals::STOP.contains(&s.signo) => Some(s.signo),
+        _ => None,
+    })
 }
 
 /// Releases the lock, then passes `result` on. A failed release is reported, not fatal: the lock
@@ -360,6 +336,8 @@ impl Supervisor<'_> {
             }
             match rx.recv_timeout(wake.saturating_duration_since(now)) {
                 Ok(Event::Signal(s)) if s.signo == SIGCHLD => {}
+                // A BLPOP left over from the wait for the lock.
+                Ok(Event::Unblocked(_)) => {}
                 Ok(Event::Signal(s)) => self.forward(s),
                 Ok(Event::Renewed(sent)) => {
                     // A renewal sent after the deadline comes too late: the lock counted as lost.

@@ -5,11 +5,27 @@
 //!   `SET NX PX` creates it; only the Lua scripts in `src/scripts/` change or delete it, and they
 //!   compare the token first, so a client never releases or extends a lock it does not hold.
 //! - Beside it, `PREFIX{NAME}:meta` (a hash that never expires) keeps the fence counter and the
-//!   record of the last holder. The `{NAME}` hash tag puts both keys in one Cluster slot.
+//!   record of the last holder; `:q`, `:leases` and `:w:TOKEN` hold the waiters (below). The
+//!   `{NAME}` hash tag puts every key of one lock in one Cluster slot.
 //! - The fence is incremented exactly once per successful acquisition, in the same script, so
 //!   successive holders see strictly increasing fences.
 //! - No client clock is used for anything Redis decides: expiry is Redis's, acquired-at is
 //!   Redis's `TIME`. Client-side waits only decide when to *ask* again.
+//!
+//! Waiting: wake on release, first come first served.
+//! - A failed attempt joins the queue (`:q`, ordered by a ticket) in the same script, with a lease
+//!   (`:leases`) that covers the wait it is about to do. The waiter then blocks with BLPOP on its own
+//!   wake list `:w:TOKEN`, for at most the holder's remaining TTL (capped at [`BLOCK_CAP`]), so a
+//!   holder that dies without releasing is picked up when its key expires.
+//! - Release, in the script that deletes the lock, hands it to the first waiter whose lease is
+//!   live: the lock key becomes `~TOKEN` for [`CLAIM_WINDOW`] and the waiter's wake list gets one
+//!   push, which wakes exactly that waiter (no herd). Its next attempt claims the reservation.
+//!   Newcomers see the key and queue up behind: nobody overtakes the queue.
+//! - No lost wake-ups: the waiter is queued before it blocks, and a push that arrives before the
+//!   BLPOP stays in the list until the BLPOP takes it.
+//! - A waiter that gives up runs `leave.lua` (and passes on a reservation made for it). One that
+//!   dies is dropped when its lease runs out; if its turn comes first, the reservation expires
+//!   unclaimed after [`CLAIM_WINDOW`] and the next waiter, whose wait is capped, takes over.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -30,6 +46,8 @@ pub struct Keys {
     pub name: String,
     pub lock: String,
     pub meta: String,
+    pub queue: String,
+    pub leases: String,
 }
 
 impl Keys {
@@ -53,8 +71,20 @@ impl Keys {
         Ok(Keys {
             name: name.to_string(),
             meta: format!("{lock}:meta"),
+            queue: format!("{lock}:q"),
+            leases: format!("{lock}:leases"),
             lock,
         })
+    }
+
+    /// The list a waiter with `token` blocks on (the scripts derive the same name).
+    pub fn wake(&self, token: &str) -> String {
+        format!("{}:w:{token}", self.lock)
+    }
+
+    /// The keys in the order every script declares them.
+    fn all(&self) -> [&str; 4] {
+        [&self.lock, &self.meta, &self.queue, &self.leases]
     }
 
     /// The lock name of a lock key found by [`scan`], if it is one.
@@ -117,11 +147,18 @@ pub struct State {
     pub fence: i64,
     /// The holder's record, when it describes the token in the lock key.
     pub holder: Option<Holder>,
+    /// Clients queued for the lock (some may have died and not yet been dropped).
+    pub waiters: i64,
 }
 
 impl State {
     pub fn held(&self) -> bool {
         self.token.is_some()
+    }
+
+    /// Released and reserved for the first waiter, who has not claimed it yet.
+    pub fn handing_over(&self) -> bool {
+        self.token.as_deref().is_some_and(|t| t.starts_with('~'))
     }
 
     /// How long the current holder has held the lock, by the server's clock.
@@ -139,6 +176,7 @@ impl State {
         }
         let mut s = match &self.holder {
             Some(h) => format!("held by {}", h.who()),
+            None if self.handing_over() => "being handed over to the next waiter".to_string(),
             None => "held by an unknown client (no redlock record)".to_string(),
         };
         if let Some(h) = &self.holder
@@ -156,6 +194,9 @@ impl State {
             )),
             -1 => s.push_str(", with no expiry"),
             _ => {}
+        }
+        if self.waiters > 0 {
+            s.push_str(&format!(", {} waiting", self.waiters));
         }
         s
     }
@@ -210,10 +251,13 @@ impl Lock {
 #[derive(Debug)]
 pub enum Attempt {
     Acquired(Lock),
-    /// Someone else holds it; `pttl_ms` is its remaining TTL (-1: none).
+    /// Someone else holds it (or it is reserved for the first waiter).
     Busy {
+        /// Remaining TTL of the lock or reservation in ms (-1: none, -2: gone meanwhile).
         pttl_ms: i64,
         holder: Option<Holder>,
+        /// Our place in the queue from 0; `None` when not queued.
+        rank: Option<i64>,
     },
 }
 
@@ -235,43 +279,79 @@ pub enum Acquired {
     Interrupted(i32),
 }
 
+/// How a waiter's block on its wake list ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parked {
+    /// Something was pushed: the lock was handed to us (or may be free).
+    Woken,
+    /// The timeout passed: look again (the holder may have died).
+    TimedOut,
+    /// A signal asks us to stop waiting.
+    Interrupted(i32),
+}
+
+/// Blocking on a wake list while staying responsive to signals; see `wait.rs`.
+pub trait Park {
+    /// Blocks until `key` gets a push, `timeout` passes, or a stop signal arrives.
+    fn park(&mut self, key: &str, timeout: Duration) -> Result<Parked>;
+    /// A stop signal that arrived since the last look, without blocking.
+    fn interrupted(&mut self) -> Option<i32>;
+}
+
+/// How long a reservation for the first waiter lasts before the next waiter gets its turn.
+pub const CLAIM_WINDOW: Duration = Duration::from_secs(2);
+/// The longest a waiter blocks before it looks at the lock again (and renews its lease).
+pub const BLOCK_CAP: Duration = Duration::from_secs(3);
+/// How long past its expected wake-up a silent waiter still counts as alive.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(2);
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-/// One atomic attempt: SET NX PX plus fence and owner record.
+/// A fresh 128-bit random token (uuid v4, 32 hex digits).
+pub fn new_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// One atomic attempt to take the lock with `token`; with `join`, a busy lock queues us up.
 pub fn try_acquire(
     redis: &mut Redis,
     keys: &Keys,
+    token: &str,
     ttl: Duration,
     owner: &Owner,
+    join: bool,
 ) -> Result<Attempt> {
-    let token = uuid::Uuid::new_v4().simple().to_string();
     let sent = Instant::now();
     let reply: Vec<Value> = redis.call("acquire", |con| {
         scripts::ACQUIRE
-            .key(&keys.lock)
-            .key(&keys.meta)
-            .arg(&token)
+            .key(keys.all().as_slice())
+            .arg(token)
             .arg(millis(ttl))
             .arg(&owner.host)
             .arg(owner.pid)
             .arg(&owner.user)
             .arg(&owner.note)
+            .arg(if join { "1" } else { "0" })
+            .arg(millis(CLAIM_WINDOW))
+            .arg(millis(BLOCK_CAP))
+            .arg(millis(LEASE_MARGIN))
             .invoke(con)
     })?;
     match reply.as_slice() {
         [Value::Int(1), Value::Int(fence), Value::Int(now)] => Ok(Attempt::Acquired(Lock {
             keys: keys.clone(),
-            token,
+            token: token.to_string(),
             fence: *fence,
             acquired_ms: *now,
             ttl,
             sent,
         })),
-        [Value::Int(0), Value::Int(pttl), meta] => Ok(Attempt::Busy {
+        [Value::Int(0), Value::Int(pttl), meta, Value::Int(rank)] => Ok(Attempt::Busy {
             pttl_ms: *pttl,
             holder: parse_meta(meta).1,
+            rank: (*rank >= 0).then_some(*rank),
         }),
         other => Err(unexpected_reply("acquire", format!("{other:?}"))),
     }
@@ -279,80 +359,106 @@ pub fn try_acquire(
 
 /// Takes the lock, waiting as `wait` says.
 ///
-/// While waiting, the pause between attempts follows the holder's remaining TTL (a holder that
-/// died is picked up right when its key expires) and a jittered exponential backoff capped at
-/// [`MAX_PAUSE`], so waiters neither hammer Redis nor sleep blindly. `pause` sleeps for the given
-/// time and returns a signal number if one arrived; a signal ends the wait at once, and a lock
-/// taken in the same instant is released before returning, so nothing is left behind.
+/// A busy attempt queues us up; we then block on our wake list until the lock is handed to us,
+/// the holder's TTL runs out (a holder that died is picked up when its key expires), or
+/// [`BLOCK_CAP`] passes. A stop signal ends the wait at once. On every way out that does not
+/// return the lock, we leave the queue (and pass on a reservation made for us), so nothing of
+/// ours stays in Redis; a lock taken in the same instant as a signal is released again.
 pub fn acquire(
     redis: &mut Redis,
     keys: &Keys,
     ttl: Duration,
     owner: &Owner,
     wait: Wait,
-    pause: &mut dyn FnMut(Duration) -> Option<i32>,
+    park: &mut dyn Park,
 ) -> Result<Acquired> {
+    let token = new_token();
     let deadline = match wait {
         Wait::For(d) => Instant::now().checked_add(d),
         Wait::No | Wait::Forever => None,
     };
-    let mut backoff = FIRST_PAUSE;
-    loop {
-        if let Some(sig) = pause(Duration::ZERO) {
-            return Ok(Acquired::Interrupted(sig));
-        }
-        let pttl_ms = match try_acquire(redis, keys, ttl, owner)? {
-            Attempt::Acquired(lock) => {
-                if let Some(sig) = pause(Duration::ZERO) {
-                    lock.release(redis)
-                        .context("interrupted right after acquiring; releasing failed")?;
-                    return Ok(Acquired::Interrupted(sig));
-                }
-                return Ok(Acquired::Held(lock));
+    let join = wait != Wait::No;
+    let mut queued = false;
+    let outcome = (|| -> Result<Acquired> {
+        loop {
+            if let Some(sig) = park.interrupted() {
+                return Ok(Acquired::Interrupted(sig));
             }
-            Attempt::Busy { pttl_ms, .. } => pttl_ms,
-        };
-        let remaining = match (wait, deadline) {
-            (Wait::No, _) => Duration::ZERO,
-            (Wait::For(_), Some(d)) => d.saturating_duration_since(Instant::now()),
-            _ => Duration::MAX,
-        };
-        if remaining.is_zero() {
-            return Ok(Acquired::Busy(inspect(redis, keys).ok()));
+            let pttl_ms = match try_acquire(redis, keys, &token, ttl, owner, join)? {
+                Attempt::Acquired(lock) => {
+                    queued = false;
+                    if let Some(sig) = park.interrupted() {
+                        lock.release(redis)
+                            .context("interrupted right after acquiring; releasing failed")?;
+                        return Ok(Acquired::Interrupted(sig));
+                    }
+                    return Ok(Acquired::Held(lock));
+                }
+                Attempt::Busy { pttl_ms, rank, .. } => {
+                    queued = rank.is_some();
+                    pttl_ms
+                }
+            };
+            let remaining = match (wait, deadline) {
+                (Wait::No, _) => Duration::ZERO,
+                (Wait::For(_), Some(d)) => d.saturating_duration_since(Instant::now()),
+                _ => Duration::MAX,
+            };
+            if remaining.is_zero() {
+                return Ok(Acquired::Busy(None));
+            }
+            let timeout = block_time(pttl_ms).min(remaining);
+            if let Parked::Interrupted(sig) = park.park(&keys.wake(&token), timeout)? {
+                return Ok(Acquired::Interrupted(sig));
+            }
         }
-        let nap = next_pause(backoff, pttl_ms).min(remaining);
-        if let Some(sig) = pause(nap) {
-            return Ok(Acquired::Interrupted(sig));
+    })();
+    let still_queued = queued && !matches!(outcome, Ok(Acquired::Held(_)));
+    if still_queued {
+        let left = leave(redis, keys, &token);
+        if let (Ok(_), Err(e)) = (&outcome, left) {
+            return Err(e.context(format!("cannot leave the queue of '{}'", keys.name)));
         }
-        backoff = (backoff * 2).min(MAX_PAUSE);
+    }
+    match outcome {
+        // Who holds it, for the message: read after leaving, so we are not among the waiters.
+        Ok(Acquired::Busy(None)) => Ok(Acquired::Busy(inspect(redis, keys).ok())),
+        other => other,
     }
 }
 
-/// The first pause after a failed attempt.
-const FIRST_PAUSE: Duration = Duration::from_millis(10);
-/// The longest pause between attempts while waiting.
-pub const MAX_PAUSE: Duration = Duration::from_millis(1000);
-
-/// A pause drawn from [backoff/2, backoff], or just past the holder's expiry when that is sooner.
-fn next_pause(backoff: Duration, pttl_ms: i64) -> Duration {
-    let half = backoff / 2;
-    let jittered = half + half.mul_f64(fastrand::f64());
+/// How long to block after a busy attempt: until just past the holder's expiry, at most
+/// [`BLOCK_CAP`].
+fn block_time(pttl_ms: i64) -> Duration {
     match u64::try_from(pttl_ms) {
-        Ok(ms) if Duration::from_millis(ms) < jittered => {
-            Duration::from_millis(ms + 1 + fastrand::u64(0..3))
-        }
-        _ => jittered,
+        Ok(ms) => Duration::from_millis(ms + 1).min(BLOCK_CAP),
+        // -2: the key vanished between our reads; look again at once. -1: no expiry at all.
+        Err(_) if pttl_ms == -2 => Duration::from_millis(1),
+        Err(_) => BLOCK_CAP,
     }
 }
 
-/// Deletes the lock if `token` holds it; with `None`, deletes it whoever holds it (`--force`).
+/// Leaves the queue of `keys` (passing on a reservation made for `token`).
+pub fn leave(redis: &mut Redis, keys: &Keys, token: &str) -> Result<()> {
+    let _: i64 = redis.call("leave", |con| {
+        scripts::LEAVE
+            .key(keys.all().as_slice())
+            .arg(token)
+            .arg(millis(CLAIM_WINDOW))
+            .invoke(con)
+    })?;
+    Ok(())
+}
+
+/// Deletes the lock if `token` holds it, handing it to the first waiter; with `None`, releases
+/// it whoever holds it (`--force`).
 pub fn release(redis: &mut Redis, keys: &Keys, token: Option<&str>) -> Result<Verdict> {
     let reply: Vec<Value> = redis.call("release", |con| {
         scripts::RELEASE
-            .key(&keys.lock)
-            .key(&keys.meta)
+            .key(keys.all().as_slice())
             .arg(token.unwrap_or(""))
             .arg(if token.is_some() { "" } else { "force" })
+            .arg(millis(CLAIM_WINDOW))
             .invoke(con)
     })?;
     verdict("release", &reply)
@@ -362,8 +468,7 @@ pub fn release(redis: &mut Redis, keys: &Keys, token: Option<&str>) -> Result<Ve
 pub fn extend(redis: &mut Redis, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {
     let reply: Vec<Value> = redis.call("extend", |con| {
         scripts::EXTEND
-            .key(&keys.lock)
-            .key(&keys.meta)
+            .key(keys.all().as_slice())
             .arg(token)
             .arg(millis(ttl))
             .invoke(con)
@@ -401,9 +506,16 @@ pub fn not_owner(verdict: &Verdict) -> anyhow::Error {
 /// Reads one lock's state.
 pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
     let reply: Vec<Value> = redis.call("status", |con| {
-        scripts::STATUS.key(&keys.lock).key(&keys.meta).invoke(con)
+        scripts::STATUS.key(keys.all().as_slice()).invoke(con)
     })?;
-    let [token, Value::Int(pttl), Value::Int(now), meta] = reply.as_slice() else {
+    let [
+        token,
+        Value::Int(pttl),
+        Value::Int(now),
+        meta,
+        Value::Int(waiters),
+    ] = reply.as_slice()
+    else {
         return Err(unexpected_reply("status", format!("{reply:?}")));
     };
     let token = text(token);
@@ -416,6 +528,7 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
         now_ms: *now,
         fence,
         holder,
+        waiters: *waiters,
     })
 }
 
@@ -499,11 +612,17 @@ mod tests {
         let k = Keys::new("redlock:", "deploy").unwrap();
         assert_eq!(k.lock, "redlock:{deploy}");
         assert_eq!(k.meta, "redlock:{deploy}:meta");
+        assert_eq!(k.wake("t"), "redlock:{deploy}:w:t");
+        for aux in [&k.meta, &k.queue, &k.leases, &k.wake("t")] {
+            assert_eq!(Keys::name_of("redlock:", aux), None, "{aux}");
+        }
         assert_eq!(
             Keys::name_of("redlock:", &k.lock).as_deref(),
             Some("deploy")
         );
-        assert_eq!(Keys::name_of("redlock:", &k.meta), None);
+        for aux in [&k.meta, &k.queue, &k.leases, &k.wake("t")] {
+            assert_eq!(Keys::name_of("redlock:", aux), None, "{aux}");
+        }
     }
 
     #[test]
@@ -522,21 +641,11 @@ mod tests {
     }
 
     #[test]
-    fn pause_follows_a_short_ttl_and_stays_in_bounds() {
-        for _ in 0..100 {
-            let p = next_pause(Duration::from_millis(400), 5);
-            assert!(
-                p >= Duration::from_millis(6) && p <= Duration::from_millis(8),
-                "{p:?}"
-            );
-            let p = next_pause(Duration::from_millis(400), 30_000);
-            assert!(
-                p >= Duration::from_millis(200) && p <= Duration::from_millis(400),
-                "{p:?}"
-            );
-            let p = next_pause(Duration::from_millis(400), -1);
-            assert!(p <= Duration::from_millis(400), "{p:?}");
-        }
+    fn waiters_block_until_just_past_expiry_at_most_the_cap() {
+        assert_eq!(block_time(5), Duration::from_millis(6));
+        assert_eq!(block_time(30_000), BLOCK_CAP);
+        assert_eq!(block_time(-1), BLOCK_CAP);
+        assert_eq!(block_time(-2), Duration::from_millis(1));
     }
 
     #[test]

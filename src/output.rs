@@ -62,20 +62,31 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
     json!({
         "key": s.keys.name,
         "held": s.held(),
+        "state": state_word(s),
         "holder": h.map(|h| json!({"user": h.user, "host": h.host, "pid": h.pid.parse::<u64>().ok()})),
         "note": h.map(|h| h.note.clone()),
         "acquired_at": h.and_then(|h| h.acquired_ms).filter(|_| s.held()).map(rfc3339),
         "held_for_ms": s.held_for().filter(|_| s.held()).map(|d| d.as_millis() as u64),
         "ttl_ms": (s.pttl_ms >= 0).then_some(s.pttl_ms),
         "fence": s.fence,
+        "waiters": s.waiters,
         if show_token { "token" } else { "token_fingerprint" }: token,
     })
+}
+
+/// `held`, `free`, or `handover` (released, reserved for the first waiter).
+fn state_word(s: &State) -> &'static str {
+    match (s.held(), s.handing_over()) {
+        (true, true) => "handover",
+        (true, false) => "held",
+        _ => "free",
+    }
 }
 
 /// The locks as an aligned table with a header.
 pub fn status_table(states: &[State], show_token: bool) -> String {
     let header = [
-        "LOCK", "STATE", "HOLDER", "FENCE", "ACQUIRED", "HELD", "TTL", "TOKEN", "NOTE",
+        "LOCK", "STATE", "HOLDER", "FENCE", "ACQUIRED", "HELD", "TTL", "WAITING", "TOKEN", "NOTE",
     ];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for s in states {
@@ -83,7 +94,7 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
         let h = s.holder.as_ref().filter(|_| s.held());
         rows.push(vec![
             s.keys.name.clone(),
-            if s.held() { "held" } else { "free" }.to_string(),
+            state_word(s).to_string(),
             match (s.held(), h) {
                 (true, Some(h)) => h.who(),
                 (true, None) => "unknown".to_string(),
@@ -102,6 +113,7 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
                 -1 => "none".to_string(),
                 _ => dash(),
             },
+            s.waiters.to_string(),
             match &s.token {
                 Some(t) if show_token => t.clone(),
                 Some(t) => fingerprint(t),

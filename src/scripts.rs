@@ -1,18 +1,28 @@
 //! The Lua scripts, one file each under `src/scripts/`, loaded once per process.
 //!
 //! Each script is the unit of atomicity for one lock operation; the comment at the top of each
-//! file says what it makes atomic and why. `redis::Script` runs them with EVALSHA and falls back
-//! to EVAL when the server does not know the script (after a restart or SCRIPT FLUSH).
+//! file says what it makes atomic and why. `common.lua` (key names, the queue helpers) is
+//! prepended to every script at compile time, so all of them agree on the layout. `redis::Script`
+//! runs them with EVALSHA and falls back to EVAL when the server does not know the script (after a
+//! restart or SCRIPT FLUSH).
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-pub static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-pub static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
-pub static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
-pub static STATUS: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/status.lua")));
+macro_rules! script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("scripts/common.lua"),
+                include_str!(concat!("scripts/", $file))
+            ))
+        })
+    };
+}
+
+pub static ACQUIRE: LazyLock<Script> = script!("acquire.lua");
+pub static RELEASE: LazyLock<Script> = script!("release.lua");
+pub static EXTEND: LazyLock<Script> = script!("extend.lua");
+pub static LEAVE: LazyLock<Script> = script!("leave.lua");
+pub static STATUS: LazyLock<Script> = script!("status.lua");

@@ -1,33 +1,62 @@
--- Take the lock, atomically with its fencing token and owner record.
+-- Take the lock, or join the queue of waiters.
 --
--- KEYS[1] lock key (string: the holder's token, with a PX expiry)
--- KEYS[2] meta key (hash, never expires: the fence counter and the last holder's record)
--- ARGV    token, ttl_ms, host, pid, user, note
+-- ARGV token, ttl_ms, host, pid, user, note, join ('1': queue up when busy), claim_ms,
+--      block_cap_ms, lease_margin_ms
 --
--- Returns {1, fence, acquired_ms} when taken, {0, pttl, meta...} when busy.
+-- Returns {1, fence, acquired_ms} when taken, {0, pttl, holder-record, rank} when busy (rank:
+-- our place in the queue from 0, or -1 when not queued).
 --
--- Why one script: SET NX PX alone is atomic, but the fence must be incremented if and only if the
--- lock was taken, and the owner record must describe the holder that the lock key names. Doing the
--- three in one script means no reader ever sees a lock without its record or a fence that was
--- burned by a failed attempt. The time is the Redis server's (TIME), never a client's clock.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fence = redis.call('HINCRBY', KEYS[2], 'fence', 1)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('HSET', KEYS[2], 'token', ARGV[1], 'host', ARGV[3], 'pid', ARGV[4],
-    'user', ARGV[5], 'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ARGV[2])
+-- Atomic together: the test that the lock is free and that it is our turn (no live waiter ahead
+-- of us), SET PX, the fence increment and the owner record. So a fence is never burned by a
+-- failed attempt, no reader sees a lock without its record, and a newcomer never overtakes the
+-- queue. Joining the queue in the same script as the failed attempt means a release that comes
+-- before we block on our wake list still finds us (and pushes to the list): no lost wake-ups.
+local token, ttl = ARGV[1], ARGV[2]
+
+local function take(queued)
+  redis.call('SET', LOCK, token, 'PX', ttl)
+  if queued then
+    redis.call('ZREM', QUEUE, token)
+    redis.call('HDEL', LEASES, token)
+    redis.call('DEL', wake_key(token))
+  end
+  local fence = redis.call('HINCRBY', META, 'fence', 1)
+  local now = now_ms()
+  redis.call('HSET', META, 'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
+    'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ttl)
   return {1, fence, now}
 end
--- The meta record describes the current holder only if its token is the lock key's value (a key
--- set by hand has no record of its own).
-local function holder(current)
-  local meta = redis.call('HGETALL', KEYS[2])
-  for i = 1, #meta, 2 do
-    if meta[i] == 'token' and meta[i + 1] ~= current then
-      return {}
-    end
+
+local current = redis.call('GET', LOCK)
+if current == '~' .. token then
+  return take(true)
+end
+if not current then
+  local first = first_live_waiter()
+  if not first or first == token then
+    return take(first ~= nil)
   end
-  return meta
+  -- Free, but another waiter's turn: hand it over now rather than wait for a release.
+  hand_over(first, ARGV[8])
+  current = '~' .. first
 end
 
-return {0, redis.call('PTTL', KEYS[1]), holder(redis.call('GET', KEYS[1]))}
+local pttl = redis.call('PTTL', LOCK)
+if ARGV[7] ~= '1' then
+  return {0, pttl, holder(current), -1}
+end
+local now = now_ms()
+if not redis.call('ZSCORE', QUEUE, token) then
+  redis.call('ZADD', QUEUE, redis.call('HINCRBY', META, 'tickets', 1), token)
+end
+-- The lease covers the wait the client is about to do (the lock's TTL, at most block_cap_ms)
+-- plus a margin; the client renews it with every attempt.
+local cap, margin = tonumber(ARGV[9]), tonumber(ARGV[10])
+local block = cap
+if pttl >= 0 and pttl < cap then
+  block = pttl
+end
+redis.call('HSET', LEASES, token, now + block + margin)
+redis.call('PEXPIRE', QUEUE, cap + margin)
+redis.call('PEXPIRE', LEASES, cap + margin)
+return {0, pttl, holder(current), redis.call('ZRANK', QUEUE, token)}

@@ -1,9 +1,10 @@
 -- Read one lock's state in one consistent snapshot (read-only).
 --
--- KEYS[1] lock key, KEYS[2] meta key.
---
--- Returns {token or false, pttl, now_ms, meta...}. The meta record describes the holder only when
--- its token equals the lock key's value; the caller checks that.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), now, redis.call('HGETALL', KEYS[2])}
+-- Returns {lock value or false, pttl, now_ms, holder-record, waiters}. The value is the holder's
+-- token, or '~' .. waiter while the lock is being handed over.
+local current = redis.call('GET', LOCK)
+local record = {}
+if current then
+  record = holder(current)
+end
+return {current, redis.call('PTTL', LOCK), now_ms(), record, redis.call('ZCARD', QUEUE)}

@@ -1,0 +1,73 @@
+-- Shared by every script that changes a lock; prepended to each at load time (see scripts.rs).
+--
+-- KEYS[1] lock   string: the holder's token with a PX expiry, or '~' .. waiter while the lock is
+--                reserved for the waiter at the head of the queue (a hand-over in progress)
+-- KEYS[2] meta   hash, never expires: fence counter, ticket counter, the last holder's record
+-- KEYS[3] queue  zset: waiter token -> ticket (arrival order)
+-- KEYS[4] leases hash: waiter token -> server time (ms) after which the waiter counts as dead
+-- Wake lists KEYS[1] .. ':w:' .. token are derived from KEYS[1]: same hash tag, same slot.
+local LOCK, META, QUEUE, LEASES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function wake_key(token)
+  return LOCK .. ':w:' .. token
+end
+
+-- The meta record describes the current holder only if its token is the lock key's value (a key
+-- set by hand, or a reservation, has no record of its own).
+local function holder(current)
+  local meta = redis.call('HGETALL', META)
+  for i = 1, #meta, 2 do
+    if meta[i] == 'token' and meta[i + 1] ~= current then
+      return {}
+    end
+  end
+  return meta
+end
+
+-- The first waiter in arrival order whose lease has not run out; dead ones are dropped on the way.
+-- The loop is bounded so that a script never runs long, whatever the queue holds.
+local function first_live_waiter()
+  local now
+  for _ = 1, 64 do
+    local first = redis.call('ZRANGE', QUEUE, 0, 0)[1]
+    if not first then
+      return nil
+    end
+    now = now or now_ms()
+    local lease = tonumber(redis.call('HGET', LEASES, first))
+    if lease and lease >= now then
+      return first
+    end
+    redis.call('ZREM', QUEUE, first)
+    redis.call('HDEL', LEASES, first)
+  end
+  return nil
+end
+
+-- Reserve the free lock for `waiter` for `claim_ms` and wake it. Until it claims (or the
+-- reservation expires), the key exists, so no newcomer can barge in ahead of the queue. The waiter
+-- leaves the queue now: if it does not claim in time, it was dead or too slow, and the next waiter
+-- gets its turn when the reservation expires.
+local function hand_over(waiter, claim_ms)
+  redis.call('SET', LOCK, '~' .. waiter, 'PX', claim_ms)
+  redis.call('ZREM', QUEUE, waiter)
+  redis.call('HDEL', LEASES, waiter)
+  redis.call('LPUSH', wake_key(waiter), '1')
+  redis.call('PEXPIRE', wake_key(waiter), claim_ms)
+end
+
+-- Free the lock: hand it to the first live waiter, or delete it when nobody waits.
+local function pass_on(claim_ms)
+  local waiter = first_live_waiter()
+  if waiter then
+    hand_over(waiter, claim_ms)
+  else
+    redis.call('DEL', LOCK)
+  end
+end
+
