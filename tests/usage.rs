@@ -1,0 +1,169 @@
+//! Bad input: exit 2, one clear line on stderr, nothing on stdout, nothing written to Redis.
+
+mod common;
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+
+use common::*;
+
+/// Runs each case against a live server, which must stay empty.
+fn assert_usage_errors(cases: &[(Vec<OsString>, &str)]) {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    for (args, needle) in cases {
+        let out = redis.redlock().args(args).run();
+        assert_eq!(out.status.code(), Some(2), "{args:?}:\n{out}");
+        assert_one_error_line(&out);
+        assert_eq!(out.stdout, "", "{args:?}:\n{out}");
+        assert!(
+            out.stderr.to_lowercase().contains(&needle.to_lowercase()),
+            "{args:?}: the error does not mention {needle:?}:\n{out}"
+        );
+        assert_eq!(
+            redis.dbsize(),
+            0,
+            "{args:?} wrote to Redis: {:?}",
+            redis.keys()
+        );
+    }
+}
+
+fn case(args: &[&str], needle: &'static str) -> (Vec<OsString>, &'static str) {
+    (args.iter().map(OsString::from).collect(), needle)
+}
+
+#[test]
+fn bad_keys_are_usage_errors() {
+    let long = "k".repeat(10 * 1024);
+    let just_over = "k".repeat(513);
+    assert_usage_errors(&[
+        case(&["acquire", ""], "empty"),
+        case(&["acquire", &long], "512"),
+        case(&["acquire", &just_over], "512"),
+        case(&["acquire", "a\nb"], "control"),
+        case(&["acquire", "tab\there"], "control"),
+        case(
+            &["release", "a\nb", "0123456789abcdef0123456789abcdef"],
+            "control",
+        ),
+        case(&["release", "", "--force"], "empty"),
+        case(&["extend", &long, "t", "--ttl", "1s"], "512"),
+        case(&["status", "ok", ""], "empty"),
+        (
+            vec!["acquire".into(), OsString::from_vec(vec![b'k', 0xff])],
+            "UTF-8",
+        ),
+    ]);
+}
+
+#[test]
+fn bad_durations_are_usage_errors() {
+    assert_usage_errors(&[
+        case(&["acquire", "k", "--ttl", "0"], "--ttl"),
+        case(&["acquire", "k", "--ttl", "0s"], "--ttl"),
+        case(&["acquire", "k", "--ttl", "-1"], "negative"),
+        case(&["acquire", "k", "--ttl", "10x"], "10x"),
+        case(&["acquire", "k", "--ttl", ""], "--ttl"),
+        case(&["acquire", "k", "--wait", "abc"], "abc"),
+        case(&["acquire", "k", "-w", "-5s"], "negative"),
+        case(&["extend", "k", "t", "--ttl", "forever"], "forever"),
+        case(&["--connect-timeout", "0", "status"], "connect-timeout"),
+        case(&["--io-timeout", "soon", "status"], "soon"),
+    ]);
+}
+
+#[test]
+fn bad_urls_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = dir.path().join("ca.pem");
+    std::fs::write(
+        &pem,
+        "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let pem = pem.to_str().unwrap();
+    assert_usage_errors(&[
+        case(
+            &["--url", "redis://127.0.0.1:notaport", "status"],
+            "malformed",
+        ),
+        case(&["--url", "redis://[::1", "status"], "malformed"),
+        case(&["--url", "localhost:6379", "status"], "scheme"),
+        case(&["--url", "http://127.0.0.1:6379", "status"], "scheme"),
+        case(&["--url", "redis://", "status"], "host"),
+        case(&["--url", "unix://", "status"], "socket"),
+        case(&["--url", "", "status"], "url"),
+        case(
+            &[
+                "-u",
+                "redis://127.0.0.1:1",
+                "-u",
+                "redis://127.0.0.1:2",
+                "status",
+            ],
+            "URL",
+        ),
+        case(&["--tls-ca", pem, "status"], "rediss://"),
+        case(&["--tls-ca", "/dev/null", "status"], "PEM"),
+        case(
+            &["--password-file", "/nonexistent/pw", "status"],
+            "password-file",
+        ),
+        case(&["--tls-cert", "/etc/hostname", "status"], "tls-key"),
+    ]);
+}
+
+#[test]
+fn a_password_in_a_bad_url_is_not_echoed() {
+    assert_usage_errors(&[
+        case(&["--url", "redis://:hunter2@[::1", "status"], "malformed"),
+        case(&["--url", "http://:hunter2@localhost", "status"], "scheme"),
+    ]);
+    let out = redlock()
+        .args(["--url", "redis://:hunter2@[::1", "status"])
+        .run();
+    assert!(!out.stderr.contains("hunter2"), "{out}");
+    let out = redlock()
+        .args(["--url", "http://:hunter2@localhost", "status"])
+        .run();
+    assert!(!out.stderr.contains("hunter2"), "{out}");
+}
+
+#[test]
+fn missing_tokens_are_usage_errors() {
+    assert_usage_errors(&[
+        case(&["release", "k"], "token"),
+        case(&["release", "k", ""], "token"),
+        case(&["release", "k", "   "], "token"),
+        case(&["extend", "k", "--ttl", "5s"], "token"),
+        case(&["extend", "k", "", "--ttl", "5s"], "token"),
+    ]);
+}
+
+#[test]
+fn bad_flags_are_usage_errors() {
+    assert_usage_errors(&[
+        case(&["acquire", "k", "-n", "-w", "5s"], "--wait"),
+        case(&["-q", "-v", "status"], "--quiet"),
+        case(&["acquire", "k", "-E", "256"], "256"),
+        case(&["acquire", "k", "--format", "yaml"], "yaml"),
+        case(&["acquire", "k", "--frobnicate"], "--frobnicate"),
+        case(&["acquire"], "KEY"),
+        case(&["extend", "k", "t"], "--ttl"),
+        case(&["launch", "k"], "launch"),
+        case(&["--prefix", "a\nb", "status"], "prefix"),
+    ]);
+}
+
+#[test]
+fn help_and_version_go_to_stdout() {
+    let out = redlock().arg("--help").run().expect(0);
+    assert!(
+        out.stdout.contains("acquire") && out.stderr.is_empty(),
+        "{out}"
+    );
+    let out = redlock().arg("--version").run().expect(0);
+    assert!(out.stdout.starts_with("redlock "), "{out}");
+}
