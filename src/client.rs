@@ -28,9 +28,17 @@ impl Redis {
             None => redis::Client::open(ep.info.clone()),
         }
         .map_err(|e| crate::error::usage(format!("invalid Redis URL {}: {e}", ep.display)))?;
-        let con = client
+        let mut con = client
             .get_connection_with_timeout(config.connect_timeout)
             .map_err(|e| connect_error(&ep.display, config.connect_timeout, e))?;
+        if ep.tls_handshake_pending() {
+            // rustls shakes hands on the first read or write: do it now, under the connect
+            // timeout, so that a certificate problem is reported as one.
+            con.set_read_timeout(Some(config.connect_timeout))
+                .and_then(|()| con.set_write_timeout(Some(config.connect_timeout)))
+                .and_then(|()| redis::cmd("PING").query::<()>(&mut con))
+                .map_err(|e| command_error(&ep.display, "the TLS handshake", e))?;
+        }
         con.set_read_timeout(Some(config.io_timeout))
             .and_then(|()| con.set_write_timeout(Some(config.io_timeout)))
             .with_context(|| format!("cannot set timeouts on {}", ep.display))?;
@@ -97,11 +105,7 @@ fn connect_error(display: &str, timeout: Duration, e: redis::RedisError) -> anyh
     } else {
         e.to_string()
     };
-    let hint = if why.contains("certificate") || why.contains("UnknownIssuer") {
-        "; pass the CA that signed the server's certificate with --tls-ca"
-    } else {
-        "; start redis-server or set --url / REDLOCK_URL"
-    };
+    let hint = tls_hint(&why).unwrap_or("; start redis-server or set --url / REDLOCK_URL");
     let kind = if kind == Kind::Protocol {
         Kind::Unavailable
     } else {
@@ -111,6 +115,24 @@ fn connect_error(display: &str, timeout: Duration, e: redis::RedisError) -> anyh
 }
 
 fn command_error(display: &str, what: &str, e: redis::RedisError) -> anyhow::Error {
+    // One line, the cause said once: RedisError's Display already includes its detail.
+    let text = e.to_string();
+    if let Some(hint) = tls_hint(&text) {
+        return failure(
+            Kind::Unavailable,
+            format!("TLS handshake with {display} failed ({text}){hint}"),
+        );
+    }
+    // Redis refuses long commands from clients that have not authenticated, before NOAUTH.
+    if e.code() == Some("NOAUTH") || text.contains("unauthenticated") {
+        return failure(
+            Kind::Auth,
+            format!(
+                "{display} requires a password; put it in the URL, REDLOCK_PASSWORD or \
+                 --password-file"
+            ),
+        );
+    }
     match redis_kind(&e) {
         Kind::Unavailable if e.is_timeout() => failure(
             Kind::Unavailable,
@@ -118,11 +140,30 @@ fn command_error(display: &str, what: &str, e: redis::RedisError) -> anyhow::Err
         ),
         Kind::Unavailable => failure(
             Kind::Unavailable,
-            format!("lost the connection to {display} during {what} ({e})"),
+            format!("lost the connection to {display} during {what} ({text})"),
         ),
-        Kind::Auth => anyhow::Error::new(e).context(format!("{display} refused {what}")),
-        _ => anyhow::Error::new(e).context(format!("{display} answered {what} with an error")),
+        Kind::Auth => failure(
+            Kind::Auth,
+            format!("{display} refused {what} (ACL permission): {text}"),
+        ),
+        kind => failure(
+            kind,
+            format!("{display} answered {what} with an error: {text}"),
+        ),
     }
+}
+
+/// The fix for a certificate problem, if `text` describes one.
+fn tls_hint(text: &str) -> Option<&'static str> {
+    let certificate = [
+        "certificate",
+        "UnknownIssuer",
+        "CertNotValid",
+        "NotValidForName",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle));
+    certificate.then_some("; pass the CA that signed the server's certificate with --tls-ca")
 }
 
 /// An error for a reply that does not have the shape a script promises.

@@ -71,6 +71,11 @@ pub fn acquire_waiting(
 
 pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     let keys = Keys::new(&config.prefix, &args.key)?;
+    if !stdout_is_open() {
+        return Err(usage(
+            "stdout is closed, so the token would be lost; redirect it instead of closing it",
+        ));
+    }
     let ppid = owner::parent_pid();
     let owner = owner::owner(ppid, args.lock.note.as_deref(), || {
         owner::command_line(ppid)
@@ -97,9 +102,33 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     {
         // Nobody received the token, so nobody could ever release this lock: give it back.
         lock.release(&mut redis)?;
-        return Err(e).context("cannot print the token (lock released again)");
+        eprintln!(
+            "redlock: cannot print the token ({e}); released '{}' again",
+            keys.name
+        );
+        // As if SIGPIPE had ended us, the way a shell pipeline expects.
+        return Ok(exit::signal(libc::SIGPIPE));
     }
     Ok(exit::OK)
+}
+
+/// Whether stdout was open when we started. Rust's runtime reopens a closed fd 1 as /dev/null
+/// read-write before `main`, so a closed stdout shows up as exactly that; a shell's `>/dev/null`
+/// opens it write-only, which stays allowed (taking a lock only to let it expire is legitimate).
+fn stdout_is_open() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: fcntl(F_GETFL) only queries the descriptor; fstat writes into a zeroed struct we own.
+    let (flags, rc, stat) = unsafe {
+        let mut stat: libc::stat = std::mem::zeroed();
+        let flags = libc::fcntl(1, libc::F_GETFL);
+        let rc = libc::fstat(1, &mut stat);
+        (flags, rc, stat)
+    };
+    if flags == -1 || rc != 0 {
+        return false;
+    }
+    let dev_null = std::fs::metadata("/dev/null").map(|m| m.rdev()).ok();
+    !(flags & libc::O_ACCMODE == libc::O_RDWR && Some(stat.st_rdev) == dev_null)
 }
 
 fn token_arg(token: Option<&str>) -> Result<&str> {

@@ -27,6 +27,15 @@ pub struct Endpoint {
     pub tls: Option<redis::TlsCertificates>,
 }
 
+impl Endpoint {
+    /// A TLS connection whose handshake has not happened during connection setup (which sends
+    /// nothing when there is no password to send).
+    pub fn tls_handshake_pending(&self) -> bool {
+        matches!(self.info.addr(), redis::ConnectionAddr::TcpTls { .. })
+            && self.info.redis_settings().password().is_none()
+    }
+}
+
 /// The resolved configuration every subcommand runs with.
 #[derive(Clone)]
 pub struct Config {

@@ -66,9 +66,6 @@ pub fn kind_of(err: &anyhow::Error) -> Kind {
         if let Some(r) = cause.downcast_ref::<redis::RedisError>() {
             return redis_kind(r);
         }
-        if cause.downcast_ref::<std::io::Error>().is_some() {
-            return Kind::Unavailable;
-        }
     }
     Kind::Protocol
 }

@@ -329,7 +329,7 @@ fn a_refused_password_exits_77_without_printing_it() {
 }
 
 #[test]
-#[ignore = "bug: acquire without a password on a requirepass server exits 70 (protocol error)"]
+
 fn a_missing_password_exits_77_and_names_the_fix() {
     let Some(redis) = RedisServer::builder().password(PASSWORD).start() else {
         return;
@@ -388,7 +388,7 @@ fn acl_users_and_refused_permissions() {
 
 /// `redlock: <what went wrong>: <cause>`, with the cause said once.
 #[test]
-#[ignore = "bug: errors from a Redis reply print their cause twice (client.rs command_error)"]
+
 fn an_error_from_redis_says_its_cause_once() {
     let Some(redis) = RedisServer::start() else {
         return;

@@ -90,7 +90,7 @@ fn client_certificates_for_mutual_tls() {
 /// The contract: fail clearly, naming the fix. The handshake happens on the first command, so
 /// the error is reported as a lost connection without the hint that `connect` would add.
 #[test]
-#[ignore = "bug: an unknown server CA is reported as 'lost the connection ... during acquire', without the --tls-ca hint"]
+
 fn an_unknown_server_ca_names_the_tls_ca_flag() {
     let certs = Arc::new(Certs::generate());
     let Some(redis) = RedisServer::builder().tls(certs, false).start() else {
