@@ -71,10 +71,6 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     };
 
     // From here on the lock is ours: every way out goes through `release_after`.
-    let renewal_redis = match Redis::connect(config) {
-        Ok(r) => r,
-        Err(e) => return release_after(config, &mut redis, &lock, Err(e)),
-    };
     if let Some(sig) = pending_stop(&rx) {
         say(
             config,
@@ -95,7 +91,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         );
     }
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
-    start_renewal(config.clone(), renewal_redis, lock.clone(), stop_rx, tx);
+    start_renewal(config.clone(), lock.clone(), stop_rx, tx);
     let mut supervisor = Supervisor {
         config,
         args,
@@ -210,46 +206,39 @@ fn spawn(argv: &[OsString], lock: &Lock, config: &Config) -> Result<Child> {
 }
 
 /// Renews the lock every TTL/3 on its own connection until `stop` is dropped or the lock is lost.
-fn start_renewal(
-    config: Config,
-    mut redis: Redis,
-    lock: Lock,
-    stop: Receiver<()>,
-    tx: Sender<Event>,
-) {
+/// The connection is opened at the first renewal, off the path that starts the command.
+fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Event>) {
     let interval = (lock.ttl / 3).max(Duration::from_millis(1));
     let retry = (interval / 3).max(Duration::from_millis(1));
     let spawned = std::thread::Builder::new()
         .name("renewal".into())
         .spawn(move || {
             let mut next = interval;
-            let mut connected = true;
+            let mut redis: Option<Redis> = None;
             loop {
                 if stop.recv_timeout(next) != Err(RecvTimeoutError::Timeout) {
                     return;
                 }
-                if !connected {
-                    match Redis::connect(&config) {
-                        Ok(r) => {
-                            redis = r;
-                            connected = true;
-                        }
+                let con = match &mut redis {
+                    Some(con) => con,
+                    None => match Redis::connect(&config) {
+                        Ok(con) => redis.insert(con),
                         Err(e) => {
                             let _ = tx.send(Event::RenewFailed(format!("{e:#}")));
                             next = retry;
                             continue;
                         }
-                    }
-                }
+                    },
+                };
                 let sent = Instant::now();
-                let event = match lock.renew(&mut redis, lock.ttl) {
+                let event = match lock.renew(con, lock.ttl) {
                     Ok(Verdict::Done(_)) => {
                         next = interval;
                         Event::Renewed(sent)
                     }
                     Ok(lost) => Event::Lost(lost_reason(&lost)),
                     Err(e) => {
-                        connected = false;
+                        redis = None;
                         next = retry;
                         Event::RenewFailed(format!("{e:#}"))
                     }
