@@ -1,0 +1,348 @@
+//! `redlock exec`: exit status, the child's environment, renewal, mutual exclusion, stdio, and the
+//! two ways to give the command. Signals are in `exec_signals.rs`, lock loss in `exec_lost.rs`.
+
+mod common;
+mod exec_support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use common::*;
+use exec_support::*;
+
+#[test]
+fn the_childs_exit_code_passes_through_and_the_lock_is_released() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let cases: &[(&[&str], i32)] = &[
+        (&["--", "true"], 0),
+        (&["--", "sh", "-c", "exit 7"], 7),
+        (&["--", "sh", "-c", "exit 255"], 255),
+        (&["--", "false"], 1),
+        (&["-c", "exit 5"], 5),
+        // The shell's own "not found" is the child's status like any other.
+        (&["-c", "no-such-command-for-redlock-tests"], 127),
+    ];
+    for (i, (args, code)) in cases.iter().enumerate() {
+        let out = exec(&redis).arg("k").args(*args).run().expect(*code);
+        assert_eq!(out.stdout, "", "{args:?}:\n{out}");
+        if *code != 127 {
+            assert_eq!(out.stderr, "", "redlock is silent: {args:?}:\n{out}");
+        }
+        assert_eq!(redis.keys(), [meta_key("k")], "lock left after {args:?}");
+        assert_eq!(redis.meta("k")["fence"], (i + 1).to_string(), "{args:?}");
+    }
+}
+
+#[test]
+fn a_child_killed_by_sigsegv_gives_139() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let script = r#"ulimit -c 0; echo $$ > "$D/pid"; touch "$D/ready"; exec sleep 30"#;
+    let mut proc = exec(&redis).args(["k", "-c", script]).spawn_proc();
+    wait_ready(&redis, &mut proc);
+    assert!(
+        redis.get(&lock_key("k")).is_some(),
+        "not held while running"
+    );
+    signal(child_pid(&redis), libc::SIGSEGV);
+    let out = proc.finish(EVENT).expect(139);
+    assert_eq!(out.stdout, "", "{out}");
+    assert_eq!(redis.keys(), [meta_key("k")], "lock left:\n{out}");
+}
+
+#[test]
+fn a_missing_command_gives_127_and_releases_the_lock() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    for (i, cmd) in ["no-such-command-for-redlock-tests", "/nonexistent/dir/cmd"]
+        .iter()
+        .enumerate()
+    {
+        let out = exec(&redis).args(["k", "--", cmd, "arg"]).run().expect(127);
+        assert_one_error_line(&out);
+        assert!(
+            out.stderr.contains("not found") && out.stderr.contains(cmd),
+            "{out}"
+        );
+        assert_eq!(out.stdout, "", "{out}");
+        assert_eq!(redis.keys(), [meta_key("k")], "lock left:\n{out}");
+        // The lock was taken (and given back) before the command was looked up.
+        assert_eq!(redis.meta("k")["fence"], (i + 1).to_string());
+    }
+}
+
+#[test]
+fn a_command_that_cannot_be_executed_gives_126_and_releases_the_lock() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let script = redis.dir().join("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\necho ran\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let dir = redis.dir().join("a-directory");
+    std::fs::create_dir(&dir).unwrap();
+    for cmd in [&script, &dir] {
+        let out = exec(&redis).arg("k").arg("--").arg(cmd).run().expect(126);
+        assert_one_error_line(&out);
+        assert!(
+            out.stderr.contains("cannot execute") && out.stderr.contains("permission denied"),
+            "{out}"
+        );
+        assert_eq!(out.stdout, "", "{out}");
+        assert_eq!(redis.keys(), [meta_key("k")], "lock left:\n{out}");
+    }
+}
+
+#[test]
+fn the_child_sees_key_token_fence_and_url_and_fences_increase() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // The URL goes in --url, not in the environment: REDLOCK_URL must come from redlock itself.
+    let url = format!("{}/0", redis.url());
+    let mut proc = redlock()
+        .args(["--url", &url, "exec", "my job", "--", "sh", "-c", &waiter()])
+        .env("D", redis.dir())
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    let env = child_env(&redis);
+    let token = redis.get(&lock_key("my job"));
+    assert_eq!(env["REDLOCK_KEY"], "my job", "{env:?}");
+    assert!(is_token(&env["REDLOCK_TOKEN"]), "{env:?}");
+    assert_eq!(
+        Some(&env["REDLOCK_TOKEN"]),
+        token.as_ref(),
+        "the held token"
+    );
+    assert_eq!(env["REDLOCK_FENCE"], "1", "{env:?}");
+    assert_eq!(env["REDLOCK_FENCE"], redis.meta("my job")["fence"]);
+    assert_eq!(env["REDLOCK_URL"], url, "{env:?}");
+    done(&redis);
+    let out = proc.finish(EVENT).expect(0);
+    assert_eq!(out.stdout, "finished\n", "{out}");
+    assert_eq!(redis.keys(), [meta_key("my job")], "lock left:\n{out}");
+
+    let mut last = (1, env["REDLOCK_TOKEN"].clone());
+    for _ in 0..3 {
+        let line = exec(&redis)
+            .args(["my job", "-c", r#"echo "$REDLOCK_FENCE $REDLOCK_TOKEN""#])
+            .run()
+            .ok();
+        let (fence, token) = line.split_once(' ').unwrap();
+        let fence: i64 = fence.parse().unwrap();
+        assert!(fence > last.0, "fence {fence} after {}", last.0);
+        assert!(is_token(token) && token != last.1, "{line}");
+        last = (fence, token.to_string());
+    }
+    assert_eq!(last.0, 4);
+}
+
+#[test]
+fn the_childs_redlock_url_has_no_password() {
+    let Some(redis) = RedisServer::builder().password("s3cret-pw").start() else {
+        return;
+    };
+    let port = redis.port();
+    for (url, public) in [
+        (
+            format!("redis://:s3cret-pw@127.0.0.1:{port}"),
+            format!("redis://127.0.0.1:{port}"),
+        ),
+        (
+            format!("redis://default:s3cret-pw@127.0.0.1:{port}/0"),
+            format!("redis://default@127.0.0.1:{port}/0"),
+        ),
+    ] {
+        let out = redlock()
+            .args(["--url", &url, "exec", "k", "-c", "echo $REDLOCK_URL"])
+            .run();
+        let seen = out.stdout.trim_end();
+        assert!(!out.stdout.contains("s3cret"), "password leaked:\n{out}");
+        assert_eq!(seen, public, "{out}");
+        out.expect(0);
+        assert_eq!(redis.keys(), [meta_key("k")]);
+    }
+}
+
+/// Renewal: a child running 3.5 TTLs keeps the lock the whole time, and a competitor with `-n`
+/// is refused every time it tries. Without renewal the key would expire after one TTL.
+#[test]
+fn a_child_running_several_ttls_keeps_the_lock_the_whole_time() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let ttl = Duration::from_secs(1);
+    let mut holder = exec(&redis)
+        .args(["k", "--ttl", "1s", "-c", &waiter()])
+        .spawn_proc();
+    wait_ready(&redis, &mut holder);
+    let token = child_env(&redis)["REDLOCK_TOKEN"].clone();
+    let mut con = redis.cli();
+    let started = Instant::now();
+    let mut tries = 0;
+    let mut late_pttls = Vec::new();
+    while started.elapsed() < ttl.mul_f64(3.5) {
+        let (held_by, pttl) = lock_state(&mut con, "k");
+        assert_eq!(
+            held_by.as_deref(),
+            Some(token.as_str()),
+            "the lock was lost after {:?} (pttl {pttl})\n--- stderr:\n{}",
+            started.elapsed(),
+            holder.stderr()
+        );
+        assert!(pttl > 0, "pttl {pttl} after {:?}", started.elapsed());
+        if started.elapsed() > ttl {
+            late_pttls.push(pttl);
+        }
+        let (flags, code): (&[&str], i32) = if tries % 2 == 0 {
+            (&["-n"], 1)
+        } else {
+            (&["-n", "-E", "9"], 9)
+        };
+        let out = exec(&redis)
+            .arg("k")
+            .args(flags)
+            .args(["--", "touch"])
+            .arg(file(&redis, "competitor-ran"))
+            .run()
+            .expect(code);
+        assert!(out.stderr.contains("busy"), "{out}");
+        tries += 1;
+    }
+    assert!(
+        !file(&redis, "competitor-ran").exists(),
+        "a competitor's command ran"
+    );
+    assert!(tries >= 6, "only {tries} competitors in 3.5s");
+    // Renewals every TTL/3 keep the remaining time well above zero, not just barely alive.
+    let best = late_pttls.iter().max().copied().unwrap_or(0);
+    assert!(best > 500, "pttl after the first TTL peaked at {best}ms");
+    assert!(holder.running(), "the holder stopped:\n{}", holder.stderr());
+    done(&redis);
+    let out = holder.finish(EVENT).expect(0);
+    assert_eq!(out.stdout, "finished\n", "{out}");
+    assert_eq!(out.stderr, "", "{out}");
+    assert_eq!(redis.keys(), [meta_key("k")], "not released:\n{out}");
+    assert_eq!(redis.meta("k")["fence"], "1", "the lock changed hands");
+}
+
+/// The same race as `exclusion.rs` (whose control shows the loops lose increments without a
+/// lock), with each increment run by `exec`.
+#[test]
+fn exec_serialises_8_loops_of_25_increments() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("counter"), "0\n").unwrap();
+    let script = r#"i=0
+        while [ "$i" -lt 25 ]; do
+          redlock exec counter -- sh -c 'n=$(cat counter); sleep 0.01; echo $((n + 1)) > counter' \
+            || exit 1
+          i=$((i + 1))
+        done"#;
+    let loops: Vec<Proc> = (0..8)
+        .map(|_| redis.sh(script).current_dir(dir.path()).spawn_proc())
+        .collect();
+    for l in loops {
+        l.finish(Duration::from_secs(120)).expect(0);
+    }
+    let count = std::fs::read_to_string(dir.path().join("counter")).unwrap();
+    assert_eq!(count.trim(), "200", "an increment was lost");
+    assert_eq!(redis.meta("counter")["fence"], "200");
+    assert_eq!(redis.keys(), [meta_key("counter")], "every lock released");
+}
+
+#[test]
+fn stdin_stdout_and_stderr_are_the_childs() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = redis.sh("echo hi | redlock exec k -- cat").run();
+    assert_eq!(out.stdout, "hi\n", "{out}");
+    assert_eq!(out.stderr, "", "{out}");
+    out.expect(0);
+    let out = redis
+        .sh(r#"printf 'one\ntwo\n' | redlock exec k -c 'read a; read b; echo "$b $a"'"#)
+        .run()
+        .ok();
+    assert_eq!(out, "two one");
+    let out = exec(&redis)
+        .args(["k", "-c", "echo to-stdout; echo to-stderr >&2; exit 3"])
+        .run()
+        .expect(3);
+    assert_eq!(out.stdout, "to-stdout\n", "{out}");
+    assert_eq!(out.stderr, "to-stderr\n", "{out}");
+    assert_eq!(redis.keys(), [meta_key("k")]);
+}
+
+#[test]
+fn the_command_is_given_after_dashes_or_as_a_shell_command() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // After --, arguments reach the command as they are: no shell, and no redlock options.
+    let out = exec(&redis)
+        .args([
+            "k", "--", "printf", "%s|", "a", "b c", "$HOME", "--ttl", "-n",
+        ])
+        .run()
+        .ok();
+    assert_eq!(out, "a|b c|$HOME|--ttl|-n|");
+    // -c runs the text with /bin/sh -c: pipes, variables, quoting.
+    let out = exec(&redis)
+        .args(["k", "-c", r#"x=shell; echo "$x" | tr a-z A-Z"#])
+        .run()
+        .ok();
+    assert_eq!(out, "SHELL");
+    assert_eq!(redis.meta("k")["fence"], "2");
+    // Both, or neither, is a usage error that takes no lock.
+    for args in [&["k", "-c", "true", "--", "true"][..], &["k"], &["k", "--"]] {
+        let out = exec(&redis).args(args).run().expect(2);
+        assert_one_error_line(&out);
+    }
+    assert_eq!(redis.meta("k")["fence"], "2", "a usage error took the lock");
+    assert_eq!(redis.keys(), [meta_key("k")]);
+}
+
+#[test]
+fn status_shows_the_note_and_redlocks_own_pid() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut proc = exec(&redis)
+        .args(["k", "--note", "nightly backup", "-c", &waiter()])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    let pid = proc.id().to_string();
+    let meta = redis.meta("k");
+    assert_eq!(meta["pid"], pid, "the pid is redlock's: {meta:?}");
+    assert_ne!(meta["pid"], child_pid(&redis).to_string());
+    assert_eq!(meta["note"], "nightly backup");
+    let status = redis.redlock().args(["status", "k"]).run().ok();
+    assert!(
+        status.contains("nightly backup") && status.contains(&format!("(pid {pid})")),
+        "{status}"
+    );
+    done(&redis);
+    proc.finish(EVENT).expect(0);
+
+    // Without --note, the note is the command line.
+    std::fs::remove_file(file(&redis, "ready")).unwrap();
+    let mut proc = exec(&redis)
+        .args(["k", "--", "sh", "-c", r#"touch "$D/ready"; exec sleep 30"#])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    let status = redis.redlock().args(["status", "k"]).run().ok();
+    assert!(
+        status.contains(r#"sh -c touch "$D/ready"; exec sleep 30"#),
+        "{status}"
+    );
+    assert_eq!(redis.meta("k")["pid"], proc.id().to_string());
+    proc.signal(libc::SIGTERM);
+    proc.finish(EVENT).expect(143);
+}

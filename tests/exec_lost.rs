@@ -1,0 +1,225 @@
+//! `redlock exec` losing its lock while the command runs: the key deleted or overwritten by hand,
+//! redlock frozen past its TTL while another client takes the lock, and Redis frozen. In every
+//! case the command is stopped (as `--on-lost` says), redlock exits 75 and says why on stderr,
+//! and whatever another client holds now is left alone.
+
+mod common;
+mod exec_support;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use exec_support::*;
+
+/// Exit status when the lock was lost.
+const LOST: i32 = 75;
+
+/// Starts a [`trapper`] under a 1s lock, steals the lock with `steal`, and returns redlock's
+/// output once it has stopped the child.
+fn steal(redis: &RedisServer, steal: &[&str]) -> Output {
+    let mut proc = exec(redis)
+        .args(["k", "--ttl", "1s", "-c", &trapper()])
+        .spawn_proc();
+    wait_ready(redis, &mut proc);
+    let stolen = Instant::now();
+    redis.query::<()>(steal);
+    let out = proc.finish(EVENT).expect(LOST);
+    // Renewal runs every TTL/3, so the loss shows within a TTL or so.
+    assert!(
+        stolen.elapsed() < Duration::from_secs(5),
+        "took {:?} to notice:\n{out}",
+        stolen.elapsed()
+    );
+    assert_eq!(out.stdout, "got TERM\n", "the child gets SIGTERM:\n{out}");
+    assert!(out.stderr.contains("lost the lock 'k'"), "{out}");
+    out
+}
+
+#[test]
+fn a_deleted_lock_stops_the_child_with_75() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = steal(&redis, &["DEL", &lock_key("k")]);
+    assert!(out.stderr.contains("gone"), "says why:\n{out}");
+    // Renewal never brings a deleted lock back.
+    assert_eq!(redis.keys(), [meta_key("k")], "{out}");
+}
+
+#[test]
+fn an_overwritten_lock_stops_the_child_and_is_left_to_its_new_owner() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = steal(
+        &redis,
+        &["SET", &lock_key("k"), "someone-else", "PX", "60000"],
+    );
+    assert!(out.stderr.contains("another token"), "says why:\n{out}");
+    // Neither released nor extended by the loser.
+    assert_eq!(redis.get(&lock_key("k")).as_deref(), Some("someone-else"));
+    let pttl = redis.pttl(&lock_key("k"));
+    assert!(pttl > 50_000, "the new owner's TTL was changed: {pttl}");
+}
+
+#[test]
+fn on_lost_kill_sigkills_the_child_at_once() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // The waiter survives SIGTERM (and says so): only SIGKILL stops it early.
+    let mut proc = exec(&redis)
+        .args(["k", "--ttl", "1s", "--on-lost", "kill", "-c", &waiter()])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    let child = child_pid(&redis);
+    let stolen = Instant::now();
+    redis.query::<()>(&["DEL", &lock_key("k")]);
+    let out = proc.finish(EVENT).expect(LOST);
+    assert!(
+        stolen.elapsed() < Duration::from_secs(5),
+        "took {:?}:\n{out}",
+        stolen.elapsed()
+    );
+    assert_eq!(out.stdout, "", "no SIGTERM first, no normal exit:\n{out}");
+    assert!(out.stderr.contains("lost the lock 'k'"), "{out}");
+    assert!(wait_for(|| dead(child), EVENT), "the child {child} runs on");
+    assert_eq!(redis.keys(), [meta_key("k")], "{out}");
+}
+
+#[test]
+fn on_lost_term_escalates_to_sigkill_after_kill_after() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut proc = exec(&redis)
+        .args(["k", "--ttl", "1s", "--kill-after", "1s", "-c", &waiter()])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    // The loss is noticed after the DEL, and SIGKILL follows --kill-after later still.
+    let stolen = Instant::now();
+    redis.query::<()>(&["DEL", &lock_key("k")]);
+    let out = proc.finish(EVENT).expect(LOST);
+    let took = stolen.elapsed();
+    assert_eq!(out.stdout, "got TERM\n", "SIGTERM first:\n{out}");
+    assert!(out.stderr.contains("lost the lock 'k'"), "{out}");
+    assert!(
+        took >= Duration::from_millis(950) && took < Duration::from_secs(7),
+        "SIGKILL {took:?} after the DEL, with --kill-after 1s:\n{out}"
+    );
+}
+
+/// `--on-lost ignore`: a warning, the child runs to its end undisturbed, and its status decides:
+/// success stays 0, a failure becomes 75.
+fn on_lost_ignore(child_code: &str, expected: i32) {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut proc = exec(&redis)
+        .args(["k", "--ttl", "1s", "--on-lost", "ignore", "-c", &waiter()])
+        .env("CODE", child_code)
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    redis.query::<()>(&["DEL", &lock_key("k")]);
+    proc.wait_for_stderr("lost the lock 'k'", EVENT);
+    assert!(proc.running(), "stopped despite --on-lost ignore");
+    done(&redis);
+    let out = proc.finish(EVENT).expect(expected);
+    assert_eq!(out.stdout, "finished\n", "no signal:\n{out}");
+    assert!(out.stderr.contains("ignore"), "{out}");
+    assert_eq!(redis.keys(), [meta_key("k")], "{out}");
+}
+
+#[test]
+fn on_lost_ignore_lets_the_child_finish_and_keeps_its_success() {
+    on_lost_ignore("0", 0);
+}
+
+#[test]
+fn on_lost_ignore_turns_a_failure_into_75() {
+    on_lost_ignore("3", LOST);
+}
+
+/// redlock frozen (`kill -STOP`) past its TTL while a competitor takes the lock: once thawed it
+/// stops its child and exits 75, without touching the competitor's lock.
+#[test]
+fn a_holder_paused_past_its_ttl_stops_its_child_and_spares_the_new_holder() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let ttl = Duration::from_secs(1);
+    let mut first = exec(&redis)
+        .args(["k", "--ttl", "1s", "-c", &trapper()])
+        .spawn_proc();
+    wait_ready(&redis, &mut first);
+    let first_fence: i64 = child_env(&redis)["REDLOCK_FENCE"].parse().unwrap();
+
+    let stopped = Instant::now();
+    first.signal(libc::SIGSTOP);
+    let json = redis
+        .redlock()
+        .args([
+            "acquire", "k", "--wait", "10s", "--ttl", "30s", "--format", "json",
+        ])
+        .run()
+        .ok();
+    let second: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let (token, fence) = (second["token"].as_str().unwrap(), second["fence"].as_i64());
+    assert!(wait_for(|| stopped.elapsed() > ttl * 2, EVENT));
+    first.signal(libc::SIGCONT);
+
+    let out = first.finish(EVENT).expect(LOST);
+    assert_eq!(out.stdout, "got TERM\n", "{out}");
+    assert!(out.stderr.contains("lost the lock 'k'"), "{out}");
+    assert_eq!(redis.get(&lock_key("k")).as_deref(), Some(token), "{out}");
+    let pttl = redis.pttl(&lock_key("k"));
+    assert!(pttl > 25_000, "the new holder's TTL was changed: {pttl}");
+    let meta = redis.meta("k");
+    assert_eq!(meta["token"], token, "{meta:?}");
+    assert!(
+        fence > Some(first_fence) && meta["fence"] == fence.unwrap().to_string(),
+        "fences: first {first_fence}, second {fence:?}, meta {meta:?}"
+    );
+}
+
+/// Redis frozen (SIGSTOP): renewals time out, and the child is stopped when the lock's TTL runs
+/// out — not at the first failed renewal, and not much later either.
+#[test]
+fn a_frozen_redis_stops_the_child_by_the_locks_deadline() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let ttl = Duration::from_secs(2);
+    let mut proc = exec(&redis)
+        .args([
+            "k",
+            "--ttl",
+            "2s",
+            "--io-timeout",
+            "500ms",
+            "-c",
+            &trapper(),
+        ])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    let paused = Instant::now();
+    redis.pause();
+    let out = proc.finish(EVENT);
+    let took = paused.elapsed();
+    redis.resume();
+    let out = out.expect(LOST);
+    assert_eq!(out.stdout, "got TERM\n", "{out}");
+    assert!(out.stderr.contains("lost the lock 'k'"), "{out}");
+    assert!(out.stderr.contains("no renewal succeeded"), "{out}");
+    // The last renewal before the pause was at most TTL/3 earlier, so the deadline lies between
+    // 2/3 of a TTL and one TTL after the pause.
+    assert!(
+        took >= ttl / 2 && took < ttl + Duration::from_secs(3),
+        "stopped {took:?} after Redis froze (TTL {ttl:?}):\n{out}"
+    );
+    // Whatever renewal was queued in the frozen server, the key expires by itself.
+    assert!(
+        wait_for(|| redis.pttl(&lock_key("k")) == -2, ttl * 3),
+        "the lock outlived its holder"
+    );
+}

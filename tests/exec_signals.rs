@@ -1,0 +1,281 @@
+//! `redlock exec` and signals: forwarding to the child, escalation to SIGKILL, signals while
+//! waiting for a busy lock, and redlock itself being SIGKILLed.
+//!
+//! Signals are sent to redlock's pid alone (never to the process group), so whatever the child
+//! receives, redlock forwarded.
+
+mod common;
+mod exec_support;
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use common::*;
+use exec_support::*;
+
+/// Sends `sig` to redlock while the [`trapper`] child runs: the child reports that very signal
+/// once, exits with `code`, redlock exits with it, and the lock is released.
+fn forward(sig: i32, name: &str, code: i32) {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut proc = exec(&redis)
+        .args(["k", "--ttl", "2s", "-c", &trapper()])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    assert!(
+        redis.get(&lock_key("k")).is_some(),
+        "not held while running"
+    );
+    let sent = Instant::now();
+    proc.signal(sig);
+    let out = proc.finish(EVENT).expect(code);
+    assert_eq!(
+        out.stdout,
+        format!("got {name}\n"),
+        "delivered once:\n{out}"
+    );
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "took {:?}:\n{out}",
+        sent.elapsed()
+    );
+    assert_eq!(redis.keys(), [meta_key("k")], "not released:\n{out}");
+}
+
+#[test]
+fn sigterm_is_forwarded_and_the_childs_status_returned() {
+    forward(libc::SIGTERM, "TERM", 115);
+}
+
+#[test]
+fn sigint_is_forwarded_and_the_childs_status_returned() {
+    forward(libc::SIGINT, "INT", 102);
+}
+
+#[test]
+fn sighup_is_forwarded_and_the_childs_status_returned() {
+    forward(libc::SIGHUP, "HUP", 101);
+}
+
+#[test]
+fn sigquit_is_forwarded_and_the_childs_status_returned() {
+    forward(libc::SIGQUIT, "QUIT", 103);
+}
+
+#[test]
+fn a_child_killed_by_the_forwarded_sigterm_gives_143() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut proc = exec(&redis)
+        .args(["k", "-c", r#"touch "$D/ready"; exec sleep 30"#])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    proc.signal(libc::SIGTERM);
+    let out = proc.finish(EVENT).expect(143);
+    assert_eq!(redis.keys(), [meta_key("k")], "not released:\n{out}");
+}
+
+#[test]
+fn sigusr1_and_sigusr2_are_forwarded() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut proc = exec(&redis).args(["k", "-c", &trapper()]).spawn_proc();
+    wait_ready(&redis, &mut proc);
+    // USR2 is reported and survived: the child runs on, still holding the lock.
+    proc.signal(libc::SIGUSR2);
+    assert!(
+        wait_for(|| proc.stdout().contains("got USR2"), EVENT),
+        "SIGUSR2 not forwarded:\n{}{}",
+        proc.stdout(),
+        proc.stderr()
+    );
+    assert!(proc.running());
+    assert!(redis.get(&lock_key("k")).is_some());
+    // USR1 ends the child with 0.
+    proc.signal(libc::SIGUSR1);
+    let out = proc.finish(EVENT).expect(0);
+    assert_eq!(out.stdout, "got USR2\ngot USR1\n", "{out}");
+    assert_eq!(redis.keys(), [meta_key("k")], "not released:\n{out}");
+}
+
+#[test]
+fn a_child_that_survives_sigterm_is_killed_after_kill_after() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut proc = exec(&redis)
+        .args(["k", "--kill-after", "1s", "-c", &waiter()])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    let sent = Instant::now();
+    proc.signal(libc::SIGTERM);
+    let out = proc.finish(EVENT).expect(137);
+    let took = sent.elapsed();
+    assert_eq!(out.stdout, "got TERM\n", "SIGTERM first:\n{out}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(6),
+        "SIGKILL {took:?} after SIGTERM, with --kill-after 1s:\n{out}"
+    );
+    assert_eq!(redis.keys(), [meta_key("k")], "not released:\n{out}");
+}
+
+/// The first `first` is forwarded (the child survives it); the second SIGINT/SIGTERM kills the
+/// child at once, long before --kill-after.
+fn second_signal_kills(first: i32, second: i32) {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let script = format!(
+        r#"trap 'echo got INT' INT
+        {}"#,
+        waiter()
+    );
+    let mut proc = exec(&redis)
+        .args(["k", "--kill-after", "60s", "-c", &script])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    proc.signal(first);
+    assert!(
+        wait_for(|| proc.stdout().contains("got "), EVENT),
+        "the first signal was not forwarded:\n{}",
+        proc.stderr()
+    );
+    assert!(proc.running());
+    let sent = Instant::now();
+    proc.signal(second);
+    let out = proc.finish(EVENT).expect(137);
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "took {:?}:\n{out}",
+        sent.elapsed()
+    );
+    assert!(out.stderr.contains("killing the command"), "{out}");
+    assert_eq!(out.stdout.lines().count(), 1, "{out}");
+    assert_eq!(redis.keys(), [meta_key("k")], "not released:\n{out}");
+}
+
+#[test]
+fn a_second_sigterm_kills_the_child_at_once() {
+    second_signal_kills(libc::SIGTERM, libc::SIGTERM);
+}
+
+#[test]
+fn a_sigint_after_sigint_kills_the_child_at_once() {
+    second_signal_kills(libc::SIGINT, libc::SIGINT);
+}
+
+#[test]
+fn a_signal_while_waiting_for_a_busy_lock_starts_nothing() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = redis
+        .redlock()
+        .args(["acquire", "k", "--ttl", "60s"])
+        .run()
+        .ok();
+    let before = redis.pttl(&lock_key("k"));
+    let started = file(&redis, "started");
+    for (sig, wait) in [
+        (libc::SIGTERM, None),
+        (libc::SIGINT, Some("30s")),
+        (libc::SIGHUP, None),
+        (libc::SIGQUIT, Some("30s")),
+    ] {
+        let mut cmd = exec(&redis);
+        cmd.args(["k", "-v"]);
+        if let Some(w) = wait {
+            cmd.args(["--wait", w]);
+        }
+        let mut waiter = cmd.arg("--").arg("touch").arg(&started).spawn_proc();
+        // -v logs each attempt: the first one has failed once this line appears.
+        waiter.wait_for_stderr("acquire on", EVENT);
+        let sent = Instant::now();
+        waiter.signal(sig);
+        let out = waiter.finish(EVENT).expect(128 + sig);
+        assert!(
+            sent.elapsed() < Duration::from_secs(3),
+            "took {:?} to stop:\n{out}",
+            sent.elapsed()
+        );
+        assert!(out.stderr.contains("while waiting"), "{out}");
+        assert!(!started.exists(), "the command ran:\n{out}");
+        // The holder's lock is untouched and the waiter left nothing.
+        assert_eq!(redis.keys(), [lock_key("k"), meta_key("k")], "{out}");
+        assert_eq!(redis.get(&lock_key("k")).as_ref(), Some(&token));
+        let meta = redis.meta("k");
+        assert_eq!(
+            (meta["token"].as_str(), meta["fence"].as_str()),
+            (&*token, "1")
+        );
+        let pttl = redis.pttl(&lock_key("k"));
+        assert!(pttl <= before && pttl > 50_000, "{pttl} (was {before})");
+    }
+}
+
+/// `kill -9` of redlock: the child gets SIGTERM from the kernel (it must not run on unlocked), no
+/// renewal keeps the key alive, and another `exec` gets the lock within one TTL.
+#[test]
+fn when_redlock_is_sigkilled_the_child_dies_and_the_lock_frees_within_one_ttl() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let ttl = Duration::from_secs(2);
+    let script = r#"echo $$ > "$D/pid"; touch "$D/ready"; exec sleep 30 >/dev/null 2>&1"#;
+    let mut holder = exec(&redis)
+        .args(["k", "--ttl", "2s", "-c", script])
+        .spawn_proc();
+    wait_ready(&redis, &mut holder);
+    let child = child_pid(&redis);
+    let mut con = redis.cli();
+    let (token, _) = lock_state(&mut con, "k");
+    let token = token.expect("held while the child runs");
+
+    let killed = Instant::now();
+    holder.signal(libc::SIGKILL);
+    let second = exec(&redis)
+        .args(["k", "--ttl", "2s", "-c", "echo $REDLOCK_FENCE"])
+        .spawn_proc();
+    // Until the first lock expires, its PTTL only goes down: nobody renews it.
+    let mut last = i64::MAX;
+    let freed = wait_for(
+        || {
+            let (held_by, pttl) = lock_state(&mut con, "k");
+            if held_by.as_ref() != Some(&token) {
+                return true;
+            }
+            assert!(
+                pttl <= last,
+                "PTTL rose from {last} to {pttl} {:?} after redlock was killed",
+                killed.elapsed()
+            );
+            last = pttl;
+            false
+        },
+        EVENT,
+    );
+    let freed_after = killed.elapsed();
+    assert!(freed, "the first lock never went away");
+    assert!(
+        freed_after < ttl + Duration::from_millis(1500),
+        "the lock freed {freed_after:?} after the kill (TTL {ttl:?})"
+    );
+    assert!(
+        wait_for(|| dead(child), EVENT),
+        "the child {child} still runs after redlock was killed"
+    );
+    let out = holder.finish(EVENT);
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out}");
+
+    let out = second.finish(EVENT).expect(0);
+    assert_eq!(out.stdout, "2\n", "{out}");
+    assert!(
+        killed.elapsed() < ttl + Duration::from_secs(3),
+        "the next exec ran {:?} after the kill",
+        killed.elapsed()
+    );
+    assert_eq!(redis.keys(), [meta_key("k")]);
+}
