@@ -142,10 +142,14 @@ fn spawn_blocker(config: Config, tx: Sender<Event>) -> Result<Sender<Request>> {
         .spawn(move || {
             let mut redis: Option<Redis> = None;
             for req in incoming {
-                let result = blpop(&config, &mut redis, &req);
-                if result.is_err() {
-                    redis = None;
-                }
+                let result = blpop(&config, &mut redis, &req).or_else(|e| {
+                    // A stop and continue (Ctrl-Z, fg) makes the blocked read fail with EINTR, and
+                    // a connection can drop. If Redis still answers, report a spurious wake-up:
+                    // the caller's next attempt reads the real state (a reservation made for us
+                    // meanwhile is in the lock key, not only in the push we may have missed).
+                    redis = Redis::connect(&config).ok();
+                    if redis.is_some() { Ok(false) } else { Err(e) }
+                });
                 if tx.send(Event::Unblocked(result)).is_err() {
                     return;
                 }

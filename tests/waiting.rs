@@ -363,8 +363,6 @@ fn a_waiter_keeps_its_place_while_a_later_one_retries() {
 /// Fails if a waiter suspended with Ctrl-Z and resumed with `fg` (SIGTSTP, SIGCONT) gives up
 /// its place instead of waiting on; `exec` and `acquire` alike.
 #[test]
-#[ignore = "bug: SIGTSTP+SIGCONT of a queued waiter makes it exit 69 'lost the connection ... \
-            during wait (Interrupted system call (os error 4))': the EINTR of its BLPOP read is fatal"]
 fn a_waiter_suspended_and_resumed_keeps_waiting() {
     let Some(redis) = RedisServer::start() else {
         return;
