@@ -4,6 +4,7 @@
 //! rest; `main` maps errors to codes. `exec` lives in `exec.rs`.
 
 use std::io::Write;
+use std::ops::ControlFlow;
 use std::sync::mpsc::{self, Receiver, Sender};
 
 use anyhow::{Context, Result};
@@ -13,7 +14,7 @@ use crate::client::Redis;
 use crate::config::Config;
 use crate::error::usage;
 use crate::exit;
-use crate::lock::{self, Acquired, Keys, Verdict, Wait};
+use crate::lock::{self, Acquired, Keys, Lock, Verdict, Wait};
 use crate::owner;
 use crate::signals;
 use crate::wait::{Event, Parker};
@@ -36,7 +37,7 @@ impl LockArgs {
 }
 
 /// The message for a lock we gave up on.
-pub fn busy_message(keys: &Keys, outcome: &Acquired) -> String {
+fn busy_message(keys: &Keys, outcome: &Acquired) -> String {
     match outcome {
         Acquired::Busy(Some(state)) if state.held() => {
             format!("lock '{}' is busy: {}", keys.name, state.describe())
@@ -46,27 +47,35 @@ pub fn busy_message(keys: &Keys, outcome: &Acquired) -> String {
 }
 
 /// Takes the lock as `args` say, waiting on `events` (which must carry stop signals).
-pub fn acquire_waiting(
+/// `Break` carries the exit status when the lock stayed busy or a signal ended the wait (both
+/// already reported on stderr).
+pub fn take_lock(
     config: &Config,
     redis: &mut Redis,
     keys: &Keys,
     args: &LockArgs,
     owner: &lock::Owner,
     events: (&Sender<Event>, &Receiver<Event>),
-) -> Result<Acquired> {
+) -> Result<ControlFlow<u8, Lock>> {
     let mut parker = Parker::new(config, events.1, events.0.clone());
-    let outcome = lock::acquire(redis, keys, args.ttl, owner, args.wait(), &mut parker)?;
-    if let Acquired::Interrupted(sig) = outcome {
-        say(
-            config,
-            format!(
-                "{} while waiting for '{}'; gave up",
-                signals::name(sig),
-                keys.name
-            ),
-        );
+    match lock::acquire(redis, keys, args.ttl, owner, args.wait(), &mut parker)? {
+        Acquired::Held(lock) => Ok(ControlFlow::Continue(lock)),
+        Acquired::Interrupted(sig) => {
+            say(
+                config,
+                format!(
+                    "{} while waiting for '{}'; gave up",
+                    signals::name(sig),
+                    keys.name
+                ),
+            );
+            Ok(ControlFlow::Break(exit::signal(sig)))
+        }
+        busy @ Acquired::Busy(_) => {
+            say(config, busy_message(keys, &busy));
+            Ok(ControlFlow::Break(args.conflict_exit_code))
+        }
     }
-    Ok(outcome)
 }
 
 pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
@@ -85,14 +94,9 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         signals::deliver(signals::STOP, tx.clone(), Event::Signal)?;
     }
     let mut redis = Redis::connect(config)?;
-    let outcome = acquire_waiting(config, &mut redis, &keys, &args.lock, &owner, (&tx, &rx))?;
-    let lock = match outcome {
-        Acquired::Held(lock) => lock,
-        Acquired::Interrupted(sig) => return Ok(exit::signal(sig)),
-        busy @ Acquired::Busy(_) => {
-            say(config, busy_message(&keys, &busy));
-            return Ok(args.lock.conflict_exit_code);
-        }
+    let lock = match take_lock(config, &mut redis, &keys, &args.lock, &owner, (&tx, &rx))? {
+        ControlFlow::Continue(lock) => lock,
+        ControlFlow::Break(code) => return Ok(code),
     };
     let text = crate::output::acquired(&lock, args.format);
     let mut stdout = std::io::stdout().lock();

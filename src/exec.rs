@@ -17,6 +17,7 @@
 //! - Release happens after the child has been reaped, then redlock exits with the child's status.
 
 use std::ffi::OsString;
+use std::ops::ControlFlow;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -27,11 +28,11 @@ use signal_hook::consts::signal::*;
 
 use crate::cli::{ExecArgs, OnLost};
 use crate::client::Redis;
-use crate::commands::{acquire_waiting, busy_message, say};
+use crate::commands::{say, take_lock};
 use crate::config::Config;
 use crate::error::{Kind, failure};
 use crate::exit;
-use crate::lock::{Acquired, Keys, Lock, Verdict, human_ms};
+use crate::lock::{Keys, Lock, Verdict, human_ms};
 use crate::owner;
 use crate::signals::{self, Signal};
 use crate::wait::Event;
@@ -60,14 +61,9 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     signals::deliver(&watched, tx.clone(), Event::Signal)?;
 
     let mut redis = Redis::connect(config)?;
-    let outcome = acquire_waiting(config, &mut redis, &keys, &args.lock, &owner, (&tx, &rx))?;
-    let lock = match outcome {
-        Acquired::Held(lock) => lock,
-        Acquired::Interrupted(sig) => return Ok(exit::signal(sig)),
-        busy @ Acquired::Busy(_) => {
-            say(config, busy_message(&keys, &busy));
-            return Ok(args.lock.conflict_exit_code);
-        }
+    let lock = match take_lock(config, &mut redis, &keys, &args.lock, &owner, (&tx, &rx))? {
+        ControlFlow::Continue(lock) => lock,
+        ControlFlow::Break(code) => return Ok(code),
     };
 
     // From here on the lock is ours: every way out goes through `release_after`.
