@@ -255,9 +255,8 @@ pub enum Attempt {
     Busy {
         /// Remaining TTL of the lock or reservation in ms (-1: none, -2: gone meanwhile).
         pttl_ms: i64,
-        holder: Option<Holder>,
-        /// Our place in the queue from 0; `None` when not queued.
-        rank: Option<i64>,
+        /// We are in the queue now (and must leave it if we give up).
+        queued: bool,
     },
 }
 
@@ -348,10 +347,9 @@ pub fn try_acquire(
             ttl,
             sent,
         })),
-        [Value::Int(0), Value::Int(pttl), meta, Value::Int(rank)] => Ok(Attempt::Busy {
+        [Value::Int(0), Value::Int(pttl), Value::Int(queued)] => Ok(Attempt::Busy {
             pttl_ms: *pttl,
-            holder: parse_meta(meta).1,
-            rank: (*rank >= 0).then_some(*rank),
+            queued: *queued == 1,
         }),
         other => Err(unexpected_reply("acquire", format!("{other:?}"))),
     }
@@ -394,8 +392,11 @@ pub fn acquire(
                     }
                     return Ok(Acquired::Held(lock));
                 }
-                Attempt::Busy { pttl_ms, rank, .. } => {
-                    queued = rank.is_some();
+                Attempt::Busy {
+                    pttl_ms,
+                    queued: in_queue,
+                } => {
+                    queued = in_queue;
                     pttl_ms
                 }
             };

@@ -77,10 +77,17 @@ fn hostname() -> String {
     clean(&String::from_utf8_lossy(&buf[..end]))
 }
 
+/// The login name: $USER or $LOGNAME (set by login, cron, systemd and sshd), else the passwd
+/// entry of our uid (an NSS lookup, which costs more than the rest of start-up together).
 fn username() -> String {
+    let from_env = || {
+        ["USER", "LOGNAME"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
+    };
     // SAFETY: getuid cannot fail; getpwuid returns NULL or a pointer to static storage that stays
     // valid until the next getpw* call, and we copy the name out before returning.
-    let from_passwd = unsafe {
+    let from_passwd = || unsafe {
         let pw = libc::getpwuid(libc::getuid());
         if pw.is_null() || (*pw).pw_name.is_null() {
             None
@@ -88,9 +95,8 @@ fn username() -> String {
             Some(CStr::from_ptr((*pw).pw_name).to_string_lossy().into_owned())
         }
     };
-    from_passwd
-        .or_else(|| std::env::var("USER").ok())
-        .or_else(|| std::env::var("LOGNAME").ok())
+    from_env()
+        .or_else(from_passwd)
         .map(|u| clean(&u))
         .unwrap_or_else(|| {
             // SAFETY: getuid cannot fail.

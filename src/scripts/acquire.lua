@@ -3,8 +3,8 @@
 -- ARGV token, ttl_ms, host, pid, user, note, join ('1': queue up when busy), claim_ms,
 --      block_cap_ms, lease_margin_ms
 --
--- Returns {1, fence, acquired_ms} when taken, {0, pttl, holder-record, rank} when busy (rank:
--- our place in the queue from 0, or -1 when not queued).
+-- Returns {1, fence, acquired_ms} when taken, {0, pttl, queued} when busy (queued: 1 if we are in
+-- the queue now, 0 if not). Who holds the lock is for `status` to tell; a waiter does not need it.
 --
 -- Atomic together: the test that the lock is free and that it is our turn (no live waiter ahead
 -- of us), SET PX, the fence increment and the owner record. So a fence is never burned by a
@@ -43,7 +43,7 @@ end
 
 local pttl = redis.call('PTTL', LOCK)
 if ARGV[7] ~= '1' then
-  return {0, pttl, holder(current), -1}
+  return {0, pttl, 0}
 end
 local now = now_ms()
 if not redis.call('ZSCORE', QUEUE, token) then
@@ -59,4 +59,4 @@ end
 redis.call('HSET', LEASES, token, now + block + margin)
 redis.call('PEXPIRE', QUEUE, cap + margin)
 redis.call('PEXPIRE', LEASES, cap + margin)
-return {0, pttl, holder(current), redis.call('ZRANK', QUEUE, token)}
+return {0, pttl, 1}

@@ -2,8 +2,9 @@
 --
 -- ARGV token, 'force' to release whoever holds it, claim_ms
 --
--- Returns {1, holder-record} released, {0} already free (expired or never taken), {-1,
--- holder-record} held by another token (nothing changed).
+-- Returns {1} released by its holder, {1, holder-record} force-released (the record names who held
+-- it), {0} already free (expired or never taken), {-1, holder-record} held by another token
+-- (nothing changed).
 --
 -- The compare and the delete must be one atomic step: with two round trips the lock could expire
 -- between them and a new holder's lock would be deleted (the seed's "classic wrong release"). The
@@ -12,7 +13,11 @@ local current = redis.call('GET', LOCK)
 if not current then
   return {0}
 end
-if current == ARGV[1] or ARGV[2] == 'force' then
+if current == ARGV[1] then
+  pass_on(ARGV[3])
+  return {1}
+end
+if ARGV[2] == 'force' then
   local record = holder(current)
   pass_on(ARGV[3])
   return {1, record}
