@@ -87,12 +87,16 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         );
     }
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
-    start_renewal(config.clone(), lock.clone(), stop_rx, tx);
     let mut supervisor = Supervisor {
         config,
         args,
         lock: &lock,
         child,
+        renewal: Some(PendingRenewal {
+            at: lock.sent + renewal_interval(lock.ttl),
+            stop: stop_rx,
+            tx,
+        }),
         deadline: lock.sent + lock.ttl,
         kill_at: None,
         terminations: 0,
@@ -201,15 +205,27 @@ fn spawn(argv: &[OsString], lock: &Lock, config: &Config) -> Result<Child> {
     })
 }
 
-/// Renews the lock every TTL/3 on its own connection until `stop` is dropped or the lock is lost.
-/// The connection is opened at the first renewal, off the path that starts the command.
+/// How often the lock is renewed: every TTL/3, so two renewals may fail before it expires.
+fn renewal_interval(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_millis(1))
+}
+
+/// The renewal thread, not started yet: a command that ends within TTL/3 never needs it.
+struct PendingRenewal {
+    at: Instant,
+    stop: Receiver<()>,
+    tx: Sender<Event>,
+}
+
+/// Renews the lock now and then every TTL/3 on its own connection, until `stop` is dropped or
+/// the lock is lost.
 fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Event>) {
-    let interval = (lock.ttl / 3).max(Duration::from_millis(1));
+    let interval = renewal_interval(lock.ttl);
     let retry = (interval / 3).max(Duration::from_millis(1));
     let spawned = std::thread::Builder::new()
         .name("renewal".into())
         .spawn(move || {
-            let mut next = interval;
+            let mut next = Duration::ZERO;
             let mut redis: Option<Redis> = None;
             loop {
                 if stop.recv_timeout(next) != Err(RecvTimeoutError::Timeout) {
@@ -279,6 +295,8 @@ struct Supervisor<'a> {
     args: &'a ExecArgs,
     lock: &'a Lock,
     child: Child,
+    /// Started when the first renewal is due.
+    renewal: Option<PendingRenewal>,
     /// The lock is surely ours until then (monotonic clock).
     deadline: Instant,
     /// When to send SIGKILL, after a SIGTERM we sent or forwarded.
@@ -312,7 +330,15 @@ impl Supervisor<'_> {
                 self.kill_at = None;
                 self.send(SIGKILL);
             }
+            if let Some(due) = self.renewal.take_if(|r| now >= r.at) {
+                if self.lost.is_none() {
+                    start_renewal(self.config.clone(), self.lock.clone(), due.stop, due.tx);
+                }
+            }
             let mut wake = now + POLL_CAP;
+            if let Some(r) = &self.renewal {
+                wake = wake.min(r.at);
+            }
             if self.lost.is_none() {
                 wake = wake.min(self.deadline);
             }

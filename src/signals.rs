@@ -3,7 +3,8 @@
 //! A background thread (signal-hook's iterator, which runs only async-signal-safe code in the
 //! handler) turns each signal into a message on a channel, with whether the kernel raised it for a
 //! terminal (Ctrl-C, Ctrl-\): the main loop can then block on one channel for signals, child exit
-//! and renewal results alike, and decide what to forward without racing a handler.
+//! and renewal results alike, and decide what to forward without racing a handler. That thread is
+//! the only one that takes these signals, so no Redis read elsewhere is cut short by a handler.
 
 use std::sync::mpsc::Sender;
 
@@ -52,6 +53,28 @@ pub fn deliver<T: Send + 'static>(
             }
         })
         .context("cannot start the signal thread")?;
+    block_in_this_thread(signals)
+}
+
+/// Blocks `signals` in the calling thread and in the threads it starts from now on, so that the
+/// kernel hands them to the signal thread (spawned before, so not blocking them). Otherwise the
+/// handler could run on a thread that is reading from Redis, and a socket read with a timeout
+/// fails with EINTR after a handler runs, whatever SA_RESTART says. Child processes start with
+/// an empty mask (std resets it before exec).
+fn block_in_this_thread(signals: &[i32]) -> Result<()> {
+    // SAFETY: the set is initialised by sigemptyset before use; pthread_sigmask only changes the
+    // calling thread's mask.
+    let rc = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &signo in signals {
+            libc::sigaddset(&mut set, signo);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
+    };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc)).context("cannot block signals");
+    }
     Ok(())
 }
 
