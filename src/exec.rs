@@ -330,10 +330,10 @@ impl Supervisor<'_> {
                 self.kill_at = None;
                 self.send(SIGKILL);
             }
-            if let Some(due) = self.renewal.take_if(|r| now >= r.at) {
-                if self.lost.is_none() {
-                    start_renewal(self.config.clone(), self.lock.clone(), due.stop, due.tx);
-                }
+            if let Some(due) = self.renewal.take_if(|r| now >= r.at)
+                && self.lost.is_none()
+            {
+                start_renewal(self.config.clone(), self.lock.clone(), due.stop, due.tx);
             }
             let mut wake = now + POLL_CAP;
             if let Some(r) = &self.renewal {
