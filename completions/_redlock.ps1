@@ -48,8 +48,8 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
         }
         'redlock;acquire' {
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lock lifetime; the lock frees itself this long after the last renewal')
-            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: wait until it is free)')
-            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: wait until it is free)')
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)')
             [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed')
             [CompletionResult]::new('--note', '--note', [CompletionResultType]::ParameterName, 'Describe the holder in ''redlock status'' (default: the command line)')
@@ -141,8 +141,8 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
         }
         'redlock;exec' {
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lock lifetime; the lock frees itself this long after the last renewal')
-            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: wait until it is free)')
-            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: wait until it is free)')
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)')
             [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed')
             [CompletionResult]::new('--note', '--note', [CompletionResultType]::ParameterName, 'Describe the holder in ''redlock status'' (default: the command line)')

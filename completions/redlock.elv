@@ -44,8 +44,8 @@ set edit:completion:arg-completer[redlock] = {|@words|
         }
         &'redlock;acquire'= {
             cand --ttl 'Lock lifetime; the lock frees itself this long after the last renewal'
-            cand -w 'Wait at most DUR for a busy lock (default: wait until it is free)'
-            cand --wait 'Wait at most DUR for a busy lock (default: wait until it is free)'
+            cand -w 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)'
+            cand --wait 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)'
             cand -E 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed'
             cand --conflict-exit-code 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed'
             cand --note 'Describe the holder in ''redlock status'' (default: the command line)'
@@ -133,8 +133,8 @@ set edit:completion:arg-completer[redlock] = {|@words|
         }
         &'redlock;exec'= {
             cand --ttl 'Lock lifetime; the lock frees itself this long after the last renewal'
-            cand -w 'Wait at most DUR for a busy lock (default: wait until it is free)'
-            cand --wait 'Wait at most DUR for a busy lock (default: wait until it is free)'
+            cand -w 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)'
+            cand --wait 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)'
             cand -E 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed'
             cand --conflict-exit-code 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed'
             cand --note 'Describe the holder in ''redlock status'' (default: the command line)'

@@ -43,7 +43,7 @@ complete -c redlock -n "__fish_redlock_needs_command" -f -a "status" -d 'Show wh
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "exec" -d 'Take a lock, run a command while renewing it, release it when the command exits'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l ttl -d 'Lock lifetime; the lock frees itself this long after the last renewal' -r
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s w -l wait -d 'Wait at most DUR for a busy lock (default: wait until it is free)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l note -d 'Describe the holder in \'redlock status\' (default: the command line)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l format -d 'What to print on stdout' -r -f -a "token\t'The token alone, for T=$(redlock acquire KEY)'
@@ -103,7 +103,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand status" -s v -l verbose 
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s V -l version -d 'Print version'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l ttl -d 'Lock lifetime; the lock frees itself this long after the last renewal' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -s w -l wait -d 'Wait at most DUR for a busy lock (default: wait until it is free)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l note -d 'Describe the holder in \'redlock status\' (default: the command line)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l on-lost -d 'What to do with the command if the lock is lost while it runs' -r -f -a "term\t'SIGTERM, then SIGKILL after --kill-after'

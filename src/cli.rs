@@ -138,7 +138,7 @@ pub struct LockArgs {
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_ttl, allow_hyphen_values = true)]
     pub ttl: Duration,
 
-    /// Wait at most DUR for a busy lock (default: wait until it is free)
+    /// Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)
     #[arg(short, long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub wait: Option<Duration>,
 

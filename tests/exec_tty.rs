@@ -72,7 +72,11 @@ fn finish(mut child: Child) -> i32 {
         let _ = child.kill();
         panic!("redlock did not exit");
     }
-    child.wait().unwrap().code().expect("redlock exited by itself")
+    child
+        .wait()
+        .unwrap()
+        .code()
+        .expect("redlock exited by itself")
 }
 
 #[test]
@@ -92,9 +96,16 @@ fn ctrl_c_in_a_terminal_reaches_the_command_exactly_once() {
     "#;
     let child = spawn_in_terminal(&redis, &pty, script);
     let ready = file(&redis, "ready");
-    assert!(wait_for(|| ready.exists(), EVENT), "the command never started");
+    assert!(
+        wait_for(|| ready.exists(), EVENT),
+        "the command never started"
+    );
     pty.master.write_all(b"\x03").unwrap();
-    assert_eq!(finish(child), 7, "redlock must exit with the command's status");
+    assert_eq!(
+        finish(child),
+        7,
+        "redlock must exit with the command's status"
+    );
     let ints = std::fs::read_to_string(file(&redis, "ints")).unwrap();
     assert_eq!(ints.lines().count(), 1, "SIGINT arrived {ints:?}");
     assert_eq!(redis.get(&lock_key("k")), None, "the lock was not released");
@@ -113,13 +124,19 @@ fn the_command_can_read_the_terminal() {
     "#;
     let child = spawn_in_terminal(&redis, &pty, script);
     let ready = file(&redis, "ready");
-    assert!(wait_for(|| ready.exists(), EVENT), "the command never started");
+    assert!(
+        wait_for(|| ready.exists(), EVENT),
+        "the command never started"
+    );
     pty.master.write_all(b"hello\n").unwrap();
     assert_eq!(finish(child), 0);
     let line = std::fs::read_to_string(file(&redis, "line")).unwrap();
     assert_eq!(line.trim(), "read: hello");
     assert!(
-        wait_for(|| redis.get(&lock_key("k")).is_none(), Duration::from_secs(1)),
+        wait_for(
+            || redis.get(&lock_key("k")).is_none(),
+            Duration::from_secs(1)
+        ),
         "the lock was not released"
     );
 }

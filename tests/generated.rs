@@ -511,8 +511,32 @@ fn root_sections(r: &mut Roff) {
     );
 }
 
+/// How a busy lock is waited for; shared by acquire and exec.
+fn waiting_section(r: &mut Roff) {
+    heading(r, "WAITING");
+    para(
+        r,
+        [
+            roman(
+                "A busy lock is waited for without polling: the waiter joins the lock's queue and \
+                 blocks on Redis until the holder releases the lock, which hands it to the first \
+                 waiter in arrival order and wakes only that one. Newcomers do not overtake the \
+                 queue. A holder that dies without releasing is replaced when its TTL runs out. ",
+            ),
+            bold("-n"),
+            roman(" tries once and does not queue; "),
+            bold("--wait"),
+            roman(
+                " bounds the wait, after which the waiter leaves the queue and exits with the \
+                 conflict status.",
+            ),
+        ],
+    );
+}
+
 fn acquire_sections(r: &mut Roff) {
     exit_status(r, false);
+    waiting_section(r);
 
     heading(r, "EXAMPLES");
     example(
@@ -621,6 +645,7 @@ fn exec_sections(r: &mut Roff) {
              died of signal N, unless the lock was lost (75; see SIGNALS AND LOCK LOSS).",
         )],
     );
+    waiting_section(r);
 
     heading(r, "ENVIRONMENT");
     para(r, [roman("The command runs with these variables set:")]);
