@@ -28,6 +28,18 @@
 //! counter must equal the number of critical sections, and entry and leave lines must strictly
 //! alternate; otherwise the bench panics (the lock let two critical sections overlap).
 //!
+//! # Repetitions
+//! On a small shared VM one run's wall time swings by tens of percent from run to run, more than
+//! the margins of the wall targets. So workloads 1 and 2 run flock and redlock `REPS` (5) times
+//! each, alternately (flock, redlock, flock, redlock, …), so that the two tools meet the same spells
+//! of load; the seed style, slow and far from its targets, runs once, after them. The table gives
+//! the median run's wall (and that run's hand-overs/s) and the wall targets compare the medians;
+//! waits, commands per critical section and client-side hand-overs pool all runs of a tool, and
+//! fairness is the worst run's. stderr has every run's figures, and per workload the walls in run
+//! order and each pair's redlock ÷ flock ratio, so the spread is visible. Workloads 3 to 5 run
+//! once per tool; workload 6's uncontended `true` and acquire + release are medians of 200 runs
+//! per command, the tools interleaved in each round (stderr adds the quartiles of `true`).
+//!
 //! # Measures
 //! - Loops are threads of this process: each round, a thread notes the time, starts the lock
 //!   command and waits for it. The same driver serves every tool, so the overhead is the same.
@@ -35,8 +47,9 @@
 //!   this process timestamps on arrival (monotonic clock). It includes the tool's start-up, which
 //!   is part of what a shell script pays for a lock.
 //! - wall: from releasing all loops at once to the exit of the last round; hand-overs/s is the
-//!   number of critical sections divided by wall.
-//! - fairness: the largest per-loop mean wait divided by the mean wait over all rounds.
+//!   number of critical sections divided by wall (of the median run, where there are several).
+//! - fairness: the largest per-loop mean wait divided by the mean wait over all rounds of the run
+//!   (the worst run's, where there are several: loop `i` of one run is not loop `i` of another).
 //! - hand-over, client side: from a critical section's leave line to the next one's entry line.
 //! - hand-over, server side (the target): in a separate repetition of workload 1 under
 //!   `redis-cli MONITOR`, from a release to the next holder's acquisition, by the server's clock.
@@ -94,6 +107,8 @@ const IDLE_WAITERS: usize = 50;
 /// Workload 5: the holder's TTL, and how many waiters queue behind it.
 const DEAD_TTL_MS: u64 = 5_000;
 const DEAD_WAITERS: usize = 3;
+/// Workloads 1 and 2: runs of flock and of redlock each (the seed style runs once).
+const REPS: usize = 5;
 /// Workload 6: runs of each command.
 const UNCONTENDED_RUNS: usize = 200;
 const RSS_RUNS: usize = 5;
@@ -1294,6 +1309,17 @@ impl Report {
         }
         println!();
         println!(
+            "Workloads 1 and 2: flock and redlock ran {REPS} times each, alternately (flock, \
+             redlock, flock, redlock, …) so that both met the same machine conditions; the seed \
+             style ran once, after them. Wall is the median run's (hand-overs/s is that run's), \
+             and the wall targets compare medians; every run's wall is on stderr. Waits, \
+             commands per CS and client-side hand-overs pool all runs of a tool; fairness is the \
+             worst run's. Every run was checked (exact counter, no overlap). Workloads 3 to 5: \
+             one run per tool. Workload 6: medians of {UNCONTENDED_RUNS} runs per command, \
+             interleaved."
+        );
+        println!();
+        println!(
             "wait: from starting the lock command to entering the critical section (the tool's \
              start-up included). Redis commands: `sent` are the commands clients sent (round \
              trips), `incl. scripts` adds those that Lua scripts ran (INFO commandstats counts \
@@ -1303,49 +1329,81 @@ impl Report {
     }
 }
 
-/// What one run of loops comes to.
+/// What the runs of one tool in one contention workload come to.
 struct Summary {
+    /// How many runs.
+    runs: usize,
+    /// Each run's wall, in run order.
+    walls: Vec<Duration>,
+    /// The median of `walls` (the upper middle one for an even count: `percentile(_, 0.5)`).
     wall: Duration,
+    /// Hand-overs per second of the median run: critical sections ÷ `wall`.
     rate: f64,
+    /// Waits of all runs pooled.
     p50: Duration,
     p99: Duration,
-    /// Commands per critical section: (sent, including those run inside scripts).
+    /// Commands per critical section, all runs pooled: (sent, including those run inside scripts).
     cmds: Option<(f64, f64)>,
+    /// The worst run's fairness.
     fairness: f64,
+    /// Client-side hand-overs of all runs pooled: the median.
     handover: Duration,
 }
 
-fn summarize(label: &str, run: &LoopRun) -> Summary {
+/// Logs one run's figures on stderr (the per-run breakdown).
+fn log_run(label: &str, run: &LoopRun) {
     let waits: Vec<Duration> = run.waits().into_iter().map(|w| w.1).collect();
     let n = run.rounds.len();
     let wall = run.wall();
-    let s = Summary {
-        wall,
-        rate: n as f64 / wall.as_secs_f64(),
-        p50: percentile(&waits, 0.5),
-        p99: percentile(&waits, 0.99),
-        cmds: run
-            .cmds
-            .as_ref()
-            .map(|c| (c.sent() as f64 / n as f64, c.total as f64 / n as f64)),
-        fairness: run.fairness(),
-        handover: percentile(&run.client_handovers(), 0.5),
-    };
     let mut line = format!(
         "contention: {label}: {n} critical sections in {}, {:.0}/s, wait p50 {} p99 {}, \
          fairness {:.2}, hand-over p50 {}",
-        fmt_d(s.wall),
-        s.rate,
-        fmt_d(s.p50),
-        fmt_d(s.p99),
-        s.fairness,
-        fmt_d(s.handover)
+        fmt_d(wall),
+        n as f64 / wall.as_secs_f64(),
+        fmt_d(percentile(&waits, 0.5)),
+        fmt_d(percentile(&waits, 0.99)),
+        run.fairness(),
+        fmt_d(percentile(&run.client_handovers(), 0.5))
     );
     if let Some(c) = &run.cmds {
         let _ = write!(line, "; {}", describe_cmds(c, n));
     }
     eprintln!("{line}");
-    s
+}
+
+/// The runs of one tool: the median wall (and the rate of that run), waits, commands and
+/// client-side hand-overs pooled over all runs, the worst run's fairness.
+fn summarize(runs: &[LoopRun]) -> Summary {
+    assert!(!runs.is_empty(), "no run to summarize");
+    let walls: Vec<Duration> = runs.iter().map(LoopRun::wall).collect();
+    let wall = percentile(&walls, 0.5);
+    let per_run = runs[0].rounds.len();
+    let all = runs.iter().map(|r| r.rounds.len()).sum::<usize>() as f64;
+    let waits: Vec<Duration> = runs
+        .iter()
+        .flat_map(|r| r.waits().into_iter().map(|w| w.1))
+        .collect();
+    let handovers: Vec<Duration> = runs.iter().flat_map(LoopRun::client_handovers).collect();
+    let cmds = runs
+        .iter()
+        .map(|r| r.cmds.as_ref().map(|c| (c.sent(), c.total)))
+        .collect::<Option<Vec<(u64, u64)>>>()
+        .map(|cs| {
+            let sent: u64 = cs.iter().map(|c| c.0).sum();
+            let total: u64 = cs.iter().map(|c| c.1).sum();
+            (sent as f64 / all, total as f64 / all)
+        });
+    Summary {
+        runs: runs.len(),
+        wall,
+        rate: per_run as f64 / wall.as_secs_f64(),
+        p50: percentile(&waits, 0.5),
+        p99: percentile(&waits, 0.99),
+        cmds,
+        fairness: runs.iter().map(LoopRun::fairness).fold(0.0_f64, f64::max),
+        handover: percentile(&handovers, 0.5),
+        walls,
+    }
 }
 
 fn describe_cmds(c: &Cmds, per: usize) -> String {
@@ -1476,18 +1534,31 @@ fn wait_file_contains(path: &Path, needle: &str, what: &str) {
 // The workloads.
 
 impl Bench {
-    /// Workloads 1 to 3: loops × rounds on one lock.
+    /// Workloads 1 to 3: loops × rounds on one lock. flock and redlock run `reps` times each,
+    /// alternately (flock, redlock, flock, redlock, …), so that both see the same spells of a noisy
+    /// machine; the seed style runs once, after them. Every run is checked (exact counter,
+    /// alternating entries and leaves) and logged on stderr; the summaries are in `TOOLS` order.
     fn contention(
         &mut self,
         tag: &str,
         loops: usize,
         rounds: usize,
         cs: &'static str,
+        reps: usize,
     ) -> Vec<Summary> {
-        let mut out = Vec::new();
-        for tool in TOOLS {
+        let mut order: Vec<(Tool, usize)> = (0..reps)
+            .flat_map(|rep| [(Tool::Flock, rep), (Tool::Redlock, rep)])
+            .collect();
+        order.push((Tool::Seed, 0));
+        let mut runs: [Vec<LoopRun>; 3] = Default::default();
+        for (tool, rep) in order {
+            let name = if reps > 1 && tool != Tool::Seed {
+                format!("{tag}-{}-r{}", tool.name(), rep + 1)
+            } else {
+                format!("{tag}-{}", tool.name())
+            };
             let spec = Spec {
-                tag: format!("{tag}-{}", tool.name()),
+                tag: name,
                 tool,
                 key: tag.to_string(),
                 loops,
@@ -1495,7 +1566,30 @@ impl Bench {
                 cs,
             };
             let run = watched(&spec.tag, || self.run_loops(&spec));
-            out.push(summarize(&spec.tag, &run));
+            log_run(&spec.tag, &run);
+            runs[tool.index()].push(run);
+        }
+        let out: Vec<Summary> = runs.iter().map(|r| summarize(r)).collect();
+        if reps > 1 {
+            let (f, r) = (&out[Tool::Flock.index()], &out[Tool::Redlock.index()]);
+            let list =
+                |ws: &[Duration]| ws.iter().map(|w| fmt_d(*w)).collect::<Vec<_>>().join(", ");
+            let pairs: Vec<String> = f
+                .walls
+                .iter()
+                .zip(&r.walls)
+                .map(|(f, r)| format!("{:.2}", ratio(*r, *f)))
+                .collect();
+            eprintln!(
+                "contention: {tag}: wall per run, in run order: flock [{}], redlock [{}]; \
+                 redlock ÷ flock per pair [{}]; medians flock {}, redlock {}: {:.2}×",
+                list(&f.walls),
+                list(&r.walls),
+                pairs.join(", "),
+                fmt_d(f.wall),
+                fmt_d(r.wall),
+                ratio(r.wall, f.wall)
+            );
         }
         out
     }
@@ -1691,11 +1785,21 @@ impl Bench {
                 }
             }
             let medians = walls.each_ref().map(|w| percentile(w, 0.5));
+            let quartiles = |w: &[Duration]| {
+                format!(
+                    "{} / {} / {}",
+                    fmt_d(percentile(w, 0.25)),
+                    fmt_d(percentile(w, 0.5)),
+                    fmt_d(percentile(w, 0.75))
+                )
+            };
             eprintln!(
-                "contention: w6-true: medians flock {}, seed {}, redlock {}",
-                fmt_d(medians[0]),
-                fmt_d(medians[1]),
-                fmt_d(medians[2])
+                "contention: w6-true: {UNCONTENDED_RUNS} interleaved runs each, p25 / median / \
+                 p75: flock {}, seed {}, redlock {}; redlock ÷ flock medians {:.2}×",
+                quartiles(&walls[0]),
+                quartiles(&walls[1]),
+                quartiles(&walls[2]),
+                ratio(medians[2], medians[0])
             );
             medians
         })
@@ -1897,7 +2001,7 @@ fn main() {
 
     // 1. 8 loops × 25 rounds, empty critical section.
     let w = "1. 8 loops × 25 rounds, empty CS";
-    let s = bench.contention("w1", 8, 25, CS_EMPTY);
+    let s = bench.contention("w1", 8, 25, CS_EMPTY, REPS);
     let (vs_flock, vs_seed) = (ratio(s[2].wall, s[0].wall), ratio(s[2].wall, s[1].wall));
     let target = format!(
         "{}; {}",
@@ -1921,7 +2025,10 @@ fn main() {
     );
     r.row(
         w,
-        "fairness: worst loop's mean wait ÷ mean wait",
+        &format!(
+            "fairness: worst loop's mean wait ÷ mean wait{}",
+            pooled(&s, " (worst run)")
+        ),
         [0, 1, 2].map(|i| format!("{:.2}", s[i].fairness)),
         target,
     );
@@ -1942,7 +2049,7 @@ fn main() {
 
     // 2. 4 loops × 10 rounds, 20 ms critical section.
     let w = "2. 4 loops × 10 rounds, 20 ms CS";
-    let s = bench.contention("w2", 4, 10, CS_20MS);
+    let s = bench.contention("w2", 4, 10, CS_20MS, REPS);
     let vs_flock = ratio(s[2].wall, s[0].wall);
     let target = r.check(
         "2: wall ≤ 1.15× flock",
@@ -1953,7 +2060,7 @@ fn main() {
 
     // 3. Crowd: 100 processes at once, 3 rounds each.
     let w = "3. crowd: 100 processes at once × 3 rounds";
-    let s = bench.contention("w3", 100, 3, CS_EMPTY);
+    let s = bench.contention("w3", 100, 3, CS_EMPTY, 1);
     contention_rows(&mut r, w, &s, String::new(), Some("3"));
 
     // 4. Idle: 50 waiters behind a lock held for 10 s.
@@ -2053,6 +2160,15 @@ fn main() {
     r.print(&header);
 }
 
+/// How a row of a repeated workload was computed, as a suffix of its metric ("" for single runs).
+fn pooled(s: &[Summary], how: &str) -> String {
+    if s.iter().any(|s| s.runs > 1) {
+        how.to_string()
+    } else {
+        String::new()
+    }
+}
+
 /// The rows every contention workload has.
 fn contention_rows(
     r: &mut Report,
@@ -2062,16 +2178,25 @@ fn contention_rows(
     cmds_target: Option<&str>,
 ) {
     let cells = |f: &dyn Fn(&Summary) -> String| [f(&s[0]), f(&s[1]), f(&s[2])];
-    r.row(w, "wall", cells(&|s| fmt_d(s.wall)), wall_target);
+    let runs = s.iter().map(|s| s.runs).max().unwrap_or(1);
     r.row(
         w,
-        "hand-overs per second",
+        &format!(
+            "wall{}",
+            pooled(s, &format!(" (median of {runs} runs; seed style: 1 run)"))
+        ),
+        cells(&|s| fmt_d(s.wall)),
+        wall_target,
+    );
+    r.row(
+        w,
+        &format!("hand-overs per second{}", pooled(s, " (median run)")),
         cells(&|s| format!("{:.0}", s.rate)),
         String::new(),
     );
     r.row(
         w,
-        "wait p50 / p99",
+        &format!("wait p50 / p99{}", pooled(s, " (runs pooled)")),
         cells(&|s| format!("{} / {}", fmt_d(s.p50), fmt_d(s.p99))),
         String::new(),
     );
@@ -2085,13 +2210,19 @@ fn contention_rows(
     };
     r.row(
         w,
-        "Redis commands per CS: sent / incl. scripts",
+        &format!(
+            "Redis commands per CS: sent / incl. scripts{}",
+            pooled(s, " (runs pooled)")
+        ),
         cells(&|s| cmds_cell(s.cmds)),
         target,
     );
     r.row(
         w,
-        "hand-over p50, client side: CS leave → next CS entry",
+        &format!(
+            "hand-over p50, client side: CS leave → next CS entry{}",
+            pooled(s, " (runs pooled)")
+        ),
         cells(&|s| fmt_d(s.handover)),
         String::new(),
     );
