@@ -16,6 +16,7 @@ pub struct Redis {
     con: redis::Connection,
     display: String,
     verbose: bool,
+    io_timeout: Duration,
 }
 
 impl Redis {
@@ -53,6 +54,7 @@ impl Redis {
             con,
             display: ep.display.clone(),
             verbose: config.verbose,
+            io_timeout: config.io_timeout,
         })
     }
 
@@ -83,6 +85,11 @@ impl Redis {
         self.con
             .set_read_timeout(Some(timeout))
             .with_context(|| format!("cannot set timeouts on {}", self.display))
+    }
+
+    /// Sets the read timeout back to `--io-timeout`.
+    pub fn restore_read_timeout(&mut self) -> Result<()> {
+        self.set_read_timeout(self.io_timeout)
     }
 }
 

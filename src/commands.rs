@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::ops::ControlFlow;
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver};
 
 use anyhow::{Context, Result};
 
@@ -17,7 +17,7 @@ use crate::exit;
 use crate::lock::{self, Acquired, Keys, Lock, Verdict, Wait};
 use crate::owner;
 use crate::signals;
-use crate::wait::{Event, Parker};
+use crate::wait::{self, Event, Parker};
 
 /// Prints a message for humans on stderr unless `--quiet`.
 pub fn say(config: &Config, message: impl std::fmt::Display) {
@@ -55,9 +55,9 @@ pub fn take_lock(
     keys: &Keys,
     args: &LockArgs,
     owner: &lock::Owner,
-    events: (&Sender<Event>, &Receiver<Event>),
+    events: &Receiver<Event>,
 ) -> Result<ControlFlow<u8, Lock>> {
-    let mut parker = Parker::new(config, events.1, events.0.clone());
+    let mut parker = Parker::new(config, events);
     match lock::acquire(redis, keys, args.ttl, owner, args.wait(), &mut parker)? {
         Acquired::Held(lock) => Ok(ControlFlow::Continue(lock)),
         Acquired::Interrupted(sig) => {
@@ -91,10 +91,10 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     });
     let (tx, rx) = mpsc::channel();
     if args.lock.wait() != Wait::No {
-        signals::deliver(signals::STOP, tx.clone(), Event::Signal)?;
+        signals::deliver(signals::STOP, tx, wait::signal_event)?;
     }
     let mut redis = Redis::connect(config)?;
-    let lock = match take_lock(config, &mut redis, &keys, &args.lock, &owner, (&tx, &rx))? {
+    let lock = match take_lock(config, &mut redis, &keys, &args.lock, &owner, &rx)? {
         ControlFlow::Continue(lock) => lock,
         ControlFlow::Break(code) => return Ok(code),
     };

@@ -16,10 +16,11 @@
 //!   never runs on unlocked after a `kill -9` of redlock.
 //! - Release happens after the child has been reaped, then redlock exits with the child's status.
 
+use std::ffi::OsStr;
 use std::ffi::OsString;
 use std::ops::ControlFlow;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -35,7 +36,8 @@ use crate::exit;
 use crate::lock::{Keys, Lock, Verdict, human_ms};
 use crate::owner;
 use crate::signals::{self, Signal};
-use crate::wait::Event;
+use crate::spawn::{self, Child, SpawnError};
+use crate::wait::{self, Event};
 
 /// The longest the loop sleeps without looking at the child (a safety net under SIGCHLD).
 const POLL_CAP: Duration = Duration::from_secs(1);
@@ -58,10 +60,10 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     let (tx, rx) = mpsc::channel::<Event>();
     let mut watched = signals::FORWARD.to_vec();
     watched.push(SIGCHLD);
-    signals::deliver(&watched, tx.clone(), Event::Signal)?;
+    signals::deliver(&watched, tx.clone(), wait::signal_event)?;
 
     let mut redis = Redis::connect(config)?;
-    let lock = match take_lock(config, &mut redis, &keys, &args.lock, &owner, (&tx, &rx))? {
+    let lock = match take_lock(config, &mut redis, &keys, &args.lock, &owner, &rx)? {
         ControlFlow::Continue(lock) => lock,
         ControlFlow::Break(code) => return Ok(code),
     };
@@ -74,7 +76,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         );
         return release_after(config, &mut redis, &lock, Ok(exit::signal(sig)));
     }
-    let child = match spawn(&argv, &lock, config) {
+    let child = match spawn(&argv, &lock, config, &watched) {
         Ok(child) => child,
         Err(e) => return release_after(config, &mut redis, &lock, Err(e)),
     };
@@ -165,43 +167,27 @@ fn release_after(
     result
 }
 
-/// Starts the command with the lock's variables, tied to our lifetime.
-fn spawn(argv: &[OsString], lock: &Lock, config: &Config) -> Result<Child> {
-    let program = &argv[0];
-    let mut cmd = Command::new(program);
-    cmd.args(&argv[1..])
-        .env("REDLOCK_KEY", &lock.keys.name)
-        .env("REDLOCK_TOKEN", &lock.token)
-        .env("REDLOCK_FENCE", lock.fence.to_string())
-        .env("REDLOCK_URL", &config.endpoint.public);
-    // SAFETY: getpid is async-signal-safe and is called before fork.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
-    // functions (prctl, getppid).
-    unsafe {
-        cmd.pre_exec(move || {
-            // If redlock dies (even by SIGKILL), the command gets SIGTERM: it must not go on
-            // running without the lock, whose renewal died with us.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // redlock died between fork and prctl: the death signal was missed.
-            if libc::getppid() != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-    let shown = program.to_string_lossy();
-    cmd.spawn().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => {
-            failure(Kind::NotFound, format!("command not found: {shown}"))
+/// Starts the command with the lock's variables, tied to our lifetime (see `spawn.rs`).
+fn spawn(argv: &[OsString], lock: &Lock, config: &Config, handled: &[i32]) -> Result<Child> {
+    let fence = lock.fence.to_string();
+    let env = [
+        ("REDLOCK_KEY", OsStr::new(&lock.keys.name)),
+        ("REDLOCK_TOKEN", OsStr::new(&lock.token)),
+        ("REDLOCK_FENCE", OsStr::new(&fence)),
+        ("REDLOCK_URL", OsStr::new(&config.endpoint.public)),
+    ];
+    let shown = argv[0].to_string_lossy();
+    spawn::spawn(argv, &env, handled).map_err(|e| match e {
+        SpawnError::NotFound => failure(Kind::NotFound, format!("command not found: {shown}")),
+        SpawnError::NotExecutable(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            failure(
+                Kind::NotExecutable,
+                format!("cannot execute {shown}: permission denied"),
+            )
         }
-        std::io::ErrorKind::PermissionDenied => failure(
-            Kind::NotExecutable,
-            format!("cannot execute {shown}: permission denied"),
-        ),
-        _ => failure(Kind::NotExecutable, format!("cannot execute {shown}: {e}")),
+        SpawnError::NotExecutable(e) => {
+            failure(Kind::NotExecutable, format!("cannot execute {shown}: {e}"))
+        }
     })
 }
 
@@ -347,8 +333,6 @@ impl Supervisor<'_> {
             }
             match rx.recv_timeout(wake.saturating_duration_since(now)) {
                 Ok(Event::Signal(s)) if s.signo == SIGCHLD => {}
-                // A BLPOP left over from the wait for the lock.
-                Ok(Event::Unblocked(_)) => {}
                 Ok(Event::Signal(s)) => self.forward(s),
                 Ok(Event::Renewed(sent)) => {
                     // A renewal sent after the deadline comes too late: the lock counted as lost.
@@ -436,17 +420,7 @@ impl Supervisor<'_> {
     }
 
     fn send(&mut self, signo: i32) {
-        if signo == SIGKILL {
-            let _ = self.child.kill();
-            return;
-        }
-        // The child is not reaped until `try_wait` sees it exit, so its pid cannot be reused yet.
-        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe {
-                libc::kill(pid, signo);
-            }
-        }
+        self.child.signal(signo);
     }
 }
 

@@ -15,6 +15,7 @@ pub mod output;
 mod owner;
 mod scripts;
 pub mod signals;
+mod spawn;
 mod wait;
 
 use anyhow::Result;

@@ -291,8 +291,15 @@ pub enum Parked {
 
 /// Blocking on a wake list while staying responsive to signals; see `wait.rs`.
 pub trait Park {
-    /// Blocks until `key` gets a push, `timeout` passes, or a stop signal arrives.
-    fn park(&mut self, key: &str, timeout: Duration) -> Result<Parked>;
+    /// Blocks on the wake list of `token` in the queue of `keys` until it gets a push, `timeout`
+    /// passes, or a stop signal arrives. May replace `redis` with a fresh connection.
+    fn park(
+        &mut self,
+        redis: &mut Redis,
+        keys: &Keys,
+        token: &str,
+        timeout: Duration,
+    ) -> Result<Parked>;
     /// A stop signal that arrived since the last look, without blocking.
     fn interrupted(&mut self) -> Option<i32>;
 }
@@ -409,7 +416,7 @@ pub fn acquire(
                 return Ok(Acquired::Busy(None));
             }
             let timeout = block_time(pttl_ms).min(remaining);
-            if let Parked::Interrupted(sig) = park.park(&keys.wake(&token), timeout)? {
+            if let Parked::Interrupted(sig) = park.park(redis, keys, &token, timeout)? {
                 return Ok(Acquired::Interrupted(sig));
             }
         }

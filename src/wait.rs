@@ -1,31 +1,34 @@
 //! Waiting for a lock without polling and without going deaf to signals.
 //!
-//! A waiter blocks on its wake list with BLPOP (see the protocol notes in `lock.rs`). A BLPOP
-//! cannot be interrupted, so it runs on a blocker thread with its own connection, while the
-//! calling thread waits on the one event channel that also carries signals: a Ctrl-C ends the
-//! wait at once, and the caller leaves the queue on its own connection. The blocked BLPOP is
-//! simply abandoned (it ends by its timeout, or with the process).
+//! A waiter blocks on its wake list with BLPOP on its one connection (see the protocol notes in
+//! `lock.rs`). A blocked read cannot be cut short by a signal (the signals are taken by the
+//! signal thread only, see `signals.rs`), so the signal thread ends a wait itself: while the
+//! main thread is parked, a stop signal makes the signal thread leave the queue on a connection of
+//! its own and exit with 128+N. A mutex around the parked state makes this exclusive with the main
+//! thread going on after its BLPOP: either the signal thread ends a wait in which nothing is held,
+//! or the main thread sees the signal on the event channel before it takes the lock.
 //!
-//! The caller's own timer decides when a wait is over: Redis checks BLPOP timeouts only on its
+//! The caller's own clock decides when a wait is over: Redis checks BLPOP timeouts only on its
 //! housekeeping tick (every 100 ms by default), which would make a waiter late for a dead holder's
-//! expiry. When the timer fires first, the BLPOP stays outstanding and the next wait reuses it.
+//! expiry. So the socket's read timeout is the wait, the BLPOP's own timeout is a little longer,
+//! and a read that times out is followed by a fresh connection (the old one still has the BLPOP).
 
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Mutex;
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::Result;
 
 use crate::client::Redis;
 use crate::config::Config;
-use crate::lock::{Park, Parked};
+use crate::exit;
+use crate::lock::{self, Keys, Park, Parked};
 use crate::signals::{self, Signal};
 
 /// Everything a waiting or supervising redlock reacts to, on one channel.
 #[derive(Debug)]
 pub enum Event {
     Signal(Signal),
-    /// The blocker's BLPOP ended: `Ok(true)` woken by a push, `Ok(false)` timed out.
-    Unblocked(Result<bool>),
     /// `exec`: a renewal sent at this instant succeeded.
     Renewed(Instant),
     /// `exec`: a renewal could not reach Redis; the lock holds until its deadline.
@@ -34,49 +37,63 @@ pub enum Event {
     Lost(String),
 }
 
-/// One BLPOP for the blocker thread.
-struct Request {
-    key: String,
-    timeout: Duration,
+/// What the signal thread needs to end a wait: where to leave which queue.
+struct ParkedOn {
+    config: Config,
+    keys: Keys,
+    token: String,
 }
 
-/// Waits on a wake list for [`crate::lock::acquire`]; stop signals are those in `signals::STOP`.
+/// Set while the main thread is blocked in BLPOP; see the module comment.
+static PARKED: Mutex<Option<ParkedOn>> = Mutex::new(None);
+
+/// The event for a signal, made on the signal thread (pass it to `signals::deliver`). A stop
+/// signal that finds the main thread parked ends the wait right there: see [`end_parked_wait`].
+pub fn signal_event(signal: Signal) -> Event {
+    end_parked_wait(&signal);
+    Event::Signal(signal)
+}
+
+/// If the main thread is parked and `signal` stops a wait, leaves the queue and exits with
+/// 128+N: nothing is held. Otherwise returns, and the signal goes on as an event.
+fn end_parked_wait(signal: &Signal) {
+    if !signals::STOP.contains(&signal.signo) {
+        return;
+    }
+    let parked = PARKED.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(on) = parked.as_ref() else {
+        return;
+    };
+    // Holding the mutex: the main thread cannot leave its BLPOP to take the lock meanwhile.
+    let left =
+        Redis::connect(&on.config).and_then(|mut r| lock::leave(&mut r, &on.keys, &on.token));
+    if !on.config.quiet {
+        eprintln!(
+            "redlock: {} while waiting for '{}'; gave up",
+            signals::name(signal.signo),
+            on.keys.name
+        );
+    }
+    if let Err(e) = left {
+        // The lease runs out by itself; the queue goes on without us.
+        eprintln!(
+            "redlock: cannot leave the queue of '{}': {e:#}",
+            on.keys.name
+        );
+    }
+    std::process::exit(i32::from(exit::signal(signal.signo)));
+}
+
+/// Parks the main thread for [`crate::lock::acquire`]; stop signals are those in `signals::STOP`.
 pub struct Parker<'a> {
     config: &'a Config,
     events: &'a Receiver<Event>,
-    tx: Sender<Event>,
-    blocker: Option<Sender<Request>>,
-    /// A BLPOP was sent and has not reported back yet.
-    outstanding: bool,
 }
 
 impl<'a> Parker<'a> {
-    /// `tx` must feed `events`; the blocker thread reports there.
-    pub fn new(config: &'a Config, events: &'a Receiver<Event>, tx: Sender<Event>) -> Self {
-        Parker {
-            config,
-            events,
-            tx,
-            blocker: None,
-            outstanding: false,
-        }
-    }
-
-    fn request(&mut self, key: &str, timeout: Duration) -> Result<()> {
-        let blocker = match &self.blocker {
-            Some(b) => b,
-            None => self
-                .blocker
-                .insert(spawn_blocker(self.config.clone(), self.tx.clone())?),
-        };
-        blocker
-            .send(Request {
-                key: key.to_string(),
-                timeout,
-            })
-            .map_err(|_| anyhow!("the blocker thread is gone"))?;
-        self.outstanding = true;
-        Ok(())
+    /// `events` must receive the signals, made by [`signal_event`].
+    pub fn new(config: &'a Config, events: &'a Receiver<Event>) -> Self {
+        Parker { config, events }
     }
 }
 
@@ -88,87 +105,57 @@ fn stop_signal(event: &Event) -> Option<i32> {
 }
 
 impl Park for Parker<'_> {
-    fn park(&mut self, key: &str, timeout: Duration) -> Result<Parked> {
-        let until = Instant::now() + timeout;
-        if !self.outstanding {
-            self.request(key, timeout)?;
+    fn park(
+        &mut self,
+        redis: &mut Redis,
+        keys: &Keys,
+        token: &str,
+        timeout: Duration,
+    ) -> Result<Parked> {
+        {
+            let mut parked = PARKED.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(sig) = self.interrupted() {
+                return Ok(Parked::Interrupted(sig));
+            }
+            *parked = Some(ParkedOn {
+                config: self.config.clone(),
+                keys: keys.clone(),
+                token: token.to_string(),
+            });
         }
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            match self.events.recv_timeout(left) {
-                Ok(Event::Unblocked(result)) => {
-                    self.outstanding = false;
-                    if result? {
-                        return Ok(Parked::Woken);
-                    }
-                    // An earlier, shorter BLPOP ended: block again for the time that is left.
-                    let left = until.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Ok(Parked::TimedOut);
-                    }
-                    self.request(key, left)?;
-                }
-                Ok(event) => {
-                    if let Some(sig) = stop_signal(&event) {
-                        return Ok(Parked::Interrupted(sig));
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => return Ok(Parked::TimedOut),
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(anyhow!("the event channel closed while waiting"));
-                }
+        let popped = blpop(redis, &keys.wake(token), timeout);
+        *PARKED.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        match popped {
+            Ok(true) => Ok(Parked::Woken),
+            Ok(false) => Ok(Parked::TimedOut),
+            Err(e) => {
+                // Our timeout (the BLPOP is still pending on this connection), a stop and continue
+                // (Ctrl-Z, fg: the read fails with EINTR), or a dropped connection: go on with a
+                // fresh one if Redis still answers. The caller's next attempt reads the real
+                // state; a reservation made for us meanwhile is in the lock key.
+                *redis = Redis::connect(self.config).map_err(|_| e)?;
+                Ok(Parked::TimedOut)
             }
         }
     }
 
     fn interrupted(&mut self) -> Option<i32> {
-        while let Ok(event) = self.events.try_recv() {
-            if let Event::Unblocked(_) = event {
-                // A wake-up noticed here is not lost: the caller is about to look at the lock.
-                self.outstanding = false;
-            } else if let Some(sig) = stop_signal(&event) {
-                return Some(sig);
-            }
-        }
-        None
+        self.events.try_iter().find_map(|e| stop_signal(&e))
     }
 }
 
-/// The blocker thread: connects on first use, runs one BLPOP per request, reports each result.
-fn spawn_blocker(config: Config, tx: Sender<Event>) -> Result<Sender<Request>> {
-    let (requests, incoming) = mpsc::channel::<Request>();
-    std::thread::Builder::new()
-        .name("blocker".into())
-        .spawn(move || {
-            let mut redis: Option<Redis> = None;
-            for req in incoming {
-                let result = blpop(&config, &mut redis, &req).or_else(|e| {
-                    // A stop and continue (Ctrl-Z, fg) makes the blocked read fail with EINTR, and
-                    // a connection can drop. If Redis still answers, report a spurious wake-up:
-                    // the caller's next attempt reads the real state (a reservation made for us
-                    // meanwhile is in the lock key, not only in the push we may have missed).
-                    redis = Redis::connect(&config).ok();
-                    if redis.is_some() { Ok(false) } else { Err(e) }
-                });
-                if tx.send(Event::Unblocked(result)).is_err() {
-                    return;
-                }
-            }
-        })
-        .context("cannot start the blocker thread")?;
-    Ok(requests)
-}
-
-fn blpop(config: &Config, redis: &mut Option<Redis>, req: &Request) -> Result<bool> {
-    let con = match redis {
-        Some(con) => con,
-        None => redis.insert(Redis::connect(config)?),
-    };
-    // BLPOP takes seconds with millisecond resolution; 0 would mean "forever".
-    let secs = (req.timeout.as_secs_f64() * 1000.0).ceil().max(1.0) / 1000.0;
-    con.set_read_timeout(req.timeout + config.io_timeout)?;
-    let popped: Option<(String, String)> = con.call("wait", |c| {
-        redis::cmd("BLPOP").arg(&req.key).arg(secs).query(c)
+/// One BLPOP on `key` that ends after `timeout` by our clock: the read timeout is the wait, and
+/// the server-side timeout is later so that the server never ends it first.
+fn blpop(redis: &mut Redis, key: &str, timeout: Duration) -> Result<bool> {
+    let wait = timeout.max(Duration::from_millis(1));
+    let server_secs = (wait + SERVER_SLACK).as_secs_f64();
+    redis.set_read_timeout(wait)?;
+    let popped: Option<(String, String)> = redis.call("wait", |c| {
+        redis::cmd("BLPOP").arg(key).arg(server_secs).query(c)
     })?;
+    redis.restore_read_timeout()?;
     Ok(popped.is_some())
 }
+
+/// How much later than our own timer the server's BLPOP timeout is set.
+const SERVER_SLACK: Duration = Duration::from_secs(1);
