@@ -16,8 +16,7 @@
 //!   never runs on unlocked after a `kill -9` of redlock.
 //! - Release happens after the child has been reaped, then redlock exits with the child's status.
 
-use std::ffi::OsStr;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::ops::ControlFlow;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -128,10 +127,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
 
 /// A stop signal already delivered, if any (other events are dropped: nothing runs yet).
 fn pending_stop(rx: &Receiver<Event>) -> Option<i32> {
-    rx.try_iter().find_map(|e| match e {
-        Event::Signal(s) if signals::STOP.contains(&s.signo) => Some(s.signo),
-        _ => None,
-    })
+    rx.try_iter().find_map(|e| wait::stop_signal(&e))
 }
 
 /// Releases the lock, then passes `result` on. A failed release is reported, not fatal: the lock

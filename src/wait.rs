@@ -97,7 +97,8 @@ impl<'a> Parker<'a> {
     }
 }
 
-fn stop_signal(event: &Event) -> Option<i32> {
+/// The signal number if `event` is a signal that stops a wait.
+pub fn stop_signal(event: &Event) -> Option<i32> {
     match event {
         Event::Signal(s) if signals::STOP.contains(&s.signo) => Some(s.signo),
         _ => None,
