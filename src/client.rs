@@ -14,9 +14,7 @@ use crate::error::{Kind, failure, redis_kind};
 /// One connection to the configured Redis server.
 pub struct Redis {
     con: redis::Connection,
-    display: String,
-    verbose: bool,
-    io_timeout: Duration,
+    config: Config,
 }
 
 impl Redis {
@@ -52,10 +50,15 @@ impl Redis {
         }
         Ok(Redis {
             con,
-            display: ep.display.clone(),
-            verbose: config.verbose,
-            io_timeout: config.io_timeout,
+            config: config.clone(),
         })
+    }
+
+    /// Replaces the connection with a fresh one (after a timeout, the old one may still have a
+    /// reply on its way).
+    pub fn reconnect(&mut self) -> Result<()> {
+        *self = Redis::connect(&self.config)?;
+        Ok(())
     }
 
     /// Runs one round trip, logging it with `-v`, and names the server in any error.
@@ -66,30 +69,30 @@ impl Redis {
     ) -> Result<T> {
         let started = Instant::now();
         let result = f(&mut self.con);
-        if self.verbose {
+        if self.config.verbose {
             let outcome = match &result {
                 Ok(_) => "ok".to_string(),
                 Err(e) => format!("error: {e}"),
             };
             eprintln!(
                 "redlock: {what} on {}: {outcome} ({:.1?})",
-                self.display,
+                self.config.endpoint.display,
                 started.elapsed()
             );
         }
-        result.map_err(|e| command_error(&self.display, what, e))
+        result.map_err(|e| command_error(&self.config.endpoint.display, what, e))
     }
 
     /// Changes the read timeout, for blocking commands that wait longer than `--io-timeout`.
     pub fn set_read_timeout(&mut self, timeout: Duration) -> Result<()> {
         self.con
             .set_read_timeout(Some(timeout))
-            .with_context(|| format!("cannot set timeouts on {}", self.display))
+            .with_context(|| format!("cannot set timeouts on {}", self.config.endpoint.display))
     }
 
     /// Sets the read timeout back to `--io-timeout`.
     pub fn restore_read_timeout(&mut self) -> Result<()> {
-        self.set_read_timeout(self.io_timeout)
+        self.set_read_timeout(self.config.io_timeout)
     }
 }
 

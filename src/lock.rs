@@ -67,6 +67,13 @@ impl Keys {
                 "the lock name {name:?} contains the control character {c:?}"
             )));
         }
+        // `{}...` would be an empty hash tag, and the lock's keys would land in different
+        // Redis Cluster slots.
+        if name.starts_with('}') {
+            return Err(usage(format!(
+                "the lock name {name:?} starts with '}}'; any other first character is fine"
+            )));
+        }
         let lock = format!("{prefix}{{{name}}}");
         Ok(Keys {
             name: name.to_string(),
@@ -421,11 +428,15 @@ pub fn acquire(
             }
         }
     })();
-    let still_queued = queued && !matches!(outcome, Ok(Acquired::Held(_)));
-    if still_queued {
-        let left = leave(redis, keys, &token);
-        if let (Ok(_), Err(e)) = (&outcome, left) {
-            return Err(e.context(format!("cannot leave the queue of '{}'", keys.name)));
+    match &outcome {
+        Ok(Acquired::Held(_)) => {}
+        Ok(_) if queued => leave(redis, keys, &token)
+            .with_context(|| format!("cannot leave the queue of '{}'", keys.name))?,
+        Ok(_) => {}
+        // An attempt may have run without our reading its reply, and the connection may still
+        // have a reply pending: clean up on a fresh one, best effort, and report the first error.
+        Err(_) => {
+            let _ = redis.reconnect().and_then(|()| leave(redis, keys, &token));
         }
     }
     match outcome {
@@ -646,6 +657,7 @@ mod tests {
         assert!(Keys::new("p:", "a\nb").is_err());
         assert!(Keys::new("p:", &"x".repeat(MAX_NAME_LEN + 1)).is_err());
         assert!(Keys::new("p:", &"x".repeat(MAX_NAME_LEN)).is_ok());
+        assert!(Keys::new("p:", "}x").is_err());
     }
 
     #[test]

@@ -721,3 +721,35 @@ fn status_counts_the_waiters() {
         .unwrap_or_else(|| panic!("no WAITING column:\n{out}"));
     assert_eq!(row[at..].split("  ").next(), Some("3"), "{out}");
 }
+
+/// Fails if an attempt whose reply never arrived leaves the lock held for its whole TTL: the
+/// script ran on the server and took the lock with a token that nobody knows.
+#[test]
+fn an_acquire_whose_reply_is_lost_gives_the_lock_back() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // Load the scripts, so that the attempt and the clean-up are one EVALSHA each and run even
+    // though their replies are held back.
+    redis.redlock().args(["acquire", "other"]).run().ok();
+    script(&mut redis.cli(), LEAVE_LUA, "other", "t", &[CLAIM_ARG]);
+    let link = SlowLink::to(&redis);
+    link.hold();
+    let out = link
+        .redlock(&redis)
+        .args(["--io-timeout", "300ms", "acquire", "k", "--ttl", "1h"])
+        .run()
+        .expect(69);
+    assert_one_error_line(&out);
+    assert_eq!(
+        redis.meta("k")["fence"],
+        "1",
+        "the attempt did not run: {out}"
+    );
+    assert!(
+        wait_for(|| redis.get(&lock_key("k")).is_none(), EVENT),
+        "a lock nobody can release was left for {} ms",
+        redis.pttl(&lock_key("k"))
+    );
+    link.pass();
+}

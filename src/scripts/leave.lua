@@ -1,13 +1,17 @@
--- Leave the queue (the wait ran out, a signal arrived, or an error): nothing of ours stays behind.
+-- Give up on taking the lock (the wait ran out, a signal arrived, or an error): nothing of ours
+-- stays behind.
 --
 -- ARGV token, claim_ms
 --
 -- If the lock was just reserved for us, we will not claim it: pass it on to the next waiter at
--- once instead of making the queue wait for the reservation to expire.
+-- once instead of making the queue wait for the reservation to expire. If it is held with our
+-- token, an attempt whose reply we never read (a timeout, a dropped connection) took it: nobody
+-- knows that token, so give the lock back rather than leave it held for its whole TTL.
 redis.call('ZREM', QUEUE, ARGV[1])
 redis.call('HDEL', LEASES, ARGV[1])
 redis.call('DEL', wake_key(ARGV[1]))
-if redis.call('GET', LOCK) == '~' .. ARGV[1] then
+local current = redis.call('GET', LOCK)
+if current == '~' .. ARGV[1] or current == ARGV[1] then
   pass_on(ARGV[2])
 end
 return 1
