@@ -14,6 +14,7 @@
 //! and a read that times out is followed by a fresh connection (the old one still has the BLPOP).
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
@@ -47,6 +48,11 @@ struct ParkedOn {
 /// Set while the main thread is blocked in BLPOP; see the module comment.
 static PARKED: Mutex<Option<ParkedOn>> = Mutex::new(None);
 
+/// A stop signal that arrived while the main thread was not parked (0: none). Set under the
+/// `PARKED` mutex, so that `park` cannot miss it between looking at the event channel (which the
+/// signal thread feeds only after `end_parked_wait` returns) and blocking.
+static STOP_PENDING: AtomicI32 = AtomicI32::new(0);
+
 /// The event for a signal, made on the signal thread (pass it to `signals::deliver`). A stop
 /// signal that finds the main thread parked ends the wait right there: see [`end_parked_wait`].
 pub fn signal_event(signal: Signal) -> Event {
@@ -62,6 +68,7 @@ fn end_parked_wait(signal: &Signal) {
     }
     let parked = PARKED.lock().unwrap_or_else(|e| e.into_inner());
     let Some(on) = parked.as_ref() else {
+        STOP_PENDING.store(signal.signo, Ordering::SeqCst);
         return;
     };
     // Holding the mutex: the main thread cannot leave its BLPOP to take the lock meanwhile.
@@ -118,6 +125,10 @@ impl Park for Parker<'_> {
             if let Some(sig) = self.interrupted() {
                 return Ok(Parked::Interrupted(sig));
             }
+            match STOP_PENDING.load(Ordering::SeqCst) {
+                0 => {}
+                sig => return Ok(Parked::Interrupted(sig)),
+            }
             *parked = Some(ParkedOn {
                 config: self.config.clone(),
                 keys: keys.clone(),
@@ -129,12 +140,12 @@ impl Park for Parker<'_> {
         match popped {
             Ok(true) => Ok(Parked::Woken),
             Ok(false) => Ok(Parked::TimedOut),
-            Err(e) => {
+            Err(_) => {
                 // Our timeout (the BLPOP is still pending on this connection), a stop and continue
                 // (Ctrl-Z, fg: the read fails with EINTR), or a dropped connection: go on with a
                 // fresh one if Redis still answers. The caller's next attempt reads the real
                 // state; a reservation made for us meanwhile is in the lock key.
-                *redis = Redis::connect(self.config).map_err(|_| e)?;
+                redis.reconnect()?;
                 Ok(Parked::TimedOut)
             }
         }
