@@ -147,7 +147,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed')
             [CompletionResult]::new('--note', '--note', [CompletionResultType]::ParameterName, 'Describe the holder in ''redlock status'' (default: the command line)')
             [CompletionResult]::new('--on-lost', '--on-lost', [CompletionResultType]::ParameterName, 'What to do with the command if the lock is lost while it runs')
-            [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'After SIGTERM (lock lost, or forwarded), send SIGKILL if the command still runs after DUR')
+            [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR')
             [CompletionResult]::new('-c', '-c', [CompletionResultType]::ParameterName, 'Run this shell command with /bin/sh -c instead of CMD')
             [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run this shell command with /bin/sh -c instead of CMD')
             [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://')

@@ -139,7 +139,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --conflict-exit-code 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed'
             cand --note 'Describe the holder in ''redlock status'' (default: the command line)'
             cand --on-lost 'What to do with the command if the lock is lost while it runs'
-            cand --kill-after 'After SIGTERM (lock lost, or forwarded), send SIGKILL if the command still runs after DUR'
+            cand --kill-after 'After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR'
             cand -c 'Run this shell command with /bin/sh -c instead of CMD'
             cand --command 'Run this shell command with /bin/sh -c instead of CMD'
             cand -u 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://'

@@ -109,7 +109,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand exec" -l note -d 'Descri
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l on-lost -d 'What to do with the command if the lock is lost while it runs' -r -f -a "term\t'SIGTERM, then SIGKILL after --kill-after'
 kill\t'SIGKILL at once'
 ignore\t'Warn and let the command finish'"
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l kill-after -d 'After SIGTERM (lock lost, or forwarded), send SIGKILL if the command still runs after DUR' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l kill-after -d 'After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s c -l command -d 'Run this shell command with /bin/sh -c instead of CMD' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l password-file -d 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD' -r -F

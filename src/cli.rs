@@ -236,7 +236,7 @@ pub struct ExecArgs {
     #[arg(long, value_enum, value_name = "ACTION", default_value_t = OnLost::Term)]
     pub on_lost: OnLost,
 
-    /// After SIGTERM (lock lost, or forwarded), send SIGKILL if the command still runs after DUR
+    /// After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
     pub kill_after: Duration,
 

@@ -59,7 +59,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     let (tx, rx) = mpsc::channel::<Event>();
     let mut watched = signals::FORWARD.to_vec();
     watched.push(SIGCHLD);
-    signals::deliver(&watched, tx.clone(), wait::signal_event)?;
+    let handled = signals::deliver(&watched, tx.clone(), wait::signal_event)?;
 
     let mut redis = Redis::connect(config)?;
     let lock = match take_lock(config, &mut redis, &keys, &args.lock, &owner, &rx)? {
@@ -75,7 +75,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         );
         return release_after(config, &mut redis, &lock, Ok(exit::signal(sig)));
     }
-    let child = match spawn(&argv, &lock, config, &watched) {
+    let child = match spawn(&argv, &lock, config, &handled) {
         Ok(child) => child,
         Err(e) => return release_after(config, &mut redis, &lock, Err(e)),
     };
@@ -101,6 +101,8 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         deadline: lock.sent + lock.ttl,
         kill_at: None,
         terminations: 0,
+        // SAFETY: getsid(0) and getpid have no preconditions.
+        session_leader: unsafe { libc::getsid(0) == libc::getpid() },
         lost: None,
         last_renew_error: None,
     };
@@ -285,6 +287,8 @@ struct Supervisor<'a> {
     kill_at: Option<Instant>,
     /// SIGINT/SIGTERM received so far: the second escalates to SIGKILL.
     terminations: u32,
+    /// We lead our session, so a terminal hangup reached us alone.
+    session_leader: bool,
     lost: Option<String>,
     last_renew_error: Option<String>,
 }
@@ -366,12 +370,19 @@ impl Supervisor<'_> {
     }
 
     fn forward(&mut self, s: Signal) {
-        let terminal_signal = matches!(s.signo, SIGINT | SIGQUIT | SIGHUP);
-        let terminating = matches!(s.signo, SIGINT | SIGTERM | SIGHUP | SIGQUIT);
-        if matches!(s.signo, SIGINT | SIGTERM) {
+        // Ctrl-C and Ctrl-\ from a terminal go to its whole foreground process group. A hangup
+        // goes to the session leader only, so it reached the child too unless we lead the session
+        // (ssh -t, script -c): then only we got it.
+        let group_wide = match s.signo {
+            SIGINT | SIGQUIT => true,
+            SIGHUP => !self.session_leader,
+            _ => false,
+        };
+        let terminating = matches!(s.signo, SIGINT | SIGTERM);
+        if terminating {
             self.terminations += 1;
         }
-        if self.terminations >= 2 && matches!(s.signo, SIGINT | SIGTERM) {
+        if self.terminations >= 2 && terminating {
             say(
                 self.config,
                 format!("second {}: killing the command", signals::name(s.signo)),
@@ -379,13 +390,14 @@ impl Supervisor<'_> {
             self.send(SIGKILL);
             return;
         }
-        // A terminal's Ctrl-C or Ctrl-\ went to the whole foreground process group, the child
-        // included: sending it again would deliver it twice.
-        if !(s.from_terminal && terminal_signal) {
+        // Sending what the child got already would deliver it twice.
+        if !(s.from_terminal && group_wide) {
             self.send(s.signo);
         }
+        // A request to stop (SIGINT, SIGTERM) is escalated after --kill-after; a hangup or SIGQUIT
+        // is passed on and left to the command.
         if terminating && self.kill_at.is_none() {
-            self.kill_at = Some(Instant::now() + self.args.kill_after);
+            self.kill_at = Instant::now().checked_add(self.args.kill_after);
         }
     }
 
@@ -408,7 +420,7 @@ impl Supervisor<'_> {
         match self.args.on_lost {
             OnLost::Term => {
                 self.send(SIGTERM);
-                self.kill_at = Some(Instant::now() + self.args.kill_after);
+                self.kill_at = Instant::now().checked_add(self.args.kill_after);
             }
             OnLost::Kill => self.send(SIGKILL),
             OnLost::Ignore => {}

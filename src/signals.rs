@@ -28,14 +28,22 @@ pub struct Signal {
     pub from_terminal: bool,
 }
 
-/// Starts delivering `signals` to `tx`, each wrapped by `wrap`. Runs for the life of the process.
+/// Starts delivering `signals` to `tx`, each wrapped by `wrap` (on the signal thread). Runs for
+/// the life of the process. Signals that were ignored when we started (nohup, a background job
+/// of a non-interactive shell) are left ignored, except SIGCHLD, which `exec` needs; returns the
+/// signals actually handled.
 pub fn deliver<T: Send + 'static>(
     signals: &[i32],
     tx: Sender<T>,
     wrap: impl Fn(Signal) -> T + Send + 'static,
-) -> Result<()> {
+) -> Result<Vec<i32>> {
+    let signals: Vec<i32> = signals
+        .iter()
+        .copied()
+        .filter(|&signo| signo == SIGCHLD || !ignored(signo))
+        .collect();
     let mut info =
-        SignalsInfo::<WithOrigin>::new(signals).context("cannot install signal handlers")?;
+        SignalsInfo::<WithOrigin>::new(&signals).context("cannot install signal handlers")?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
@@ -53,7 +61,17 @@ pub fn deliver<T: Send + 'static>(
             }
         })
         .context("cannot start the signal thread")?;
-    block_in_this_thread(signals)
+    block_in_this_thread(&signals)?;
+    Ok(signals)
+}
+
+/// Whether `signo` is ignored (SIG_IGN) in this process.
+fn ignored(signo: i32) -> bool {
+    // SAFETY: with a null new action, sigaction only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signo, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
 }
 
 /// Blocks `signals` in the calling thread and in the threads it starts from now on, so that the

@@ -253,9 +253,13 @@ fn resolve(name: &OsStr) -> Result<PathBuf, SpawnError> {
     }
 }
 
-/// `Ok(true)`: an executable file; `Ok(false)`: exists but is not; `Err`: not there.
+/// `Ok(true)`: an executable file; `Ok(false)`: a file that is not; `Err`: not there (a directory
+/// does not count, as in a shell's PATH search).
 fn executable(path: &Path) -> io::Result<bool> {
     let meta = std::fs::metadata(path)?;
+    if meta.is_dir() {
+        return Err(io::ErrorKind::NotFound.into());
+    }
     let c = CString::new(path.as_os_str().as_bytes()).map_err(io::Error::from)?;
     // SAFETY: access only reads the NUL-terminated path.
     let ok = unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0;
