@@ -279,3 +279,70 @@ fn when_redlock_is_sigkilled_the_child_dies_and_the_lock_frees_within_one_ttl() 
     );
     assert_eq!(redis.keys(), [meta_key("k")]);
 }
+
+/// Fails if redlock un-ignores a signal its caller ignored (nohup, `trap '' HUP`): flock and the
+/// shell leave it ignored, for the wrapper and for the command.
+#[test]
+fn signals_ignored_by_the_caller_stay_ignored() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let child = r#"grep SigIgn /proc/self/status > "$D/sigign"; touch "$D/ready"
+        while [ ! -e "$D/done" ]; do sleep 0.02; done"#;
+    let script = format!(
+        "trap '' HUP; exec redlock exec k -- sh -c '{}'",
+        child.replace('\'', "'\\''")
+    );
+    let mut proc = redis.sh(&script).env("D", redis.dir()).spawn_proc();
+    wait_ready(&redis, &mut proc);
+    proc.signal(libc::SIGHUP);
+    done(&redis);
+    proc.finish(EVENT).expect(0);
+    let sigign = std::fs::read_to_string(file(&redis, "sigign")).unwrap();
+    let mask = u64::from_str_radix(sigign.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    assert_ne!(
+        mask & (1 << (libc::SIGHUP - 1)),
+        0,
+        "the command lost SIG_IGN: {sigign}"
+    );
+}
+
+/// Fails if a hangup or SIGQUIT arms the SIGKILL escalation: only a request to stop (SIGINT,
+/// SIGTERM) does, so a command that takes SIGHUP as "reload" keeps running.
+#[test]
+fn a_hangup_is_passed_on_without_a_sigkill_later() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let child = r#"trap 'echo got HUP > "$D/hup"' HUP; touch "$D/ready"
+        while [ ! -e "$D/done" ]; do sleep 0.02; done; exit 4"#;
+    let mut proc = exec(&redis)
+        .args(["k", "--kill-after", "200ms", "-c", child])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    proc.signal(libc::SIGHUP);
+    let hup = file(&redis, "hup");
+    assert!(wait_for(|| hup.exists(), EVENT), "SIGHUP was not forwarded");
+    // Well past --kill-after: the command must still be running.
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(proc.running(), "the command was killed after a hangup");
+    done(&redis);
+    proc.finish(EVENT).expect(4);
+}
+
+/// Fails (with a panic, exit 101/134) if a huge --kill-after overflows the clock.
+#[test]
+fn a_huge_kill_after_means_no_escalation() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let child = r#"trap 'exit 3' TERM; touch "$D/ready"; while :; do sleep 0.02; done"#;
+    let mut proc = exec(&redis)
+        .args(["k", "--kill-after", "9999999999999999999", "-c", child])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    proc.signal(libc::SIGTERM);
+    let out = proc.finish(EVENT).expect(3);
+    assert!(!out.stderr.contains("panicked"), "{out}");
+    assert_eq!(redis.keys(), [meta_key("k")], "not released:\n{out}");
+}
