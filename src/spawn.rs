@@ -90,6 +90,8 @@ impl Child {
 struct Plan {
     path: CString,
     argv: Vec<*const libc::c_char>,
+    /// `/bin/sh PATH ARGS...`, for a file without a `#!` line (ENOEXEC), as execvp and shells do.
+    sh_argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
     parent: libc::pid_t,
     /// Signals whose handlers the child resets to the default before exec.
@@ -130,11 +132,16 @@ pub fn spawn(
         p.push(std::ptr::null());
         p
     };
+    let sh_args: Vec<CString> = [c(OsStr::new(SHELL))?, c(path.as_os_str())?]
+        .into_iter()
+        .chain(args[1..].iter().cloned())
+        .collect();
     let mut reset = handled.to_vec();
     reset.push(libc::SIGPIPE);
     let plan = Plan {
         path: path_c,
         argv: nul_terminated(&args),
+        sh_argv: nul_terminated(&sh_args),
         envp: nul_terminated(&envs),
         // SAFETY: getpid cannot fail.
         parent: unsafe { libc::getpid() },
@@ -176,12 +183,22 @@ pub fn spawn(
             let _ = child.wait();
             let e = io::Error::from_raw_os_error(errno);
             Err(match e.kind() {
+                // The file is there (we found it): what is missing is its interpreter.
+                io::ErrorKind::NotFound if path.exists() => {
+                    SpawnError::NotExecutable(io::Error::new(
+                        e.kind(),
+                        "bad interpreter (its #! line names a missing file)",
+                    ))
+                }
                 io::ErrorKind::NotFound => SpawnError::NotFound,
                 _ => SpawnError::NotExecutable(e),
             })
         }
     }
 }
+
+/// The shell that runs a file without a `#!` line.
+const SHELL: &str = "/bin/sh";
 
 /// The child's stack: it only makes a few system calls before exec.
 const CHILD_STACK: usize = 64 * 1024;
@@ -210,7 +227,12 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             libc::_exit(127);
         }
         libc::execve(plan.path.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr());
-        plan.error.store(errno().max(1), Ordering::SeqCst);
+        let mut error = errno();
+        if error == libc::ENOEXEC {
+            libc::execve(plan.sh_argv[0], plan.sh_argv.as_ptr(), plan.envp.as_ptr());
+            error = errno();
+        }
+        plan.error.store(error.max(1), Ordering::SeqCst);
         libc::_exit(127)
     }
 }
@@ -282,6 +304,25 @@ mod tests {
         let env = [("REDLOCK_TEST_VAR", OsStr::new("yes"))];
         let mut child = spawn(&["sh".into(), "-c".into(), script.into()], &env, &[]).unwrap();
         assert_eq!(child.wait().unwrap().code(), Some(0));
+    }
+
+    #[test]
+    fn a_script_without_a_shebang_runs_with_sh_and_a_missing_interpreter_is_126() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("plain");
+        std::fs::write(&script, "exit 6\n").unwrap();
+        let bad = dir.path().join("bad");
+        std::fs::write(&bad, "#!/nonexistent/interpreter\n").unwrap();
+        for f in [&script, &bad] {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let mut child = spawn(&[script.into()], &[], &[]).unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(6));
+        assert!(matches!(
+            spawn(&[bad.into()], &[], &[]),
+            Err(SpawnError::NotExecutable(_))
+        ));
     }
 
     #[test]
