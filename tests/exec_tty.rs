@@ -44,7 +44,8 @@ fn pty() -> Pty {
     }
 }
 
-/// Starts `exec -- sh -c script` with the pty as its controlling terminal and stdio.
+/// Starts `exec -- sh -c script` with the pty as its controlling terminal and stdio, and waits
+/// until the script has created `$D/ready`.
 fn spawn_in_terminal(redis: &RedisServer, pty: &Pty, script: &str) -> Child {
     let slave = pty.slave.as_raw_fd();
     let mut cmd = exec(redis);
@@ -63,7 +64,13 @@ fn spawn_in_terminal(redis: &RedisServer, pty: &Pty, script: &str) -> Child {
             Ok(())
         });
     }
-    cmd.spawn().expect("spawn redlock in a terminal")
+    let child = cmd.spawn().expect("spawn redlock in a terminal");
+    let ready = file(redis, "ready");
+    assert!(
+        wait_for(|| ready.exists(), EVENT),
+        "the command never started"
+    );
+    child
 }
 
 fn finish(mut child: Child) -> i32 {
@@ -95,11 +102,6 @@ fn ctrl_c_in_a_terminal_reaches_the_command_exactly_once() {
         exit 7
     "#;
     let child = spawn_in_terminal(&redis, &pty, script);
-    let ready = file(&redis, "ready");
-    assert!(
-        wait_for(|| ready.exists(), EVENT),
-        "the command never started"
-    );
     pty.master.write_all(b"\x03").unwrap();
     assert_eq!(
         finish(child),
@@ -123,11 +125,6 @@ fn the_command_can_read_the_terminal() {
         echo "read: $line" > "$D/line"
     "#;
     let child = spawn_in_terminal(&redis, &pty, script);
-    let ready = file(&redis, "ready");
-    assert!(
-        wait_for(|| ready.exists(), EVENT),
-        "the command never started"
-    );
     pty.master.write_all(b"hello\n").unwrap();
     assert_eq!(finish(child), 0);
     let line = std::fs::read_to_string(file(&redis, "line")).unwrap();
