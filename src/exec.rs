@@ -142,8 +142,9 @@ fn release_after(
 ) -> Result<u8> {
     let released = lock.release(redis).or_else(|first| {
         // The main connection may have gone stale during a long run: try once on a fresh one.
-        Redis::connect(config)
-            .and_then(|mut fresh| lock.release(&mut fresh))
+        redis
+            .reconnect()
+            .and_then(|()| lock.release(redis))
             .map_err(|_| first)
     });
     match released {
