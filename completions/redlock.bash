@@ -59,7 +59,7 @@ _redlock() {
 
     case "${cmd}" in
         redlock)
-            opts="-u -q -v -h -V --url --password-file --tls-ca --tls-cert --tls-key --prefix --connect-timeout --io-timeout --quiet --verbose --help --version acquire release extend status exec help"
+            opts="-u -q -v -h -V --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --connect-timeout --io-timeout --quiet --verbose --help --version acquire release extend status exec help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -89,6 +89,10 @@ _redlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --sentinel)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --prefix)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -109,7 +113,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__acquire)
-            opts="-w -n -E -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --format --url --password-file --tls-ca --tls-cert --tls-key --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-w -n -E -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --format --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -136,6 +140,10 @@ _redlock() {
                     return 0
                     ;;
                 --note)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --wait-replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -167,6 +175,10 @@ _redlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --sentinel)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --prefix)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -187,7 +199,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__exec)
-            opts="-w -n -E -c -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --on-lost --kill-after --command --url --password-file --tls-ca --tls-cert --tls-key --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-w -n -E -c -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --on-lost --kill-after --command --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -214,6 +226,10 @@ _redlock() {
                     return 0
                     ;;
                 --note)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --wait-replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -257,6 +273,10 @@ _redlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --sentinel)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --prefix)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -277,7 +297,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__extend)
-            opts="-u -q -v -h -V --ttl --url --password-file --tls-ca --tls-cert --tls-key --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-u -q -v -h -V --ttl --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -308,6 +328,10 @@ _redlock() {
                     return 0
                     ;;
                 --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sentinel)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -429,7 +453,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__release)
-            opts="-u -q -v -h -V --force --url --password-file --tls-ca --tls-cert --tls-key --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-u -q -v -h -V --force --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -456,6 +480,10 @@ _redlock() {
                     return 0
                     ;;
                 --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sentinel)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -479,7 +507,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__status)
-            opts="-u -q -v -h -V --json --show-token --url --password-file --tls-ca --tls-cert --tls-key --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-u -q -v -h -V --json --show-token --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -506,6 +534,10 @@ _redlock() {
                     return 0
                     ;;
                 --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sentinel)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

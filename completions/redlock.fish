@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_redlock_global_optspecs
-    string join \n u/url= password-file= tls-ca= tls-cert= tls-key= prefix= connect-timeout= io-timeout= q/quiet v/verbose h/help V/version
+    string join \n u/url= password-file= tls-ca= tls-cert= tls-key= cluster sentinel= prefix= connect-timeout= io-timeout= q/quiet v/verbose h/help V/version
 end
 
 function __fish_redlock_needs_command
@@ -24,14 +24,16 @@ function __fish_redlock_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c redlock -n "__fish_redlock_needs_command" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://' -r
+complete -c redlock -n "__fish_redlock_needs_command" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l password-file -d 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_needs_command" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
 complete -c redlock -n "__fish_redlock_needs_command" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
 complete -c redlock -n "__fish_redlock_needs_command" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
+complete -c redlock -n "__fish_redlock_needs_command" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l prefix -d 'Namespace for every Redis key redlock uses' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang)' -r
+complete -c redlock -n "__fish_redlock_needs_command" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
 complete -c redlock -n "__fish_redlock_needs_command" -s q -l quiet -d 'Print nothing on stderr except errors'
 complete -c redlock -n "__fish_redlock_needs_command" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -46,58 +48,67 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l ttl -d 'Lock
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l note -d 'Describe the holder in \'redlock status\' (default: the command line)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l wait-replicas -d 'After acquiring, wait (up to --io-timeout) until N replicas have the lock; fewer is a failure' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l format -d 'What to print on stdout' -r -f -a "token\t'The token alone, for T=$(redlock acquire KEY)'
 env\t'REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines, for eval'
 json\t'One JSON object'"
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l prefix -d 'Namespace for every Redis key redlock uses' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s n -l no-wait -d 'Do not wait: fail at once if the lock is busy'
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s q -l quiet -d 'Print nothing on stderr except errors'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s V -l version -d 'Print version'
-complete -c redlock -n "__fish_redlock_using_subcommand release" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://' -r
+complete -c redlock -n "__fish_redlock_using_subcommand release" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l password-file -d 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand release" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l prefix -d 'Namespace for every Redis key redlock uses' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l force -d 'Delete the lock whoever holds it, and print the previous holder'
+complete -c redlock -n "__fish_redlock_using_subcommand release" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
 complete -c redlock -n "__fish_redlock_using_subcommand release" -s q -l quiet -d 'Print nothing on stderr except errors'
 complete -c redlock -n "__fish_redlock_using_subcommand release" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand release" -s V -l version -d 'Print version'
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l ttl -d 'New lifetime, counted from now' -r
-complete -c redlock -n "__fish_redlock_using_subcommand extend" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://' -r
+complete -c redlock -n "__fish_redlock_using_subcommand extend" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l password-file -d 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand extend" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l prefix -d 'Namespace for every Redis key redlock uses' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand extend" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -s q -l quiet -d 'Print nothing on stderr except errors'
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -s V -l version -d 'Print version'
-complete -c redlock -n "__fish_redlock_using_subcommand status" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://' -r
+complete -c redlock -n "__fish_redlock_using_subcommand status" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l password-file -d 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand status" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l prefix -d 'Namespace for every Redis key redlock uses' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l json -d 'Print JSON instead of a table'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l show-token -d 'Show whole tokens instead of fingerprints'
+complete -c redlock -n "__fish_redlock_using_subcommand status" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s q -l quiet -d 'Print nothing on stderr except errors'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -106,20 +117,23 @@ complete -c redlock -n "__fish_redlock_using_subcommand exec" -l ttl -d 'Lock li
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l note -d 'Describe the holder in \'redlock status\' (default: the command line)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l wait-replicas -d 'After acquiring, wait (up to --io-timeout) until N replicas have the lock; fewer is a failure' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l on-lost -d 'What to do with the command if the lock is lost while it runs' -r -f -a "term\t'SIGTERM, then SIGKILL after --kill-after'
 kill\t'SIGKILL at once'
 ignore\t'Warn and let the command finish'"
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l kill-after -d 'After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s c -l command -d 'Run this shell command with /bin/sh -c instead of CMD' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l password-file -d 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l prefix -d 'Namespace for every Redis key redlock uses' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s n -l no-wait -d 'Do not wait: fail at once if the lock is busy'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s q -l quiet -d 'Print nothing on stderr except errors'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -53,12 +53,14 @@ pub struct Cli {
 /// Options that every subcommand accepts (before or after the subcommand name).
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://
+    /// Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum
     ///
-    /// Defaults to $REDLOCK_URL, then $REDIS_URL, then redis://127.0.0.1:6379. An ACL user and
-    /// password may be given in the URL (redis://user:pass@host:6379/0); they are never printed.
-    /// One server only: several --url (or a comma-separated $REDLOCK_URL) are refused, since a
-    /// quorum over several masters is not implemented yet.
+    /// Defaults to $REDLOCK_URL (comma-separated for several), then $REDIS_URL, then
+    /// redis://127.0.0.1:6379. An ACL user and password may be given in the URL
+    /// (redis://user:pass@host:6379/0); they are never printed. Two or more URLs (independent
+    /// masters) make a Redlock quorum: a lock is held when a majority of them granted it; the first
+    /// URL also keeps the queue of waiters. With --cluster they are seed nodes of a Redis Cluster;
+    /// with --sentinel, Sentinels.
     #[arg(short = 'u', long = "url", value_name = "URL", global = true)]
     pub url: Vec<String>,
 
@@ -77,6 +79,19 @@ pub struct GlobalArgs {
     /// PEM file with the private key of --tls-cert
     #[arg(long, value_name = "FILE", global = true, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+
+    /// The URLs are seed nodes of a Redis Cluster (the lock's keys share one hash slot)
+    #[arg(
+        long,
+        global = true,
+        env = "REDLOCK_CLUSTER",
+        conflicts_with = "sentinel"
+    )]
+    pub cluster: bool,
+
+    /// The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command
+    #[arg(long, value_name = "MASTER", global = true, env = "REDLOCK_SENTINEL")]
+    pub sentinel: Option<String>,
 
     /// Namespace for every Redis key redlock uses
     #[arg(
@@ -153,6 +168,10 @@ pub struct LockArgs {
     /// Describe the holder in 'redlock status' (default: the command line)
     #[arg(long, value_name = "TEXT")]
     pub note: Option<String>,
+
+    /// After acquiring, wait (up to --io-timeout) until N replicas have the lock; fewer is a failure
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub wait_replicas: u32,
 }
 
 #[derive(Debug, Args)]

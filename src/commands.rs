@@ -10,13 +10,13 @@ use std::sync::mpsc::{self, Receiver};
 use anyhow::{Context, Result};
 
 use crate::cli::{AcquireArgs, ExtendArgs, LockArgs, ReleaseArgs, StatusArgs};
-use crate::client::Redis;
-use crate::config::Config;
-use crate::error::usage;
+use crate::config::{Config, Servers};
+use crate::error::{Kind, failure, usage};
 use crate::exit;
 use crate::lock::{self, Acquired, Keys, Lock, Verdict, Wait};
 use crate::owner;
 use crate::signals;
+use crate::store::{self, Store};
 use crate::wait::{self, Event, Parker};
 
 /// Prints a message for humans on stderr unless `--quiet`.
@@ -51,15 +51,20 @@ fn busy_message(keys: &Keys, outcome: &Acquired) -> String {
 /// already reported on stderr).
 pub fn take_lock(
     config: &Config,
-    redis: &mut Redis,
+    store: &mut dyn Store,
     keys: &Keys,
     args: &LockArgs,
     owner: &lock::Owner,
     events: &Receiver<Event>,
 ) -> Result<ControlFlow<u8, Lock>> {
     let mut parker = Parker::new(config, events);
-    match lock::acquire(redis, keys, args.ttl, owner, args.wait(), &mut parker)? {
-        Acquired::Held(lock) => Ok(ControlFlow::Continue(lock)),
+    match lock::acquire(store, keys, args.ttl, owner, args.wait(), &mut parker)? {
+        Acquired::Held(lock) => {
+            if args.wait_replicas > 0 {
+                wait_for_replicas(config, store, &lock, args.wait_replicas)?;
+            }
+            Ok(ControlFlow::Continue(lock))
+        }
         Acquired::Interrupted(sig) => {
             say(
                 config,
@@ -78,7 +83,46 @@ pub fn take_lock(
     }
 }
 
+/// `--wait-replicas N`: the lock counts only once N replicas have it (so that a failover right
+/// after acquiring does not lose it). A shortfall gives the lock back and is an error.
+fn wait_for_replicas(
+    config: &Config,
+    store: &mut dyn Store,
+    lock: &Lock,
+    replicas: u32,
+) -> Result<()> {
+    let acked = match store.wait_replicas(replicas, config.io_timeout) {
+        Ok(n) if n >= i64::from(replicas) => return Ok(()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e),
+    };
+    let _ = store
+        .recover()
+        .and_then(|()| store.leave(&lock.keys, &lock.token));
+    let acked = acked?;
+    Err(failure(
+        Kind::Unavailable,
+        format!(
+            "only {acked} of the {replicas} replicas asked for (--wait-replicas) acknowledged              '{}' within {}; released it again",
+            lock.keys.name,
+            lock::human_ms(config.io_timeout)
+        ),
+    ))
+}
+
+/// Refuses option combinations that cannot work with the configured servers.
+pub fn check_lock_args(config: &Config, args: &LockArgs) -> Result<()> {
+    if args.wait_replicas > 0 && matches!(config.servers, Servers::Quorum(_)) {
+        return Err(usage(
+            "--wait-replicas does not apply to several --url (a quorum of independent masters \
+             has no replicas to wait for)",
+        ));
+    }
+    Ok(())
+}
+
 pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
+    check_lock_args(config, &args.lock)?;
     let keys = Keys::new(&config.prefix, &args.key)?;
     if !stdout_is_open() {
         return Err(usage(
@@ -93,8 +137,8 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     if args.lock.wait() != Wait::No {
         signals::deliver(signals::STOP, tx, wait::signal_event)?;
     }
-    let mut redis = Redis::connect(config)?;
-    let lock = match take_lock(config, &mut redis, &keys, &args.lock, &owner, &rx)? {
+    let mut store = store::open(config)?;
+    let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, &rx)? {
         ControlFlow::Continue(lock) => lock,
         ControlFlow::Break(code) => return Ok(code),
     };
@@ -105,7 +149,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         .and_then(|()| stdout.flush())
     {
         // Nobody received the token, so nobody could ever release this lock: give it back.
-        lock.release(&mut redis)?;
+        store.release(&keys, Some(&lock.token))?;
         eprintln!(
             "redlock: cannot print the token ({e}); released '{}' again",
             keys.name
@@ -151,8 +195,8 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
     } else {
         Some(token_arg(args.token.as_deref())?)
     };
-    let mut redis = Redis::connect(config)?;
-    match lock::release(&mut redis, &keys, token)? {
+    let mut store = store::open(config)?;
+    match store.release(&keys, token)? {
         Verdict::Done(previous) => {
             if args.force {
                 let who = previous
@@ -182,8 +226,8 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
 pub fn extend(config: &Config, args: &ExtendArgs) -> Result<u8> {
     let keys = Keys::new(&config.prefix, &args.key)?;
     let token = token_arg(Some(&args.token))?;
-    let mut redis = Redis::connect(config)?;
-    match lock::extend(&mut redis, &keys, token, args.ttl)? {
+    let mut store = store::open(config)?;
+    match store.extend(&keys, token, args.ttl)? {
         Verdict::Done(_) => Ok(exit::OK),
         other => Err(lock::not_owner(&other)).context(format!("cannot extend '{}'", keys.name)),
     }
@@ -195,17 +239,19 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
         .iter()
         .map(|k| Keys::new(&config.prefix, k))
         .collect::<Result<_>>()?;
-    let mut redis = Redis::connect(config)?;
+    let mut store = store::open(config)?;
     let keys = if named.is_empty() {
-        lock::scan(&mut redis, &config.prefix)?
+        store.scan(&config.prefix)?
     } else {
         named
     };
     let mut states = Vec::with_capacity(keys.len());
     for k in &keys {
-        let state = lock::inspect(&mut redis, k)?;
-        // A lock found by SCAN may have been released since: list only what is still held.
-        if args.keys.is_empty() && !state.held() {
+        let state = store.inspect(k)?;
+        // A lock found by SCAN may have been released since: list only what is still held (by
+        // anyone, for a quorum: a split lock is worth seeing).
+        let visible = state.held() || state.quorum.as_ref().is_some_and(|q| q.verdict != "free");
+        if args.keys.is_empty() && !visible {
             continue;
         }
         states.push(state);
@@ -224,8 +270,23 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
         String::new()
     } else {
         crate::output::status_table(&states, args.show_token)
+            + &crate::output::quorum_details(&states)
     };
     print_stdout(&text)?;
+    let unknown: Vec<&str> = states
+        .iter()
+        .filter(|s| s.quorum.as_ref().is_some_and(|q| q.verdict == "unknown"))
+        .map(|s| s.keys.name.as_str())
+        .collect();
+    if !unknown.is_empty() {
+        return Err(failure(
+            Kind::Unavailable,
+            format!(
+                "no quorum: too few servers answered to tell the state of {}",
+                unknown.join(", ")
+            ),
+        ));
+    }
     let all_held = states.iter().all(lock::State::held);
     Ok(if all_held { exit::OK } else { exit::BUSY })
 }

@@ -36,10 +36,46 @@ impl Endpoint {
     }
 }
 
+/// Which Redis servers hold the locks, and how they relate.
+#[derive(Clone)]
+pub enum Servers {
+    /// One server (standalone, or the master of a replicated pair).
+    One(Endpoint),
+    /// Two or more independent masters: a lock is held when a majority granted it (Redlock).
+    /// The first also keeps the queue of waiters.
+    Quorum(Vec<Endpoint>),
+    /// Seed nodes of a Redis Cluster.
+    Cluster(Vec<Endpoint>),
+    /// Sentinels that know the master named `master`.
+    Sentinel {
+        master: String,
+        sentinels: Vec<Endpoint>,
+    },
+}
+
+impl Servers {
+    /// Every URL given, without passwords, comma-separated (for a child's `REDLOCK_URL`).
+    pub fn public_urls(&self) -> String {
+        self.endpoints()
+            .iter()
+            .map(|e| e.public.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn endpoints(&self) -> &[Endpoint] {
+        match self {
+            Servers::One(e) => std::slice::from_ref(e),
+            Servers::Quorum(v) | Servers::Cluster(v) => v,
+            Servers::Sentinel { sentinels, .. } => sentinels,
+        }
+    }
+}
+
 /// The resolved configuration every subcommand runs with.
 #[derive(Clone)]
 pub struct Config {
-    pub endpoint: Endpoint,
+    pub servers: Servers,
     pub prefix: String,
     pub connect_timeout: Duration,
     pub io_timeout: Duration,
@@ -66,8 +102,9 @@ impl Env {
 impl Config {
     pub fn resolve(args: &GlobalArgs, env: &Env) -> Result<Config> {
         let urls: Vec<String> = if args.url.is_empty() {
-            let from_env = env.url.clone().unwrap_or_else(|| DEFAULT_URL.to_string());
-            from_env
+            env.url
+                .as_deref()
+                .unwrap_or(DEFAULT_URL)
                 .split(',')
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty())
@@ -75,24 +112,19 @@ impl Config {
         } else {
             args.url.clone()
         };
-        let url = match urls.as_slice() {
-            [one] => one,
-            [] => return Err(usage("empty Redis URL; set --url or REDLOCK_URL")),
-            many => {
-                return Err(usage(format!(
-                    "{} Redis URLs given, but this version uses exactly one \
-                     (quorum over several masters is not implemented yet)",
-                    many.len()
-                )));
-            }
-        };
-
+        if urls.is_empty() {
+            return Err(usage("empty Redis URL; set --url or REDLOCK_URL"));
+        }
         let password = match &args.password_file {
             Some(path) => Some(read_password(path)?),
             None => env.password.clone(),
         };
         let tls = tls_certificates(args)?;
-        let endpoint = parse_url(url, password, tls)?;
+        let endpoints = urls
+            .iter()
+            .map(|u| parse_url(u, password.clone(), tls.clone()))
+            .collect::<Result<Vec<_>>>()?;
+        let servers = servers(endpoints, args)?;
         if args.prefix.chars().any(char::is_control) {
             return Err(usage("--prefix must not contain control characters"));
         }
@@ -105,7 +137,7 @@ impl Config {
             }
         }
         Ok(Config {
-            endpoint,
+            servers,
             prefix: args.prefix.clone(),
             connect_timeout: args.connect_timeout,
             io_timeout: args.io_timeout,
@@ -113,6 +145,55 @@ impl Config {
             verbose: args.verbose,
         })
     }
+}
+
+/// Checks that the endpoints fit the mode (--cluster, --sentinel, or one or several masters).
+fn servers(mut endpoints: Vec<Endpoint>, args: &GlobalArgs) -> Result<Servers> {
+    let is_unix = |e: &Endpoint| matches!(e.info.addr(), redis::ConnectionAddr::Unix(_));
+    for (i, a) in endpoints.iter().enumerate() {
+        if endpoints[..i]
+            .iter()
+            .any(|b| b.info.addr() == a.info.addr())
+        {
+            return Err(usage(format!(
+                "{} is given twice; every server counts once",
+                a.display
+            )));
+        }
+    }
+    let mode = if args.cluster {
+        Some("--cluster")
+    } else if args.sentinel.is_some() {
+        Some("--sentinel")
+    } else {
+        None
+    };
+    if let Some(mode) = mode
+        && let Some(e) = endpoints.iter().find(|e| is_unix(e))
+    {
+        return Err(usage(format!(
+            "{mode} needs TCP addresses (redis:// or rediss://), not {}",
+            e.display
+        )));
+    }
+    if let Some(master) = &args.sentinel {
+        if master.is_empty() || master.chars().any(char::is_control) {
+            return Err(usage(
+                "--sentinel needs the master's name as Sentinel knows it",
+            ));
+        }
+        return Ok(Servers::Sentinel {
+            master: master.clone(),
+            sentinels: endpoints,
+        });
+    }
+    if args.cluster {
+        return Ok(Servers::Cluster(endpoints));
+    }
+    if endpoints.len() == 1 {
+        return Ok(Servers::One(endpoints.remove(0)));
+    }
+    Ok(Servers::Quorum(endpoints))
 }
 
 fn read_password(path: &Path) -> Result<String> {

@@ -77,9 +77,14 @@ pub fn redis_kind(err: &redis::RedisError) -> Kind {
         R::AuthenticationFailed => Kind::Auth,
         R::Server(redis::ServerErrorKind::NoPerm) => Kind::Auth,
         R::Io => Kind::Unavailable,
-        R::Server(redis::ServerErrorKind::BusyLoading | redis::ServerErrorKind::MasterDown) => {
-            Kind::Unavailable
-        }
+        // A master demoted by a failover (READONLY), a cluster in trouble: try again later.
+        R::Server(
+            redis::ServerErrorKind::BusyLoading
+            | redis::ServerErrorKind::MasterDown
+            | redis::ServerErrorKind::ReadOnly
+            | redis::ServerErrorKind::ClusterDown
+            | redis::ServerErrorKind::TryAgain,
+        ) => Kind::Unavailable,
         _ if err.is_io_error() || err.is_timeout() || err.is_connection_dropped() => {
             Kind::Unavailable
         }

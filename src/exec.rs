@@ -27,15 +27,15 @@ use anyhow::{Context, Result};
 use signal_hook::consts::signal::*;
 
 use crate::cli::{ExecArgs, OnLost};
-use crate::client::Redis;
 use crate::commands::{say, take_lock};
-use crate::config::Config;
+use crate::config::{Config, Servers};
 use crate::error::{Kind, failure};
 use crate::exit;
 use crate::lock::{Keys, Lock, Verdict, human_ms};
 use crate::owner;
 use crate::signals::{self, Signal};
 use crate::spawn::{self, Child, SpawnError};
+use crate::store::{self, Store};
 use crate::wait::{self, Event};
 
 /// The longest the loop sleeps without looking at the child (a safety net under SIGCHLD).
@@ -61,8 +61,9 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     watched.push(SIGCHLD);
     let handled = signals::deliver(&watched, tx.clone(), wait::signal_event)?;
 
-    let mut redis = Redis::connect(config)?;
-    let lock = match take_lock(config, &mut redis, &keys, &args.lock, &owner, &rx)? {
+    crate::commands::check_lock_args(config, &args.lock)?;
+    let mut store = store::open(config)?;
+    let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, &rx)? {
         ControlFlow::Continue(lock) => lock,
         ControlFlow::Break(code) => return Ok(code),
     };
@@ -73,11 +74,11 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
             config,
             format!("{} before the command started", signals::name(sig)),
         );
-        return release_after(config, &mut redis, &lock, Ok(exit::signal(sig)));
+        return release_after(config, store.as_mut(), &lock, Ok(exit::signal(sig)));
     }
     let child = match spawn(&argv, &lock, config, &handled) {
         Ok(child) => child,
-        Err(e) => return release_after(config, &mut redis, &lock, Err(e)),
+        Err(e) => return release_after(config, store.as_mut(), &lock, Err(e)),
     };
     if config.verbose {
         eprintln!(
@@ -98,7 +99,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
             stop: stop_rx,
             tx,
         }),
-        deadline: lock.sent + lock.ttl,
+        deadline: lock.valid_until(lock.sent),
         kill_at: None,
         terminations: 0,
         // SAFETY: getsid(0) and getpid have no preconditions.
@@ -118,13 +119,13 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
                 child_code
             }
         }
-        Err(e) => return release_after(config, &mut redis, &lock, Err(e)),
+        Err(e) => return release_after(config, store.as_mut(), &lock, Err(e)),
     };
     if lost {
         // Another client may hold the lock now; there is nothing of ours to release.
         return Ok(code);
     }
-    release_after(config, &mut redis, &lock, Ok(code))
+    release_after(config, store.as_mut(), &lock, Ok(code))
 }
 
 /// A stop signal already delivered, if any (other events are dropped: nothing runs yet).
@@ -136,15 +137,16 @@ fn pending_stop(rx: &Receiver<Event>) -> Option<i32> {
 /// expires by its TTL.
 fn release_after(
     config: &Config,
-    redis: &mut Redis,
+    store: &mut dyn Store,
     lock: &Lock,
     result: Result<u8>,
 ) -> Result<u8> {
-    let released = lock.release(redis).or_else(|first| {
+    let release = |store: &mut dyn Store| store.release(&lock.keys, Some(&lock.token));
+    let released = release(store).or_else(|first| {
         // The main connection may have gone stale during a long run: try once on a fresh one.
-        redis
-            .reconnect()
-            .and_then(|()| lock.release(redis))
+        store
+            .recover()
+            .and_then(|()| release(store))
             .map_err(|_| first)
     });
     match released {
@@ -169,12 +171,19 @@ fn release_after(
 /// Starts the command with the lock's variables, tied to our lifetime (see `spawn.rs`).
 fn spawn(argv: &[OsString], lock: &Lock, config: &Config, handled: &[i32]) -> Result<Child> {
     let fence = lock.fence.to_string();
-    let env = [
+    let urls = config.servers.public_urls();
+    let mut env = vec![
         ("REDLOCK_KEY", OsStr::new(&lock.keys.name)),
         ("REDLOCK_TOKEN", OsStr::new(&lock.token)),
         ("REDLOCK_FENCE", OsStr::new(&fence)),
-        ("REDLOCK_URL", OsStr::new(&config.endpoint.public)),
+        ("REDLOCK_URL", OsStr::new(&urls)),
     ];
+    // So that `redlock extend "$REDLOCK_KEY"` in the command reaches the same servers.
+    match &config.servers {
+        Servers::Cluster(_) => env.push(("REDLOCK_CLUSTER", OsStr::new("1"))),
+        Servers::Sentinel { master, .. } => env.push(("REDLOCK_SENTINEL", OsStr::new(master))),
+        _ => {}
+    }
     let shown = argv[0].to_string_lossy();
     spawn::spawn(argv, &env, handled).map_err(|e| match e {
         SpawnError::NotFound => failure(Kind::NotFound, format!("command not found: {shown}")),
@@ -211,15 +220,18 @@ fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Even
         .name("renewal".into())
         .spawn(move || {
             let mut next = Duration::ZERO;
-            let mut redis: Option<Redis> = None;
+            let mut store: Option<Box<dyn Store>> = None;
             loop {
                 if stop.recv_timeout(next) != Err(RecvTimeoutError::Timeout) {
                     return;
                 }
-                let con = match &mut redis {
+                let con = match &mut store {
                     Some(con) => con,
-                    None => match Redis::connect(&config) {
-                        Ok(con) => redis.insert(con),
+                    None => match store::open(&config) {
+                        Ok(mut con) => {
+                            con.track_restarts(&lock.run_ids);
+                            store.insert(con)
+                        }
                         Err(e) => {
                             let _ = tx.send(Event::RenewFailed(format!("{e:#}")));
                             next = retry;
@@ -228,14 +240,18 @@ fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Even
                     },
                 };
                 let sent = Instant::now();
-                let event = match lock.renew(con, lock.ttl) {
+                let event = match con.extend(&lock.keys, &lock.token, lock.ttl) {
                     Ok(Verdict::Done(_)) => {
                         next = interval;
                         Event::Renewed(sent)
                     }
                     Ok(lost) => Event::Lost(lost_reason(&lost)),
                     Err(e) => {
-                        redis = None;
+                        // A fresh connection next time: this one may still have a reply on its
+                        // way (a quorum reconnects only the nodes that failed).
+                        if con.recover().is_err() {
+                            store = None;
+                        }
                         next = retry;
                         Event::RenewFailed(format!("{e:#}"))
                     }
@@ -338,7 +354,7 @@ impl Supervisor<'_> {
                 Ok(Event::Renewed(sent)) => {
                     // A renewal sent after the deadline comes too late: the lock counted as lost.
                     if self.lost.is_none() && sent < self.deadline {
-                        self.deadline = self.deadline.max(sent + self.lock.ttl);
+                        self.deadline = self.deadline.max(self.lock.valid_until(sent));
                         self.last_renew_error = None;
                     }
                 }

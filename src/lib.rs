@@ -13,9 +13,11 @@ pub mod exit;
 pub mod lock;
 pub mod output;
 mod owner;
+pub mod quorum;
 mod scripts;
 pub mod signals;
 mod spawn;
+pub mod store;
 mod wait;
 
 use anyhow::Result;

@@ -36,6 +36,7 @@ use redis::Value;
 use crate::client::{Redis, unexpected_reply};
 use crate::error::{Kind, failure, usage};
 use crate::scripts;
+use crate::store::Store;
 
 /// Longest lock name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 512;
@@ -156,6 +157,21 @@ pub struct State {
     pub holder: Option<Holder>,
     /// Clients queued for the lock (some may have died and not yet been dropped).
     pub waiters: i64,
+    /// A quorum: how the nodes voted, and each node's own view.
+    pub quorum: Option<QuorumView>,
+}
+
+/// How a quorum's nodes see one lock.
+#[derive(Debug, Clone)]
+pub struct QuorumView {
+    /// `held` (one token on a majority), `free` (a majority free), `split` (neither),
+    /// `unknown` (fewer than a majority answered).
+    pub verdict: &'static str,
+    pub needed: usize,
+    /// Nodes that agree with the verdict (hold its token, or are free).
+    pub agree: usize,
+    /// Each node's URL and state, or why it did not answer.
+    pub nodes: Vec<(String, std::result::Result<State, String>)>,
 }
 
 impl State {
@@ -227,8 +243,12 @@ pub struct Lock {
     pub fence: i64,
     pub acquired_ms: i64,
     pub ttl: Duration,
-    /// When the successful attempt was sent: the lock is surely ours until `sent + ttl`.
+    /// When the successful attempt was sent: the lock is surely ours until `sent + ttl - drift`.
     pub sent: Instant,
+    /// What is allowed for clock drift between servers (zero on one server; see `quorum.rs`).
+    pub drift: Duration,
+    /// Each node's `run_id` when the lock was taken (a quorum only), to notice restarts.
+    pub run_ids: Vec<Option<String>>,
 }
 
 /// What happened to a release or an extension.
@@ -243,14 +263,9 @@ pub enum Verdict {
 }
 
 impl Lock {
-    /// Resets the TTL if we still hold the lock (compare-and-PEXPIRE).
-    pub fn renew(&self, redis: &mut Redis, ttl: Duration) -> Result<Verdict> {
-        extend(redis, &self.keys, &self.token, ttl)
-    }
-
-    /// Deletes the lock if we still hold it (compare-and-delete).
-    pub fn release(&self, redis: &mut Redis) -> Result<Verdict> {
-        release(redis, &self.keys, Some(&self.token))
+    /// Until when the lock is surely ours, counting from an acquisition or renewal sent at `sent`.
+    pub fn valid_until(&self, sent: Instant) -> Instant {
+        sent + self.ttl.saturating_sub(self.drift)
     }
 }
 
@@ -307,6 +322,8 @@ pub trait Park {
         token: &str,
         timeout: Duration,
     ) -> Result<Parked>;
+    /// Waits `timeout` without Redis (nobody will wake us), unless a stop signal comes first.
+    fn sleep(&mut self, timeout: Duration) -> Result<Parked>;
     /// A stop signal that arrived since the last look, without blocking.
     fn interrupted(&mut self) -> Option<i32>;
 }
@@ -335,6 +352,7 @@ pub fn try_acquire(
     ttl: Duration,
     owner: &Owner,
     join: bool,
+    want_run_id: bool,
 ) -> Result<Attempt> {
     let sent = Instant::now();
     let reply: Vec<Value> = redis.call("acquire", |con| {
@@ -350,17 +368,22 @@ pub fn try_acquire(
             .arg(millis(CLAIM_WINDOW))
             .arg(millis(BLOCK_CAP))
             .arg(millis(LEASE_MARGIN))
+            .arg(if want_run_id { "1" } else { "0" })
             .invoke(con)
     })?;
     match reply.as_slice() {
-        [Value::Int(1), Value::Int(fence), Value::Int(now)] => Ok(Attempt::Acquired(Lock {
-            keys: keys.clone(),
-            token: token.to_string(),
-            fence: *fence,
-            acquired_ms: *now,
-            ttl,
-            sent,
-        })),
+        [Value::Int(1), Value::Int(fence), Value::Int(now), run_id] => {
+            Ok(Attempt::Acquired(Lock {
+                keys: keys.clone(),
+                token: token.to_string(),
+                fence: *fence,
+                acquired_ms: *now,
+                ttl,
+                sent,
+                drift: Duration::ZERO,
+                run_ids: vec![text(run_id)],
+            }))
+        }
         [Value::Int(0), Value::Int(pttl), Value::Int(queued)] => Ok(Attempt::Busy {
             pttl_ms: *pttl,
             queued: *queued == 1,
@@ -377,7 +400,7 @@ pub fn try_acquire(
 /// return the lock, we leave the queue (and pass on a reservation made for us), so nothing of
 /// ours stays in Redis; a lock taken in the same instant as a signal is released again.
 pub fn acquire(
-    redis: &mut Redis,
+    store: &mut dyn Store,
     keys: &Keys,
     ttl: Duration,
     owner: &Owner,
@@ -396,11 +419,12 @@ pub fn acquire(
             if let Some(sig) = park.interrupted() {
                 return Ok(Acquired::Interrupted(sig));
             }
-            let pttl_ms = match try_acquire(redis, keys, &token, ttl, owner, join)? {
+            let pttl_ms = match store.try_acquire(keys, &token, ttl, owner, join)? {
                 Attempt::Acquired(lock) => {
                     queued = false;
                     if let Some(sig) = park.interrupted() {
-                        lock.release(redis)
+                        store
+                            .release(keys, Some(&lock.token))
                             .context("interrupted right after acquiring; releasing failed")?;
                         return Ok(Acquired::Interrupted(sig));
                     }
@@ -423,25 +447,32 @@ pub fn acquire(
                 return Ok(Acquired::Busy(None));
             }
             let timeout = block_time(pttl_ms).min(remaining);
-            if let Parked::Interrupted(sig) = park.park(redis, keys, &token, timeout)? {
+            // Not queued (a quorum whose queue node is down): nobody will wake us; look again
+            // when the holder's TTL has run out, or after the cap.
+            let parked = match store.parking().filter(|_| queued) {
+                Some(redis) => park.park(redis, keys, &token, timeout)?,
+                None => park.sleep(timeout)?,
+            };
+            if let Parked::Interrupted(sig) = parked {
                 return Ok(Acquired::Interrupted(sig));
             }
         }
     })();
     match &outcome {
         Ok(Acquired::Held(_)) => {}
-        Ok(_) if queued => leave(redis, keys, &token)
+        Ok(_) if queued => store
+            .leave(keys, &token)
             .with_context(|| format!("cannot leave the queue of '{}'", keys.name))?,
         Ok(_) => {}
         // An attempt may have run without our reading its reply, and the connection may still
         // have a reply pending: clean up on a fresh one, best effort, and report the first error.
         Err(_) => {
-            let _ = redis.reconnect().and_then(|()| leave(redis, keys, &token));
+            let _ = store.recover().and_then(|()| store.leave(keys, &token));
         }
     }
     match outcome {
         // Who holds it, for the message: read after leaving, so we are not among the waiters.
-        Ok(Acquired::Busy(None)) => Ok(Acquired::Busy(inspect(redis, keys).ok())),
+        Ok(Acquired::Busy(None)) => Ok(Acquired::Busy(store.inspect(keys).ok())),
         other => other,
     }
 }
@@ -457,7 +488,8 @@ fn block_time(pttl_ms: i64) -> Duration {
     }
 }
 
-/// Leaves the queue of `keys` (passing on a reservation made for `token`).
+/// Leaves the queue of `keys` (passing on a reservation made for `token`, and giving back a lock
+/// that an attempt whose reply was lost took with it).
 pub fn leave(redis: &mut Redis, keys: &Keys, token: &str) -> Result<()> {
     let _: i64 = redis.call("leave", |con| {
         scripts::LEAVE
@@ -470,35 +502,70 @@ pub fn leave(redis: &mut Redis, keys: &Keys, token: &str) -> Result<()> {
 }
 
 /// Deletes the lock if `token` holds it, handing it to the first waiter; with `None`, releases
-/// it whoever holds it (`--force`).
-pub fn release(redis: &mut Redis, keys: &Keys, token: Option<&str>) -> Result<Verdict> {
+/// it whoever holds it (`--force`). With `to`, the lock is reserved for that waiter instead (a
+/// quorum's other nodes follow the queue node's choice). Returns the verdict and the waiter the
+/// lock was handed to.
+pub fn release(
+    redis: &mut Redis,
+    keys: &Keys,
+    token: Option<&str>,
+    to: Option<&str>,
+) -> Result<(Verdict, Option<String>)> {
     let reply: Vec<Value> = redis.call("release", |con| {
         scripts::RELEASE
             .key(keys.all().as_slice())
             .arg(token.unwrap_or(""))
             .arg(if token.is_some() { "" } else { "force" })
             .arg(millis(CLAIM_WINDOW))
+            .arg(to.unwrap_or(""))
             .invoke(con)
     })?;
-    verdict("release", &reply)
+    let next = match reply.as_slice() {
+        [Value::Int(1), _, next] => text(next),
+        _ => None,
+    };
+    Ok((verdict("release", &reply)?, next))
 }
 
-/// Resets the TTL of the lock if `token` holds it.
-pub fn extend(redis: &mut Redis, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {
+/// Resets the TTL of the lock if `token` holds it; with `want_run_id`, also returns the server's
+/// run_id.
+pub fn extend(
+    redis: &mut Redis,
+    keys: &Keys,
+    token: &str,
+    ttl: Duration,
+    want_run_id: bool,
+) -> Result<(Verdict, Option<String>)> {
     let reply: Vec<Value> = redis.call("extend", |con| {
         scripts::EXTEND
             .key(keys.all().as_slice())
             .arg(token)
             .arg(millis(ttl))
+            .arg(if want_run_id { "1" } else { "0" })
             .invoke(con)
     })?;
-    verdict("extend", &reply)
+    let run_id = match reply.as_slice() {
+        [Value::Int(1), _, id] => text(id),
+        _ => None,
+    };
+    Ok((verdict("extend", &reply)?, run_id))
+}
+
+/// Raises the fence counter to `fence`; true if `token` still holds the lock there.
+pub fn raise_fence(redis: &mut Redis, keys: &Keys, token: &str, fence: i64) -> Result<bool> {
+    let held: i64 = redis.call("fence", |con| {
+        scripts::FENCE
+            .key(keys.all().as_slice())
+            .arg(token)
+            .arg(fence)
+            .invoke(con)
+    })?;
+    Ok(held == 1)
 }
 
 fn verdict(what: &str, reply: &[Value]) -> Result<Verdict> {
     match reply {
-        [Value::Int(1)] => Ok(Verdict::Done(None)),
-        [Value::Int(1), meta] => Ok(Verdict::Done(parse_meta(meta).1)),
+        [Value::Int(1), meta, ..] => Ok(Verdict::Done(parse_meta(meta).1)),
         [Value::Int(0)] => Ok(Verdict::Free),
         [Value::Int(-1), meta] => Ok(Verdict::HeldByOther(parse_meta(meta).1)),
         other => Err(unexpected_reply(what, format!("{other:?}"))),
@@ -548,6 +615,7 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
         fence,
         holder,
         waiters: *waiters,
+        quorum: None,
     })
 }
 

@@ -59,7 +59,7 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
         }
     });
     let h = s.holder.as_ref();
-    json!({
+    let mut v = json!({
         "key": s.keys.name,
         "held": s.held(),
         "state": state_word(s),
@@ -71,11 +71,64 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
         "fence": s.fence,
         "waiters": s.waiters,
         if show_token { "token" } else { "token_fingerprint" }: token,
-    })
+    });
+    if let Some(q) = &s.quorum {
+        let nodes: Vec<Value> = q.nodes.iter().map(|(url, view)| node_json(url, view)).collect();
+        v["quorum"] = json!({"servers": q.nodes.len(), "needed": q.needed, "agree": q.agree});
+        v["nodes"] = Value::Array(nodes);
+    }
+    v
 }
 
-/// `held`, `free`, or `handover` (released, reserved for the first waiter).
+/// One quorum node's view of a lock.
+fn node_json(url: &str, view: &Result<State, String>) -> Value {
+    match view {
+        Ok(s) => json!({
+            "url": url,
+            "state": state_word(s),
+            "token_fingerprint": s.token.as_deref().map(|t| fingerprint(t.trim_start_matches('~'))),
+            "ttl_ms": (s.pttl_ms >= 0).then_some(s.pttl_ms),
+            "fence": s.fence,
+            "error": Value::Null,
+        }),
+        Err(why) => json!({
+            "url": url,
+            "state": "unreachable",
+            "token_fingerprint": Value::Null,
+            "ttl_ms": Value::Null,
+            "fence": Value::Null,
+            "error": why,
+        }),
+    }
+}
+
+/// For a quorum: each lock's nodes, one line each, after the table.
+pub fn quorum_details(states: &[State]) -> String {
+    let mut out = String::new();
+    for s in states {
+        let Some(q) = &s.quorum else { continue };
+        out.push_str(&format!(
+            "\n{} on {} servers ({} needed):\n",
+            s.keys.name,
+            q.nodes.len(),
+            q.needed
+        ));
+        let width = q.nodes.iter().map(|(u, _)| u.chars().count()).max().unwrap_or(0);
+        for (url, view) in &q.nodes {
+            out.push_str(&format!("  {url:<width$}  {}\n", crate::quorum::node_line(view)));
+        }
+    }
+    out
+}
+
+/// `held`, `free`, or `handover` (released, reserved for the first waiter); for a quorum also
+/// `split` or `unknown`.
 fn state_word(s: &State) -> &'static str {
+    if let Some(q) = &s.quorum
+        && q.verdict != "held"
+    {
+        return q.verdict;
+    }
     match (s.held(), s.handing_over()) {
         (true, true) => "handover",
         (true, false) => "held",

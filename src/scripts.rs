@@ -26,3 +26,4 @@ pub static RELEASE: LazyLock<Script> = script!("release.lua");
 pub static EXTEND: LazyLock<Script> = script!("extend.lua");
 pub static LEAVE: LazyLock<Script> = script!("leave.lua");
 pub static STATUS: LazyLock<Script> = script!("status.lua");
+pub static FENCE: LazyLock<Script> = script!("fence.lua");

@@ -15,7 +15,7 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -23,7 +23,7 @@ use anyhow::Result;
 use crate::client::Redis;
 use crate::config::Config;
 use crate::exit;
-use crate::lock::{self, Keys, Park, Parked};
+use crate::lock::{Keys, Park, Parked};
 use crate::signals::{self, Signal};
 
 /// Everything a waiting or supervising redlock reacts to, on one channel.
@@ -72,8 +72,7 @@ fn end_parked_wait(signal: &Signal) {
         return;
     };
     // Holding the mutex: the main thread cannot leave its BLPOP to take the lock meanwhile.
-    let left =
-        Redis::connect(&on.config).and_then(|mut r| lock::leave(&mut r, &on.keys, &on.token));
+    let left = crate::store::open(&on.config).and_then(|mut s| s.leave(&on.keys, &on.token));
     if !on.config.quiet {
         eprintln!(
             "redlock: {} while waiting for '{}'; gave up",
@@ -147,6 +146,29 @@ impl Park for Parker<'_> {
                 // state; a reservation made for us meanwhile is in the lock key.
                 redis.reconnect()?;
                 Ok(Parked::TimedOut)
+            }
+        }
+    }
+
+    fn sleep(&mut self, timeout: Duration) -> Result<Parked> {
+        let until = Instant::now() + timeout;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(Parked::TimedOut);
+            }
+            match self.events.recv_timeout(left) {
+                Ok(e) => {
+                    if let Some(sig) = stop_signal(&e) {
+                        return Ok(Parked::Interrupted(sig));
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => return Ok(Parked::TimedOut),
+                // No signal thread: nothing can interrupt us, so just wait.
+                Err(RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(left);
+                    return Ok(Parked::TimedOut);
+                }
             }
         }
     }

@@ -85,13 +85,15 @@ fn the_url_comes_from_the_flag_then_redlock_url_then_redis_url() {
         .expect(69);
     assert!(out.stderr.contains(&dead), "REDLOCK_URL must win:\n{out}");
 
-    // Several masters are a later feature: refused, never silently cut to the first.
+    // A comma-separated REDLOCK_URL is a quorum of all of them, never cut to the first: with one
+    // of two servers down there is no majority.
     let out = redlock()
         .args(["acquire", "k"])
         .env("REDLOCK_URL", format!("{url},{dead}"))
         .run()
-        .expect(2);
+        .expect(69);
     assert_one_error_line(&out);
+    assert!(out.stderr.contains("no quorum") && out.stderr.contains(&dead), "{out}");
 }
 
 #[test]

@@ -1,9 +1,9 @@
 -- Take the lock, or join the queue of waiters.
 --
 -- ARGV token, ttl_ms, host, pid, user, note, join ('1': queue up when busy), claim_ms,
---      block_cap_ms, lease_margin_ms
+--      block_cap_ms, lease_margin_ms, want_run_id ('1': return this server's run_id)
 --
--- Returns {1, fence, acquired_ms} when taken, {0, pttl, queued} when busy (queued: 1 if we are in
+-- Returns {1, fence, acquired_ms, run_id} when taken, {0, pttl, queued} when busy (queued: 1 if we are in
 -- the queue now, 0 if not). Who holds the lock is for `status` to tell; a waiter does not need it.
 --
 -- Atomic together: the test that the lock is free and that it is our turn (no live waiter ahead
@@ -24,10 +24,17 @@ local function take(queued)
   local now = now_ms()
   redis.call('HSET', META, 'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
     'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ttl)
-  return {1, fence, now}
+  return {1, fence, now, run_id(ARGV[11])}
 end
 
 local current = redis.call('GET', LOCK)
+if current == token then
+  -- Taken already by this token: an attempt re-sent after its reply was lost (a Cluster client
+  -- retries). Report it again, with the TTL counted from now, and burn no fence.
+  redis.call('PEXPIRE', LOCK, ttl)
+  local m = redis.call('HMGET', META, 'fence', 'acquired_ms')
+  return {1, tonumber(m[1]) or 0, tonumber(m[2]) or now_ms(), run_id(ARGV[11])}
+end
 if current == '~' .. token then
   return take(true)
 end

@@ -61,13 +61,28 @@ local function hand_over(waiter, claim_ms)
   redis.call('PEXPIRE', wake_key(waiter), claim_ms)
 end
 
--- Free the lock: hand it to the first live waiter, or delete it when nobody waits.
-local function pass_on(claim_ms)
+-- Free the lock: hand it to the first live waiter, or delete it when nobody waits. Returns the
+-- waiter it was handed to, or false. With `to` (a quorum's other nodes, which keep no queue), the
+-- lock is reserved for that waiter, whom the queue node chose.
+local function pass_on(claim_ms, to)
+  if to and to ~= '' then
+    redis.call('SET', LOCK, '~' .. to, 'PX', claim_ms)
+    return to
+  end
   local waiter = first_live_waiter()
   if waiter then
     hand_over(waiter, claim_ms)
-  else
-    redis.call('DEL', LOCK)
+    return waiter
   end
+  redis.call('DEL', LOCK)
+  return false
+end
+
+-- This server's run_id, when ARGV[flag] asks for it: a quorum notices a node that restarted.
+local function run_id(flag)
+  if flag ~= '1' then
+    return false
+  end
+  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or false
 end
 

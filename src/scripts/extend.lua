@@ -1,8 +1,8 @@
 -- Reset the lock's TTL if, and only if, ARGV[1] holds it (compare-and-PEXPIRE).
 --
--- ARGV token, ttl_ms
+-- ARGV token, ttl_ms, want_run_id ('1': return this server's run_id)
 --
--- Returns {1} extended, {0} free (expired: it is never brought back), {-1, holder-record} held by
+-- Returns {1, {}, run_id} extended, {0} free (expired: it is never brought back), {-1, holder-record} held by
 -- another token. An expired key is gone, so PEXPIRE is never reached for it: extend cannot
 -- resurrect a lock.
 local current = redis.call('GET', LOCK)
@@ -11,6 +11,6 @@ if not current then
 end
 if current == ARGV[1] then
   redis.call('PEXPIRE', LOCK, ARGV[2])
-  return {1}
+  return {1, {}, run_id(ARGV[3])}
 end
 return {-1, holder(current)}

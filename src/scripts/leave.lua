@@ -6,12 +6,16 @@
 -- If the lock was just reserved for us, we will not claim it: pass it on to the next waiter at
 -- once instead of making the queue wait for the reservation to expire. If it is held with our
 -- token, an attempt whose reply we never read (a timeout, a dropped connection) took it: nobody
--- knows that token, so give the lock back rather than leave it held for its whole TTL.
+-- knows that token, so give the lock back rather than leave it held for its whole TTL, and
+-- forget the holder record (the fence counter stays: it never goes back).
 redis.call('ZREM', QUEUE, ARGV[1])
 redis.call('HDEL', LEASES, ARGV[1])
 redis.call('DEL', wake_key(ARGV[1]))
 local current = redis.call('GET', LOCK)
 if current == '~' .. ARGV[1] or current == ARGV[1] then
   pass_on(ARGV[2])
+end
+if redis.call('HGET', META, 'token') == ARGV[1] then
+  redis.call('HDEL', META, 'token', 'host', 'pid', 'user', 'note', 'acquired_ms', 'ttl_ms')
 end
 return 1

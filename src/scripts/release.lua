@@ -1,10 +1,11 @@
 -- Release the lock if, and only if, ARGV[1] holds it (compare-and-delete), waking the next waiter.
 --
--- ARGV token, 'force' to release whoever holds it, claim_ms
+-- ARGV token, 'force' to release whoever holds it, claim_ms, waiter (a quorum's other nodes:
+--      reserve the lock for this waiter, chosen by the queue node, instead of using a queue)
 --
--- Returns {1} released by its holder, {1, holder-record} force-released (the record names who held
--- it), {0} already free (expired or never taken), {-1, holder-record} held by another token
--- (nothing changed).
+-- Returns {1, holder-record, next} released: the record names who held it (for --force; empty
+-- otherwise) and `next` is the waiter it was handed to, or false; {0} already free (expired or
+-- never taken); {-1, holder-record} held by another token (nothing changed).
 --
 -- The compare and the delete must be one atomic step: with two round trips the lock could expire
 -- between them and a new holder's lock would be deleted (the seed's "classic wrong release"). The
@@ -14,12 +15,10 @@ if not current then
   return {0}
 end
 if current == ARGV[1] then
-  pass_on(ARGV[3])
-  return {1}
+  return {1, {}, pass_on(ARGV[3], ARGV[4])}
 end
 if ARGV[2] == 'force' then
   local record = holder(current)
-  pass_on(ARGV[3])
-  return {1, record}
+  return {1, record, pass_on(ARGV[3], ARGV[4])}
 end
 return {-1, holder(current)}

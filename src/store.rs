@@ -1,0 +1,120 @@
+//! Where locks live: one server (standalone, Sentinel's master, a Redis Cluster) or a quorum of
+//! independent masters. The commands and `exec` talk to a [`Store`] and do not care which.
+//!
+//! One server runs the lock protocol of `lock.rs` directly; a quorum runs it on every node in
+//! parallel and counts the answers (`quorum.rs`).
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::client::{Redis, unexpected_reply};
+use crate::config::{Config, Servers};
+use crate::lock::{self, Attempt, Keys, Owner, State, Verdict};
+use crate::quorum::Nodes;
+
+/// The lock operations, on whatever servers the configuration names.
+pub trait Store: Send {
+    /// One attempt to take the lock with `token`; with `join`, a busy lock queues us up.
+    fn try_acquire(
+        &mut self,
+        keys: &Keys,
+        token: &str,
+        ttl: Duration,
+        owner: &Owner,
+        join: bool,
+    ) -> Result<Attempt>;
+    /// Leaves the queue and gives back anything `token` holds; nothing of ours stays.
+    fn leave(&mut self, keys: &Keys, token: &str) -> Result<()>;
+    /// Releases the lock if `token` holds it (`None`: whoever holds it).
+    fn release(&mut self, keys: &Keys, token: Option<&str>) -> Result<Verdict>;
+    /// Resets the TTL if `token` holds the lock.
+    fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict>;
+    /// One lock's state.
+    fn inspect(&mut self, keys: &Keys) -> Result<State>;
+    /// Every lock under `prefix` that some server holds.
+    fn scan(&mut self, prefix: &str) -> Result<Vec<Keys>>;
+    /// The connection a waiter blocks on, if there is one now.
+    fn parking(&mut self) -> Option<&mut Redis>;
+    /// After an error: replace connections that may still have a reply on its way.
+    fn recover(&mut self) -> Result<()>;
+    /// Waits until `replicas` replicas have our writes; returns how many did.
+    fn wait_replicas(&mut self, replicas: u32, timeout: Duration) -> Result<i64>;
+    /// Remembers the servers' run_ids seen when the lock was taken, to report restarts.
+    fn track_restarts(&mut self, _run_ids: &[Option<String>]) {}
+}
+
+/// Connects to the configured servers (a quorum connects to each node when first used).
+pub fn open(config: &Config) -> Result<Box<dyn Store>> {
+    Ok(match &config.servers {
+        Servers::Quorum(_) => Box::new(Nodes::new(config)),
+        _ => Box::new(Redis::connect(config)?),
+    })
+}
+
+impl Store for Redis {
+    fn try_acquire(
+        &mut self,
+        keys: &Keys,
+        token: &str,
+        ttl: Duration,
+        owner: &Owner,
+        join: bool,
+    ) -> Result<Attempt> {
+        lock::try_acquire(self, keys, token, ttl, owner, join, false)
+    }
+
+    fn leave(&mut self, keys: &Keys, token: &str) -> Result<()> {
+        lock::leave(self, keys, token)
+    }
+
+    fn release(&mut self, keys: &Keys, token: Option<&str>) -> Result<Verdict> {
+        Ok(lock::release(self, keys, token, None)?.0)
+    }
+
+    fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {
+        Ok(lock::extend(self, keys, token, ttl, false)?.0)
+    }
+
+    fn inspect(&mut self, keys: &Keys) -> Result<State> {
+        lock::inspect(self, keys)
+    }
+
+    fn scan(&mut self, prefix: &str) -> Result<Vec<Keys>> {
+        if !self.is_cluster() {
+            return lock::scan(self, prefix);
+        }
+        // SCAN sees one node's keys: ask every master.
+        let mut all = Vec::new();
+        for mut master in self.cluster_masters()? {
+            all.extend(lock::scan(&mut master, prefix)?);
+        }
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all.dedup();
+        Ok(all)
+    }
+
+    fn parking(&mut self) -> Option<&mut Redis> {
+        Some(self)
+    }
+
+    fn recover(&mut self) -> Result<()> {
+        self.reconnect()
+    }
+
+    fn wait_replicas(&mut self, replicas: u32, timeout: Duration) -> Result<i64> {
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        // WAIT blocks for up to `ms`: give the read that long and a little more.
+        self.set_read_timeout(timeout + Duration::from_secs(1))?;
+        let acked: redis::Value = self.call("WAIT", |con| {
+            redis::cmd("WAIT").arg(replicas).arg(ms).query(con)
+        })?;
+        self.restore_read_timeout()?;
+        match acked {
+            redis::Value::Int(n) => Ok(n),
+            other => Err(unexpected_reply("WAIT", format!("{other:?}"))),
+        }
+    }
+}
