@@ -24,14 +24,14 @@ pub struct Redis {
 
 enum Con {
     Plain(redis::Connection),
-    Cluster(redis::cluster::ClusterConnection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
 }
 
 impl Con {
     fn get(&mut self) -> &mut dyn ConnectionLike {
         match self {
             Con::Plain(c) => c,
-            Con::Cluster(c) => c,
+            Con::Cluster(c) => c.as_mut(),
         }
     }
 
@@ -254,7 +254,7 @@ fn cluster(config: &Config, seeds: &[Endpoint]) -> Result<(Con, String)> {
     con.set_read_timeout(Some(config.io_timeout))
         .and_then(|()| con.set_write_timeout(Some(config.io_timeout)))
         .with_context(|| format!("cannot set timeouts on {display}"))?;
-    Ok((Con::Cluster(con), display))
+    Ok((Con::Cluster(Box::new(con)), display))
 }
 
 /// Asks the Sentinels, in order, where `master` is; the first that knows it decides.

@@ -36,8 +36,10 @@ impl Endpoint {
     }
 }
 
-/// Which Redis servers hold the locks, and how they relate.
+/// Which Redis servers hold the locks, and how they relate. (Built once per run: the size
+/// difference between the variants does not matter.)
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
 pub enum Servers {
     /// One server (standalone, or the master of a replicated pair).
     One(Endpoint),

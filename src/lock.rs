@@ -269,8 +269,9 @@ impl Lock {
     }
 }
 
-/// The outcome of one attempt to take a lock.
+/// The outcome of one attempt to take a lock. (Short-lived, one per round trip: not worth a box.)
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum Attempt {
     Acquired(Lock),
     /// Someone else holds it (or it is reserved for the first waiter).
@@ -503,13 +504,15 @@ pub fn leave(redis: &mut Redis, keys: &Keys, token: &str) -> Result<()> {
 
 /// Deletes the lock if `token` holds it, handing it to the first waiter; with `None`, releases
 /// it whoever holds it (`--force`). With `to`, the lock is reserved for that waiter instead (a
-/// quorum's other nodes follow the queue node's choice). Returns the verdict and the waiter the
-/// lock was handed to.
+/// quorum's other nodes follow the queue node's choice); with `quiet`, the waiter is not woken
+/// (a quorum wakes it with [`wake`] once every node has its reservation). Returns the verdict and
+/// the waiter the lock was handed to.
 pub fn release(
     redis: &mut Redis,
     keys: &Keys,
     token: Option<&str>,
     to: Option<&str>,
+    quiet: bool,
 ) -> Result<(Verdict, Option<String>)> {
     let reply: Vec<Value> = redis.call("release", |con| {
         scripts::RELEASE
@@ -518,6 +521,7 @@ pub fn release(
             .arg(if token.is_some() { "" } else { "force" })
             .arg(millis(CLAIM_WINDOW))
             .arg(to.unwrap_or(""))
+            .arg(if quiet { "quiet" } else { "" })
             .invoke(con)
     })?;
     let next = match reply.as_slice() {
@@ -525,6 +529,19 @@ pub fn release(
         _ => None,
     };
     Ok((verdict("release", &reply)?, next))
+}
+
+/// Wakes `waiter`, for whom the lock is reserved (see [`release`]).
+pub fn wake(redis: &mut Redis, keys: &Keys, waiter: &str) -> Result<()> {
+    let key = keys.wake(waiter);
+    redis.call("wake", |con| {
+        redis::pipe()
+            .lpush(&key, "1")
+            .ignore()
+            .pexpire(&key, millis(CLAIM_WINDOW) as i64)
+            .ignore()
+            .query::<()>(con)
+    })
 }
 
 /// Resets the TTL of the lock if `token` holds it; with `want_run_id`, also returns the server's

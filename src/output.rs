@@ -73,7 +73,11 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
         if show_token { "token" } else { "token_fingerprint" }: token,
     });
     if let Some(q) = &s.quorum {
-        let nodes: Vec<Value> = q.nodes.iter().map(|(url, view)| node_json(url, view)).collect();
+        let nodes: Vec<Value> = q
+            .nodes
+            .iter()
+            .map(|(url, view)| node_json(url, view))
+            .collect();
         v["quorum"] = json!({"servers": q.nodes.len(), "needed": q.needed, "agree": q.agree});
         v["nodes"] = Value::Array(nodes);
     }
@@ -113,9 +117,17 @@ pub fn quorum_details(states: &[State]) -> String {
             q.nodes.len(),
             q.needed
         ));
-        let width = q.nodes.iter().map(|(u, _)| u.chars().count()).max().unwrap_or(0);
+        let width = q
+            .nodes
+            .iter()
+            .map(|(u, _)| u.chars().count())
+            .max()
+            .unwrap_or(0);
         for (url, view) in &q.nodes {
-            out.push_str(&format!("  {url:<width$}  {}\n", crate::quorum::node_line(view)));
+            out.push_str(&format!(
+                "  {url:<width$}  {}\n",
+                crate::quorum::node_line(view)
+            ));
         }
     }
     out

@@ -310,16 +310,24 @@ impl Store for Nodes {
     }
 
     fn release(&mut self, keys: &Keys, token: Option<&str>) -> Result<Verdict> {
-        // The queue node first: the waiter it hands the lock to gets it on every node.
-        let first = self.each(|i| i == 0, |_, con| lock::release(con, keys, token, None));
+        // The queue node first: the waiter it hands the lock to gets it on every node, and is
+        // woken only then (else its attempt could overtake our release on the other nodes).
+        let first = self.each(
+            |i| i == 0,
+            |_, con| lock::release(con, keys, token, None, true),
+        );
         let next = match &first[0] {
             Some(Ok((_, next))) => next.clone(),
             _ => None,
         };
         let rest = self.each(
             |i| i != 0,
-            |_, con| lock::release(con, keys, token, next.as_deref()),
+            |_, con| lock::release(con, keys, token, next.as_deref(), false),
         );
+        if let Some(waiter) = &next {
+            // If this fails, the waiter looks again when its wait times out (a few seconds).
+            let _ = self.each(|i| i == 0, |_, con| lock::wake(con, keys, waiter));
+        }
         let answers: Answers<(Verdict, Option<String>)> = first
             .into_iter()
             .take(1)
@@ -334,7 +342,8 @@ impl Store for Nodes {
         if let Some(done) = done {
             if !failed.is_empty() && !self.config.quiet {
                 eprintln!(
-                    "redlock: released '{}', but not on {}; it expires there by its TTL",
+                    "redlock: released '{}' where it was held; {}: the lock expires there by \
+                     its TTL",
                     keys.name,
                     failed.join(", ")
                 );

@@ -49,29 +49,33 @@ local function first_live_waiter()
   return nil
 end
 
--- Reserve the free lock for `waiter` for `claim_ms` and wake it. Until it claims (or the
--- reservation expires), the key exists, so no newcomer can barge in ahead of the queue. The waiter
--- leaves the queue now: if it does not claim in time, it was dead or too slow, and the next waiter
--- gets its turn when the reservation expires.
-local function hand_over(waiter, claim_ms)
+-- Reserve the free lock for `waiter` for `claim_ms` and wake it (unless `quiet`: a quorum wakes
+-- it only after every node has the reservation). Until it claims (or the reservation expires),
+-- the key exists, so no newcomer can barge in ahead of the queue. The waiter leaves the queue now:
+-- if it does not claim in time, it was dead or too slow, and the next waiter gets its turn when
+-- the reservation expires.
+local function hand_over(waiter, claim_ms, quiet)
   redis.call('SET', LOCK, '~' .. waiter, 'PX', claim_ms)
   redis.call('ZREM', QUEUE, waiter)
   redis.call('HDEL', LEASES, waiter)
-  redis.call('LPUSH', wake_key(waiter), '1')
-  redis.call('PEXPIRE', wake_key(waiter), claim_ms)
+  if not quiet then
+    redis.call('LPUSH', wake_key(waiter), '1')
+    redis.call('PEXPIRE', wake_key(waiter), claim_ms)
+  end
 end
 
 -- Free the lock: hand it to the first live waiter, or delete it when nobody waits. Returns the
 -- waiter it was handed to, or false. With `to` (a quorum's other nodes, which keep no queue), the
--- lock is reserved for that waiter, whom the queue node chose.
-local function pass_on(claim_ms, to)
+-- lock is reserved for that waiter, whom the queue node chose; with `quiet`, the waiter is not
+-- woken yet.
+local function pass_on(claim_ms, to, quiet)
   if to and to ~= '' then
     redis.call('SET', LOCK, '~' .. to, 'PX', claim_ms)
     return to
   end
   local waiter = first_live_waiter()
   if waiter then
-    hand_over(waiter, claim_ms)
+    hand_over(waiter, claim_ms, quiet)
     return waiter
   end
   redis.call('DEL', LOCK)
