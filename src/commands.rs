@@ -103,7 +103,8 @@ fn wait_for_replicas(
     Err(failure(
         Kind::Unavailable,
         format!(
-            "only {acked} of the {replicas} replicas asked for (--wait-replicas) acknowledged              '{}' within {}; released it again",
+            "only {acked} of the {replicas} replicas asked for (--wait-replicas) acknowledged \
+             '{}' within {}; released it again",
             lock.keys.name,
             lock::human_ms(config.io_timeout)
         ),

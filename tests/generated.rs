@@ -355,9 +355,86 @@ fn child_environment(r: &mut Roff) {
         r,
         "REDLOCK_URL",
         [roman(
-            "The Redis URL in use, without its password, so that a redlock run by the command \
-             reaches the same server.",
+            "The Redis URLs in use, comma-separated and without passwords, so that a redlock run \
+             by the command reaches the same servers.",
         )],
+    );
+    item(
+        r,
+        "REDLOCK_CLUSTER, REDLOCK_SENTINEL",
+        [
+            roman("Set when "),
+            bold("--cluster"),
+            roman(" or "),
+            bold("--sentinel"),
+            roman(" is in use, for the same reason."),
+        ],
+    );
+}
+
+/// Quorum, Cluster and Sentinel: the main page's section on several servers.
+fn several_servers_section(r: &mut Roff) {
+    heading(r, "SEVERAL SERVERS");
+    para(
+        r,
+        [
+            bold("Redlock quorum. "),
+            roman("Two or more "),
+            bold("--url"),
+            roman(
+                " values (or a comma-separated REDLOCK_URL) name independent masters. Every \
+                 operation goes to all of them in parallel, each bounded by ",
+            ),
+            bold("--connect-timeout"),
+            roman(" and "),
+            bold("--io-timeout"),
+            roman(
+                ". With N servers a lock is held when Q = N/2+1 of them granted it and time is \
+                 left: ttl - elapsed - (ttl/100 + 2ms) must be positive. A failed attempt is \
+                 undone on every server, including those that did not answer. Too few reachable \
+                 servers is exit status 69 with a line that starts 'no quorum' and names them. \
+                 Extending needs Q servers within the validity; exec treats a renewal that can no \
+                 longer reach Q as a lost lock. Release goes to every server. The first URL keeps \
+                 the queue of waiters; while it is down, waiters retry when the holder's TTL runs \
+                 out. status shows the quorum's verdict and each server's view.",
+            ),
+        ],
+    );
+    para(
+        r,
+        [roman(
+            "Fences: each server counts its own; the holder's fence is the highest of its \
+             granting servers' counters, written back to a majority before it is handed out, so \
+             successive holders get strictly increasing (not consecutive) fences. This holds \
+             while servers keep their keys and their clocks do not jump: run them with \
+             appendonly yes and appendfsync always (or keep a crashed server down longer than \
+             the longest TTL), and NTP without steps. exec reports a server whose run_id changed \
+             during a hold.",
+        )],
+    );
+    para(
+        r,
+        [
+            bold("Redis Cluster. "),
+            bold("--cluster"),
+            roman(" treats the URLs as seed nodes; all keys of a lock share one hash slot. "),
+            bold("Sentinel. "),
+            bold("--sentinel"),
+            roman(" "),
+            italic("MASTER"),
+            roman(
+                " treats the URLs as Sentinels and asks them for the master with every command. \
+                 With one server, a Cluster or Sentinel, ",
+            ),
+            bold("--wait-replicas"),
+            roman(" "),
+            italic("N"),
+            roman(
+                " makes acquire and exec wait until N replicas have the lock (or fail with 69 and \
+                 release it); this narrows, but does not close, the window in which a failover \
+                 loses a lock.",
+            ),
+        ],
     );
 }
 
@@ -371,6 +448,7 @@ fn capitalized(s: &str) -> String {
 
 fn root_sections(r: &mut Roff) {
     exit_status(r, true);
+    several_servers_section(r);
 
     heading(r, "ENVIRONMENT");
     item(
@@ -379,12 +457,29 @@ fn root_sections(r: &mut Roff) {
         [
             roman("The Redis URL to use when "),
             bold("--url"),
-            roman(" is not given (default redis://127.0.0.1:6379). "),
+            roman(
+                " is not given (default redis://127.0.0.1:6379); several, comma-separated, make a \
+                 quorum (see SEVERAL SERVERS). ",
+            ),
             bold("redlock exec"),
             roman(
-                " sets it for the command to the URL in use, without its password, so that a \
-                 redlock run by the command reaches the same server.",
+                " sets it for the command to the URLs in use, without passwords, so that a \
+                 redlock run by the command reaches the same servers.",
             ),
+        ],
+    );
+    item(
+        r,
+        "REDLOCK_CLUSTER",
+        [roman("1 (or true): as "), bold("--cluster"), roman(".")],
+    );
+    item(
+        r,
+        "REDLOCK_SENTINEL",
+        [
+            roman("The master's name: as "),
+            bold("--sentinel"),
+            roman("."),
         ],
     );
     item(
