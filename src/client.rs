@@ -20,6 +20,9 @@ pub struct Redis {
     display: String,
     config: Config,
     target: Target,
+    /// A reconnect failed: the connection may still have a reply on its way, so the next call
+    /// connects afresh first.
+    stale: bool,
 }
 
 enum Con {
@@ -102,12 +105,18 @@ impl Redis {
             display,
             config: config.clone(),
             target,
+            stale: false,
         })
     }
 
     /// The server as shown in messages (no password).
     pub fn display(&self) -> &str {
         &self.display
+    }
+
+    /// Whether this is one node of a quorum (which can go on without it).
+    pub fn is_quorum_node(&self) -> bool {
+        matches!(self.target, Target::Node(_))
     }
 
     /// Whether this is a Redis Cluster connection.
@@ -118,7 +127,13 @@ impl Redis {
     /// Replaces the connection with a fresh one (after a timeout, the old one may still have a
     /// reply on its way). A Sentinel setup asks the Sentinels again.
     pub fn reconnect(&mut self) -> Result<()> {
-        *self = Redis::open(&self.config, self.target.clone())?;
+        match Redis::open(&self.config, self.target.clone()) {
+            Ok(fresh) => *self = fresh,
+            Err(e) => {
+                self.stale = true;
+                return Err(e);
+            }
+        }
         Ok(())
     }
 
@@ -160,6 +175,9 @@ impl Redis {
         what: &str,
         f: impl FnOnce(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
     ) -> Result<T> {
+        if self.stale {
+            self.reconnect()?;
+        }
         let started = Instant::now();
         let result = f(self.con.get());
         if self.config.verbose {

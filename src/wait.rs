@@ -144,8 +144,11 @@ impl Park for Parker<'_> {
                 // (Ctrl-Z, fg: the read fails with EINTR), or a dropped connection: go on with a
                 // fresh one if Redis still answers. The caller's next attempt reads the real
                 // state; a reservation made for us meanwhile is in the lock key.
-                redis.reconnect()?;
-                Ok(Parked::TimedOut)
+                // A quorum goes on without its queue node: the next attempt counts the others.
+                match redis.reconnect() {
+                    Err(_) if redis.is_quorum_node() => Ok(Parked::TimedOut),
+                    other => other.map(|()| Parked::TimedOut),
+                }
             }
         }
     }
