@@ -85,7 +85,9 @@ pub struct GlobalArgs {
         long,
         global = true,
         env = "REDLOCK_CLUSTER",
-        conflicts_with = "sentinel"
+        conflicts_with = "sentinel",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub cluster: bool,
 
