@@ -23,6 +23,9 @@ pub struct Redis {
     /// A reconnect failed: the connection may still have a reply on its way, so the next call
     /// connects afresh first.
     stale: bool,
+    /// The last call failed because the server had closed the connection (it restarted, or
+    /// dropped idle clients): the command did not run, and a fresh connection may succeed.
+    dropped: bool,
 }
 
 enum Con {
@@ -106,12 +109,18 @@ impl Redis {
             config: config.clone(),
             target,
             stale: false,
+            dropped: false,
         })
     }
 
     /// The server as shown in messages (no password).
     pub fn display(&self) -> &str {
         &self.display
+    }
+
+    /// Whether the last call failed on a connection the server had closed.
+    pub fn was_dropped(&self) -> bool {
+        self.dropped
     }
 
     /// Whether this is one node of a quorum (which can go on without it).
@@ -180,6 +189,9 @@ impl Redis {
         }
         let started = Instant::now();
         let result = f(self.con.get());
+        self.dropped = result
+            .as_ref()
+            .is_err_and(|e| e.is_connection_dropped() && !e.is_timeout());
         if self.config.verbose {
             let outcome = match &result {
                 Ok(_) => "ok".to_string(),

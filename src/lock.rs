@@ -562,7 +562,7 @@ pub fn extend(
             .invoke(con)
     })?;
     let run_id = match reply.as_slice() {
-        [Value::Int(1), _, id] => text(id),
+        [_, _, id] => text(id),
         _ => None,
     };
     Ok((verdict("extend", &reply)?, run_id))
@@ -583,8 +583,8 @@ pub fn raise_fence(redis: &mut Redis, keys: &Keys, token: &str, fence: i64) -> R
 fn verdict(what: &str, reply: &[Value]) -> Result<Verdict> {
     match reply {
         [Value::Int(1), meta, ..] => Ok(Verdict::Done(parse_meta(meta).1)),
-        [Value::Int(0)] => Ok(Verdict::Free),
-        [Value::Int(-1), meta] => Ok(Verdict::HeldByOther(parse_meta(meta).1)),
+        [Value::Int(0), ..] => Ok(Verdict::Free),
+        [Value::Int(-1), meta, ..] => Ok(Verdict::HeldByOther(parse_meta(meta).1)),
         other => Err(unexpected_reply(what, format!("{other:?}"))),
     }
 }

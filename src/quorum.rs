@@ -95,11 +95,21 @@ impl Nodes {
                 .map(|(i, slot)| {
                     ask(i).then(|| {
                         scope.spawn(move || {
+                            let reused = slot.is_some();
                             let con = match slot {
                                 Some(con) => con,
                                 None => slot.insert(Redis::connect_node(config, i)?),
                             };
-                            let result = f(i, con);
+                            let mut result = f(i, con);
+                            // The node closed an idle connection (it restarted): the command did
+                            // not run; once more on a fresh connection.
+                            if result.is_err()
+                                && reused
+                                && con.was_dropped()
+                                && con.reconnect().is_ok()
+                            {
+                                result = f(i, con);
+                            }
                             if result.is_err() {
                                 *slot = None;
                             }
@@ -386,11 +396,15 @@ impl Store for Nodes {
         let mut refused = Vec::new();
         for (i, a) in answers.into_iter().enumerate() {
             match a {
-                Some(Ok((Verdict::Done(_), run_id))) => {
-                    done += 1;
+                Some(Ok((verdict, run_id))) => {
+                    // Above all a node that restarted empty: it says "free" and could grant the
+                    // lock to someone else.
                     self.check_restart(i, run_id, keys);
+                    match verdict {
+                        Verdict::Done(_) => done += 1,
+                        other => refused.push(other),
+                    }
                 }
-                Some(Ok((other, _))) => refused.push(other),
                 _ => {}
             }
         }

@@ -2,15 +2,15 @@
 --
 -- ARGV token, ttl_ms, want_run_id ('1': return this server's run_id)
 --
--- Returns {1, {}, run_id} extended, {0} free (expired: it is never brought back), {-1, holder-record} held by
--- another token. An expired key is gone, so PEXPIRE is never reached for it: extend cannot
--- resurrect a lock.
+-- Returns {1, {}, run_id} extended, {0, {}, run_id} free (expired: it is never brought back),
+-- {-1, holder-record, run_id} held by another token; run_id is false unless asked for. An expired
+-- key is gone, so PEXPIRE is never reached for it: extend cannot resurrect a lock.
 local current = redis.call('GET', LOCK)
 if not current then
-  return {0}
+  return {0, {}, run_id(ARGV[3])}
 end
 if current == ARGV[1] then
   redis.call('PEXPIRE', LOCK, ARGV[2])
   return {1, {}, run_id(ARGV[3])}
 end
-return {-1, holder(current)}
+return {-1, holder(current), run_id(ARGV[3])}
