@@ -93,7 +93,10 @@ fn the_url_comes_from_the_flag_then_redlock_url_then_redis_url() {
         .run()
         .expect(69);
     assert_one_error_line(&out);
-    assert!(out.stderr.contains("no quorum") && out.stderr.contains(&dead), "{out}");
+    assert!(
+        out.stderr.contains("no quorum") && out.stderr.contains(&dead),
+        "{out}"
+    );
 }
 
 #[test]

@@ -95,16 +95,20 @@ fn bad_urls_are_usage_errors() {
         case(&["--url", "redis://", "status"], "host"),
         case(&["--url", "unix://", "status"], "socket"),
         case(&["--url", "", "status"], "url"),
+        // Several servers are a quorum, but one server twice would count twice.
         case(
             &[
                 "-u",
                 "redis://127.0.0.1:1",
                 "-u",
-                "redis://127.0.0.1:2",
+                "redis://127.0.0.1:1",
                 "status",
             ],
-            "URL",
+            "twice",
         ),
+        case(&["--cluster", "-u", "unix:///tmp/r.sock", "status"], "TCP"),
+        case(&["--sentinel", "", "status"], "--sentinel"),
+        case(&["--cluster", "--sentinel", "m", "status"], "--sentinel"),
         case(&["--tls-ca", pem, "status"], "rediss://"),
         case(&["--tls-ca", "/dev/null", "status"], "PEM"),
         case(

@@ -8,10 +8,20 @@
 //! Commands built here start from a clean environment: every `REDLOCK_*` variable and
 //! `REDIS_URL` are removed, so a developer's shell settings never leak into a test.
 //! Waiting is always on an event ([`wait_for`], [`Proc::wait_for_stderr`]), with a generous bound.
+//!
+//! For faults: a server can be frozen ([`RedisServer::pause`]), killed and started again on its
+//! port and dir ([`RedisServer::kill`], [`RedisServer::restart`]); [`proxy::Proxy`] puts latency
+//! or a black hole between redlock and a server; [`nodes::Nodes`] is a group of servers for the
+//! Redlock quorum mode.
 
 #![allow(dead_code)] // each test crate uses its own subset
 
+pub mod nodes;
+pub mod proxy;
+pub mod topology;
+
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fmt;
 use std::io::Read;
 use std::net::TcpListener;
@@ -238,40 +248,34 @@ impl Builder {
                 .arg("--tls-auth-clients")
                 .arg(if *client_auth { "yes" } else { "no" }),
         };
-        let child = cmd
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
+        cmd.args(&self.args);
+        let argv: Vec<OsString> = cmd.get_args().map(OsString::from).collect();
         let mut server = RedisServer {
-            child,
+            child: spawn_redis(&argv),
             port,
             dir,
             password: self.password.clone(),
             tls: self.tls.as_ref().map(|(c, _)| Arc::clone(c)),
+            argv,
+            killed: false,
         };
-        // "Ready to accept connections" in *our* log proves that our server bound the port (a
-        // PING alone might be answered by another test's server that took the port first).
-        let ready = wait_for(
-            || {
-                server.exited()
-                    || (server.log().contains("Ready to accept connections")
-                        && server.try_cli().is_ok())
-            },
-            Duration::from_secs(10),
-        );
-        if ready && !server.exited() {
-            return Ok(server);
-        }
-        let log = server.log();
-        if log.contains("Address already in use") {
-            return Err(log);
-        }
-        panic!("redis-server did not answer PING within 10s; its log:\n{log}");
+        server.wait_ready(0)?;
+        Ok(server)
     }
 }
+
+fn spawn_redis(argv: &[OsString]) -> Child {
+    Command::new("redis-server")
+        .args(argv)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn redis-server")
+}
+
+/// The "ready" line of redis-server's log.
+const READY: &str = "Ready to accept connections";
 
 /// A `redis-server` of our own, killed when dropped.
 pub struct RedisServer {
@@ -280,6 +284,10 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     password: Option<String>,
     tls: Option<Arc<Certs>>,
+    /// redis-server's arguments, to start it again on the same port and dir.
+    argv: Vec<OsString>,
+    /// Whether [`kill`](Self::kill) stopped it (and no [`restart`](Self::restart) followed).
+    killed: bool,
 }
 
 impl RedisServer {
@@ -318,6 +326,64 @@ impl RedisServer {
 
     fn exited(&mut self) -> bool {
         self.child.try_wait().ok().flatten().is_some()
+    }
+
+    /// Waits until the log has more than `before` ready lines and the server answers PING.
+    fn wait_ready(&mut self, before: usize) -> Result<(), String> {
+        // A ready line in *our* log proves that our server bound the port (a PING alone might be
+        // answered by another test's server that took the port first).
+        let ready = wait_for(
+            || {
+                self.exited()
+                    || (self.log().matches(READY).count() > before && self.try_cli().is_ok())
+            },
+            Duration::from_secs(10),
+        );
+        if ready && !self.exited() {
+            return Ok(());
+        }
+        let log = self.log();
+        if log.contains("Address already in use") {
+            return Err(log);
+        }
+        panic!("redis-server did not answer PING within 10s; its log:\n{log}");
+    }
+
+    /// Kills the server with SIGKILL, as a crash would, and reaps it: from now on its port
+    /// refuses connections (until [`restart`](Self::restart)).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        self.child.wait().expect("reap redis-server");
+        self.killed = true;
+    }
+
+    /// Whether the server was [`kill`](Self::kill)ed and not restarted.
+    pub fn killed(&self) -> bool {
+        self.killed
+    }
+
+    /// Starts the server again, after [`kill`](Self::kill), on the same port with the same
+    /// arguments and directory (so that with `--appendonly yes` it reloads its data); returns
+    /// once the new process answers PING.
+    pub fn restart(&mut self) {
+        assert!(self.killed, "restart() a server that was not killed");
+        let before = self.log().matches(READY).count();
+        // The port was ours a moment ago, but another process may have taken it meanwhile.
+        for _ in 0..20 {
+            self.child = spawn_redis(&self.argv);
+            match self.wait_ready(before) {
+                Ok(()) => {
+                    self.killed = false;
+                    return;
+                }
+                Err(_) => thread::sleep(Duration::from_millis(100)),
+            }
+        }
+        panic!(
+            "redis-server could not bind port {} again; its log:\n{}",
+            self.port,
+            self.log()
+        );
     }
 
     fn try_cli(&self) -> redis::RedisResult<redis::Connection> {

@@ -1,0 +1,301 @@
+//! `--cluster`: redlock on a three-master Redis Cluster built by the test.
+//!
+//! Lock names are chosen so that their slots are on different masters, and the seed URL is always
+//! node 0, so most commands must find a lock on a node they were not pointed at. What a command
+//! left behind is read on each node separately (SCAN is per node), which shows both that the keys
+//! are there and that all keys of one lock share one node.
+
+mod common;
+mod exec_support;
+
+use std::time::{Duration, Instant};
+
+use common::topology::Cluster;
+use common::*;
+use exec_support::{EVENT, child_env, done, lock_state, wait_ready, waiter};
+use serde_json::Value;
+
+fn queue_key(name: &str) -> String {
+    format!("{}:q", lock_key(name))
+}
+
+/// `acquire NAME --ttl 60s -n` through the seed node; returns the token.
+fn acquire(cluster: &Cluster, name: &str) -> String {
+    let token = cluster
+        .redlock()
+        .args(["acquire", name, "--ttl", "60s", "-n"])
+        .run()
+        .ok();
+    assert!(is_token(&token), "{token:?}");
+    token
+}
+
+/// Asserts that every key of `keys` is in one slot and stored on node `owner` only, and that
+/// `owner` serves that slot.
+#[track_caller]
+fn assert_on_one_node(cluster: &Cluster, keys: &[String], owner: usize) {
+    let slot = cluster.slot(&keys[0]);
+    for key in keys {
+        assert_eq!(
+            cluster.slot(key),
+            slot,
+            "{key} is not in the slot of {}",
+            keys[0]
+        );
+        assert_eq!(cluster.owner(key), owner, "{key}");
+        assert_eq!(
+            cluster.holders(key),
+            [owner],
+            "{key} is not (only) on node {owner}: {:?}",
+            cluster.all_keys()
+        );
+    }
+}
+
+/// The lock names in the table printed by `status`, in order.
+fn listed(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn acquire_extend_status_and_release_work_on_every_master() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let names = cluster.names_on_each_node("job");
+    let tokens: Vec<String> = names.iter().map(|n| acquire(&cluster, n)).collect();
+    for (i, (name, token)) in names.iter().zip(&tokens).enumerate() {
+        let node = &cluster.nodes()[i];
+        assert_eq!(node.get(&lock_key(name)).as_ref(), Some(token), "{name}");
+        let meta = node.meta(name);
+        assert_eq!(meta["fence"], "1", "{name}: {meta:?}");
+        assert_eq!(&meta["token"], token, "{name}: {meta:?}");
+        assert_on_one_node(&cluster, &[lock_key(name), meta_key(name)], i);
+    }
+    assert_eq!(cluster.all_keys().len(), 6, "{:?}", cluster.all_keys());
+
+    // A busy lock on another master than the seed is refused like on one server.
+    let out = cluster
+        .redlock()
+        .args(["acquire", &names[2], "-n"])
+        .run()
+        .expect(1);
+    assert!(out.stderr.contains("busy"), "{out}");
+
+    // status without names looks at every master, not only the seed.
+    let out = cluster.redlock().arg("status").run().expect(0);
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(listed(&out.stdout), sorted, "{out}");
+    for token in &tokens {
+        assert!(out.stdout.contains(&token[..8]), "{out}");
+    }
+    let out = cluster.redlock().args(["status", "--json"]).run().expect(0);
+    let all: Vec<Value> = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(all.len(), 3, "{out}");
+    for lock in &all {
+        let i = names
+            .iter()
+            .position(|n| lock["key"] == n.as_str())
+            .unwrap();
+        assert_eq!(lock["held"], true, "{lock}");
+        assert_eq!(lock["fence"], 1, "{lock}");
+        assert_eq!(lock["token_fingerprint"], &tokens[i][..8], "{lock}");
+    }
+    let out = cluster.redlock().arg("status").args(&names).run().expect(0);
+    assert_eq!(listed(&out.stdout), names, "{out}");
+
+    // extend reaches the lock's master.
+    cluster
+        .redlock()
+        .args(["extend", &names[1], &tokens[1], "--ttl", "300s"])
+        .run()
+        .expect(0);
+    let pttl = cluster.nodes()[1].pttl(&lock_key(&names[1]));
+    assert!(pttl > 60_000, "not extended: pttl {pttl}");
+
+    // Any node is a seed; REDLOCK_CLUSTER=1 is --cluster.
+    for (i, (name, token)) in names.iter().zip(&tokens).enumerate() {
+        let seed = cluster.url((i + 1) % 3);
+        redlock()
+            .args(["--cluster", "--url", &seed, "release", name, token])
+            .run()
+            .expect(0);
+        assert_eq!(cluster.nodes()[i].get(&lock_key(name)), None, "{name}");
+    }
+    let out = redlock()
+        .env("REDLOCK_CLUSTER", "1")
+        .env("REDLOCK_URL", cluster.url(2))
+        .args(["status", &names[0]])
+        .run()
+        .expect(1);
+    assert_eq!(listed(&out.stdout), [names[0].clone()], "{out}");
+    let out = cluster.redlock().args(["status", "--json"]).run().expect(0);
+    assert_eq!(out.stdout.trim(), "[]", "{out}");
+    let metas: Vec<(usize, String)> = (0..3).map(|i| (i, meta_key(&names[i]))).collect();
+    assert_eq!(cluster.all_keys(), metas, "only the fence counters stay");
+
+    let token = redlock()
+        .env("REDLOCK_CLUSTER", "1")
+        .env("REDLOCK_URL", cluster.url(0))
+        .args(["acquire", &names[2], "-n"])
+        .run()
+        .ok();
+    assert_eq!(cluster.nodes()[2].get(&lock_key(&names[2])), Some(token));
+    assert_eq!(cluster.nodes()[2].meta(&names[2])["fence"], "2");
+}
+
+/// Without --cluster the seed node answers MOVED for a lock on another master: the tests above
+/// would fail if redlock ignored the flag.
+#[test]
+fn without_cluster_a_lock_on_another_master_is_not_taken() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let names = cluster.names_on_each_node("job");
+    let out = redlock()
+        .args(["--url", &cluster.url(0), "acquire", &names[1], "-n"])
+        .run();
+    assert_ne!(out.code(), 0, "{out}");
+    assert_eq!(cluster.all_keys(), [], "{out}");
+}
+
+/// Renewal on a master that is not the seed: the child runs 3.5 TTLs and keeps the lock all the
+/// time; without renewal the key would expire after one TTL and a competitor would get in.
+#[test]
+fn exec_renews_the_lock_on_its_master() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let name = cluster.names_on_each_node("exec")[2].clone();
+    let node = &cluster.nodes()[2];
+    let mut holder = cluster
+        .redlock()
+        .env("D", node.dir())
+        .args(["exec", &name, "--ttl", "1s", "-c", &waiter()])
+        .spawn_proc();
+    wait_ready(node, &mut holder);
+    let token = child_env(node)["REDLOCK_TOKEN"].clone();
+    assert_eq!(child_env(node)["REDLOCK_FENCE"], "1");
+    assert_on_one_node(&cluster, &[lock_key(&name), meta_key(&name)], 2);
+    let ttl = Duration::from_secs(1);
+    let mut con = node.cli();
+    let started = Instant::now();
+    let mut competitors = 0;
+    let mut late_pttls = Vec::new();
+    while started.elapsed() < ttl.mul_f64(3.5) {
+        let (held_by, pttl) = lock_state(&mut con, &name);
+        assert_eq!(
+            held_by.as_deref(),
+            Some(token.as_str()),
+            "the lock was lost after {:?} (pttl {pttl})\n--- stderr:\n{}",
+            started.elapsed(),
+            holder.stderr()
+        );
+        if started.elapsed() > ttl {
+            late_pttls.push(pttl);
+        }
+        let out = cluster
+            .redlock()
+            .args(["acquire", &name, "-n"])
+            .run()
+            .expect(1);
+        assert!(out.stderr.contains("busy"), "{out}");
+        competitors += 1;
+    }
+    assert!(competitors >= 3, "only {competitors} competitors in 3.5s");
+    let best = late_pttls.iter().max().copied().unwrap_or(0);
+    assert!(best > 500, "pttl after the first TTL peaked at {best}ms");
+    assert!(holder.running(), "the holder stopped:\n{}", holder.stderr());
+    done(node);
+    let out = holder.finish(EVENT).expect(0);
+    assert_eq!(out.stdout, "finished\n", "{out}");
+    assert_eq!(out.stderr, "", "{out}");
+    assert_eq!(node.keys(), [meta_key(&name)], "not released:\n{out}");
+    assert_eq!(node.meta(&name)["fence"], "1", "the lock changed hands");
+}
+
+#[test]
+fn a_queued_waiter_gets_the_lock_when_the_holder_releases() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let name = cluster.names_on_each_node("queue")[1].clone();
+    let node = &cluster.nodes()[1];
+    let token = acquire(&cluster, &name);
+    let mut waiter = cluster
+        .redlock()
+        .args([
+            "exec",
+            &name,
+            "--wait",
+            "30s",
+            "-c",
+            r#"echo "fence $REDLOCK_FENCE""#,
+        ])
+        .spawn_proc();
+    let queued = wait_for(
+        || {
+            node.query::<Vec<String>>(&["ZRANGE", &queue_key(&name), "0", "-1"])
+                .len()
+                == 1
+        },
+        EVENT,
+    );
+    assert!(
+        queued,
+        "the waiter is not queued within {EVENT:?} (running: {}):\n{}\n{:?}",
+        waiter.running(),
+        waiter.stderr(),
+        cluster.all_keys()
+    );
+    assert_on_one_node(
+        &cluster,
+        &[lock_key(&name), meta_key(&name), queue_key(&name)],
+        1,
+    );
+    // Anything else the waiter keeps (its wake-up list) is in the same slot on the same node.
+    for (i, key) in cluster.all_keys() {
+        assert_eq!(i, 1, "{key} is on node {i}");
+        assert_eq!(cluster.slot(&key), cluster.slot(&lock_key(&name)), "{key}");
+    }
+    assert!(waiter.running(), "{}", waiter.stderr());
+
+    cluster
+        .redlock()
+        .args(["release", &name, &token])
+        .run()
+        .expect(0);
+    let out = waiter.finish(EVENT).expect(0);
+    assert_eq!(out.stdout, "fence 2\n", "{out}");
+    assert_eq!(cluster.all_keys(), [(1, meta_key(&name))], "{out}");
+}
+
+/// `exec` tells its command how to reach the cluster (`REDLOCK_URL`, `REDLOCK_CLUSTER`), so that
+/// `redlock extend "$REDLOCK_KEY"` in the command works.
+#[test]
+fn a_command_under_exec_reaches_the_cluster_through_its_environment() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let name = cluster.names_on_each_node("env")[1].clone();
+    let script = format!(
+        r#"'{BIN}' extend "$REDLOCK_KEY" --ttl 120s && '{BIN}' status --json "$REDLOCK_KEY""#
+    );
+    let out = cluster
+        .redlock()
+        .args(["exec", &name, "--ttl", "30s", "-c", &script])
+        .run()
+        .expect(0);
+    let v: Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"));
+    assert_eq!(v[0]["key"], name.as_str(), "{out}");
+    assert_eq!(v[0]["held"], true, "{out}");
+    let ttl = v[0]["ttl_ms"].as_i64().unwrap_or(0);
+    assert!(ttl > 60_000, "not extended:\n{out}");
+    assert_eq!(cluster.all_keys(), [(1, meta_key(&name))], "{out}");
+}

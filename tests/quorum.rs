@@ -1,0 +1,891 @@
+//! The Redlock quorum mode (several `--url`s, N independent masters, a majority Q = N/2+1 to
+//! hold a lock), watched from outside with real `redlock` processes against N real
+//! `redis-server`s: which subsets of nodes can grant a lock, what nodes that are down, frozen,
+//! slow, wiped or restarted do to acquire, renewal and release, and that mutual exclusion and
+//! increasing fences survive contention.
+//!
+//! Faults are real: SIGKILL (`RedisServer::kill`), SIGSTOP (`pause`), a restart on the same
+//! port (`restart`), and a TCP [`Proxy`] with latency or a black hole. Each test has its own
+//! servers, so the tests run in parallel; every bound on time is generous, since speed is the
+//! benchmark's business.
+
+mod common;
+mod exec_support;
+
+use std::time::{Duration, Instant};
+
+use common::nodes::{FOREIGN, Nodes};
+use common::*;
+use exec_support::{trapper, waiter};
+use serde_json::Value;
+
+/// A bound for anything that should happen promptly; reaching it means a hang.
+const EVENT: Duration = Duration::from_secs(10);
+
+/// Exit statuses: lock busy, Redis unavailable (no quorum), lock lost under `exec`.
+const BUSY: i32 = 1;
+const NOT_OWNER: i32 = 3;
+const UNAVAILABLE: i32 = 69;
+const LOST: i32 = 75;
+
+/// `redlock exec` on every node, with `$D` set to the nodes' scratch dir for the child.
+fn exec(nodes: &Nodes) -> std::process::Command {
+    let mut cmd = nodes.redlock();
+    cmd.arg("exec").env("D", nodes.dir());
+    cmd
+}
+
+/// Waits until the child of an [`exec`] created `$D/ready`.
+#[track_caller]
+fn wait_ready(nodes: &Nodes, proc: &mut Proc) {
+    let ready = nodes.dir().join("ready");
+    let seen = wait_for(|| ready.exists() || !proc.running(), EVENT);
+    assert!(
+        seen && ready.exists(),
+        "the child never became ready (redlock running: {})\n--- stdout:\n{}--- stderr:\n{}---",
+        proc.running(),
+        proc.stdout(),
+        proc.stderr()
+    );
+}
+
+/// A `REDLOCK_*` variable that the child of an [`exec`] reported (see `exec_support`).
+fn child_var(nodes: &Nodes, name: &str) -> String {
+    let env = std::fs::read_to_string(nodes.dir().join("env")).unwrap();
+    env.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("the child got no {name}:\n{env}"))
+        .to_string()
+}
+
+/// Asserts that servers `which` hold lock `name` with `token`, each with time left.
+#[track_caller]
+fn assert_held(nodes: &Nodes, which: &[usize], name: &str, token: &str, context: &str) {
+    for &i in which {
+        let s = &nodes[i];
+        assert_eq!(
+            s.get(&lock_key(name)).as_deref(),
+            Some(token),
+            "node {i} ({}): {context}",
+            s.url()
+        );
+        let pttl = s.pttl(&lock_key(name));
+        assert!(pttl > 0, "node {i} ({}): PTTL {pttl}: {context}", s.url());
+    }
+}
+
+/// `acquire NAME --format json` with `args`; returns the token and the fence.
+#[track_caller]
+fn acquire_json(nodes: &Nodes, name: &str, args: &[&str]) -> (String, i64) {
+    let out = nodes
+        .redlock()
+        .args(["acquire", name, "--format", "json"])
+        .args(args)
+        .run();
+    let json = out.ok();
+    let v: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    let token = v["token"].as_str().unwrap_or_else(|| panic!("{v}"));
+    assert!(is_token(token), "{v}");
+    (
+        token.to_string(),
+        v["fence"].as_i64().unwrap_or_else(|| panic!("{v}")),
+    )
+}
+
+/// For every subset of nodes that some other client holds, `acquire -n` succeeds iff the other
+/// nodes are a majority. A failure leaves no trace of ours; a success is on every free node and
+/// its release spares the foreign holders.
+fn quorum_matrix(n: usize) {
+    let Some(nodes) = Nodes::start(n) else {
+        return;
+    };
+    for subset in 0..1u32 << n {
+        let busy: Vec<usize> = (0..n).filter(|i| subset & (1 << i) != 0).collect();
+        let case = format!("N={n}, held by another client on nodes {busy:?}");
+        nodes.flushall();
+        for &i in &busy {
+            nodes.hold_foreign(i, "k");
+        }
+        let foreign: Vec<Option<String>> = (0..n)
+            .map(|i| busy.contains(&i).then(|| FOREIGN.to_string()))
+            .collect();
+
+        let out = nodes
+            .redlock()
+            .args(["acquire", "k", "-n", "--ttl", "30s", "--format", "json"])
+            .run();
+        if n - busy.len() >= nodes.quorum() {
+            assert_eq!(out.code(), 0, "{case}: not acquired:\n{out}");
+            let v: Value = serde_json::from_str(&out.stdout).unwrap();
+            let token = v["token"].as_str().unwrap_or_else(|| panic!("{case}: {v}"));
+            assert_eq!(v["fence"], 1, "{case}: first holder since FLUSHALL: {v}");
+            let expected: Vec<Option<String>> = foreign
+                .iter()
+                .map(|f| f.clone().or_else(|| Some(token.to_string())))
+                .collect();
+            assert_eq!(nodes.tokens("k"), expected, "{case}:\n{out}");
+
+            let out = nodes.redlock().args(["release", "k", token]).run();
+            assert_eq!(out.code(), 0, "{case}: release:\n{out}");
+            assert_eq!(nodes.tokens("k"), foreign, "{case}: after release");
+            nodes.assert_nothing_left("k", &[token]);
+        } else {
+            assert_eq!(out.code(), BUSY, "{case}: acquired:\n{out}");
+            assert_one_error_line(&out);
+            assert!(
+                out.stderr.starts_with("redlock: lock 'k' is busy"),
+                "{case}:\n{out}"
+            );
+            assert_eq!(nodes.tokens("k"), foreign, "{case}:\n{out}");
+            nodes.assert_nothing_left("k", &[]);
+        }
+    }
+}
+
+#[test]
+fn a_majority_of_3_free_nodes_is_needed_and_enough() {
+    quorum_matrix(3);
+}
+
+#[test]
+fn a_majority_of_5_free_nodes_is_needed_and_enough() {
+    quorum_matrix(5);
+}
+
+/// With 2 of 5 nodes dead, the 3 others are a quorum: acquire, release, and an `exec` that
+/// outlives its TTL several times (so it lives on renewals) all work.
+#[test]
+fn two_dead_nodes_of_five_leave_a_working_lock() {
+    let Some(mut nodes) = Nodes::start(5) else {
+        return;
+    };
+    let live = [0, 1, 2];
+    nodes[3].kill();
+    nodes[4].kill();
+    let dead = [nodes[3].url(), nodes[4].url()];
+
+    let token = nodes
+        .redlock()
+        .args(["acquire", "k", "--ttl", "30s"])
+        .run()
+        .ok();
+    assert!(is_token(&token), "{token}");
+    assert_held(&nodes, &live, "k", &token, "after acquire");
+    let out = nodes
+        .redlock()
+        .args(["release", "k", &token])
+        .run()
+        .expect(0);
+    for url in &dead {
+        assert!(
+            out.stderr.contains(url.as_str()),
+            "no warning about {url}:\n{out}"
+        );
+    }
+    nodes.assert_nothing_left("k", &[&token]);
+
+    // TTL 1s, renewed every ~333ms, under a child that runs 2.5s.
+    let script = r#"env | grep '^REDLOCK_' > "$D/env"; touch "$D/ready"; sleep 2.5; echo finished"#;
+    let mut proc = exec(&nodes)
+        .args(["k", "--ttl", "1s", "-c", script])
+        .spawn_proc();
+    wait_ready(&nodes, &mut proc);
+    let started = Instant::now();
+    let token = child_var(&nodes, "REDLOCK_TOKEN");
+    assert_eq!(child_var(&nodes, "REDLOCK_URL"), nodes.urls().join(","));
+    assert!(wait_for(
+        || started.elapsed() > Duration::from_millis(1800),
+        EVENT
+    ));
+    assert_held(&nodes, &live, "k", &token, "1.8 TTLs into the exec");
+    let out = proc.finish(EVENT).expect(0);
+    assert_eq!(out.stdout, "finished\n", "{out}");
+    nodes.assert_nothing_left("k", &[&token]);
+    assert_eq!(nodes.tokens("k"), [None, None, None, None, None], "{out}");
+}
+
+/// With 3 of 5 nodes dead there is no quorum: acquire and exec fail at once with 69 (even when
+/// they would wait), name every dead node, and leave nothing on the live ones.
+#[test]
+fn three_dead_nodes_of_five_fail_fast_with_69() {
+    let Some(mut nodes) = Nodes::start(5) else {
+        return;
+    };
+    // The queue node is among the dead.
+    for i in [0, 2, 4] {
+        nodes[i].kill();
+    }
+    let dead = [nodes[0].url(), nodes[2].url(), nodes[4].url()];
+    for args in [
+        vec!["acquire", "k", "--ttl", "30s"],
+        vec!["acquire", "k", "-w", "30s"],
+        vec!["acquire", "k", "-n"],
+        vec!["exec", "k", "--", "touch", "ran"],
+    ] {
+        let out = nodes
+            .redlock()
+            .current_dir(nodes.dir())
+            .args(&args)
+            .run()
+            .expect(UNAVAILABLE);
+        assert_one_error_line(&out);
+        assert!(
+            out.stderr.starts_with("redlock: no quorum for 'k':"),
+            "{args:?}:\n{out}"
+        );
+        for url in &dead {
+            assert!(
+                out.stderr.contains(url.as_str()),
+                "{args:?}: no {url}:\n{out}"
+            );
+        }
+        assert!(
+            out.elapsed < Duration::from_secs(5),
+            "{args:?}: slow:\n{out}"
+        );
+        nodes.assert_nothing_left("k", &[]);
+        assert_eq!(nodes.tokens("k"), [None, None, None, None, None], "{out}");
+    }
+    assert!(!nodes.dir().join("ran").exists(), "exec ran its command");
+}
+
+/// Nodes are asked in parallel: a frozen node costs one --io-timeout, not one per request.
+#[test]
+fn a_frozen_node_of_five_costs_about_one_io_timeout() {
+    let Some(nodes) = Nodes::start(5) else {
+        return;
+    };
+    nodes[2].pause();
+    let acquire = nodes
+        .redlock()
+        .args([
+            "--io-timeout",
+            "500ms",
+            "acquire",
+            "k",
+            "-n",
+            "--ttl",
+            "30s",
+        ])
+        .run();
+    let release = acquire.status.success().then(|| {
+        let token = acquire.stdout.trim_end();
+        nodes
+            .redlock()
+            .args(["--io-timeout", "500ms", "release", "k", token])
+            .run()
+    });
+    nodes[2].resume();
+    assert!(
+        acquire.elapsed < Duration::from_secs(3),
+        "--io-timeout 500ms:\n{acquire}"
+    );
+    acquire.expect(0);
+    let release = release.unwrap().expect(0);
+    assert!(
+        release.elapsed < Duration::from_secs(3),
+        "--io-timeout 500ms:\n{release}"
+    );
+    // The frozen node may run what was queued for it when it thaws; its key expires by TTL.
+    for i in [0, 1, 3, 4] {
+        assert_eq!(nodes[i].get(&lock_key("k")), None, "node {i}");
+    }
+}
+
+/// The same with two frozen nodes and a longer --io-timeout: asked one after the other, they
+/// would cost two --io-timeouts.
+#[test]
+fn two_frozen_nodes_of_five_cost_one_io_timeout_not_two() {
+    let Some(nodes) = Nodes::start(5) else {
+        return;
+    };
+    nodes[1].pause();
+    nodes[3].pause();
+    let out = nodes
+        .redlock()
+        .args(["--io-timeout", "2s", "acquire", "k", "-n", "--ttl", "30s"])
+        .run();
+    nodes[1].resume();
+    nodes[3].resume();
+    assert!(
+        out.elapsed < Duration::from_millis(3500),
+        "--io-timeout 2s:\n{out}"
+    );
+    let token = out.ok();
+    assert_held(&nodes, &[0, 2, 4], "k", &token, "with 2 nodes frozen");
+}
+
+/// The single-server mode, for comparison: a frozen server is a failure after --io-timeout.
+#[test]
+fn a_single_frozen_server_exits_69_after_the_io_timeout() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis.pause();
+    let out = redis
+        .redlock()
+        .args(["--io-timeout", "500ms", "acquire", "k", "--ttl", "30s"])
+        .run();
+    redis.resume();
+    let out = out.expect(UNAVAILABLE);
+    assert_one_error_line(&out);
+    assert!(
+        out.elapsed < Duration::from_secs(4),
+        "--io-timeout 500ms:\n{out}"
+    );
+}
+
+/// `exec` on 5 nodes: renewal goes on with 3 nodes after 2 are killed; when a 3rd dies the lock
+/// is lost by its deadline (not at the first failed renewal) and the child gets SIGTERM.
+#[test]
+fn exec_survives_two_lost_nodes_and_stops_at_the_third() {
+    let Some(mut nodes) = Nodes::start(5) else {
+        return;
+    };
+    let ttl = Duration::from_millis(1500);
+    let mut proc = exec(&nodes)
+        .args([
+            "k",
+            "--ttl",
+            "1500ms",
+            "--io-timeout",
+            "500ms",
+            "-c",
+            &trapper(),
+        ])
+        .spawn_proc();
+    wait_ready(&nodes, &mut proc);
+    let token = child_var(&nodes, "REDLOCK_TOKEN");
+    nodes[3].kill();
+    nodes[4].kill();
+
+    let ended = wait_for(|| !proc.running(), ttl * 2 + Duration::from_millis(500));
+    assert!(
+        !ended,
+        "stopped with 3 of 5 nodes:\n--- stdout:\n{}--- stderr:\n{}",
+        proc.stdout(),
+        proc.stderr()
+    );
+    assert_held(
+        &nodes,
+        &[0, 1, 2],
+        "k",
+        &token,
+        "2 TTLs after losing 2 nodes",
+    );
+
+    nodes[2].kill();
+    let killed = Instant::now();
+    let out = proc.finish(EVENT);
+    let took = killed.elapsed();
+    let out = out.expect(LOST);
+    assert_eq!(out.stdout, "got TERM\n", "the child gets SIGTERM:\n{out}");
+    assert!(out.stderr.contains("lost the lock 'k'"), "{out}");
+    // Unreachable nodes are retried until the deadline: the last renewal (at most TTL/3 before
+    // the kill) + TTL - drift.
+    assert!(
+        took >= ttl / 2 && took < ttl + Duration::from_secs(5),
+        "stopped {took:?} after the 3rd node died (TTL {ttl:?}):\n{out}"
+    );
+    assert!(
+        wait_for(|| nodes.tokens("k").iter().all(Option::is_none), EVENT),
+        "the lock outlived its holder: {:?}",
+        nodes.tokens("k")
+    );
+}
+
+/// Every node is slower than the TTL: all grant, but too late to be of use. The attempt is a
+/// failure (69, "took" longer than the "TTL") and is undone on every node before redlock exits.
+#[test]
+fn an_attempt_slower_than_the_ttl_fails_and_is_undone() {
+    let Some(nodes) = Nodes::behind_proxies(5) else {
+        return;
+    };
+    for i in 0..5 {
+        nodes.proxy(i).set_latency(Duration::from_millis(200));
+    }
+    // A round trip takes 400ms, longer than the TTL on its own.
+    let out = nodes
+        .redlock()
+        .args(["--io-timeout", "5s", "acquire", "k", "-n", "--ttl", "300ms"])
+        .run()
+        .expect(UNAVAILABLE);
+    assert_one_error_line(&out);
+    for needle in ["no quorum for 'k'", "took", "TTL"] {
+        assert!(out.stderr.contains(needle), "no {needle:?}:\n{out}");
+    }
+    nodes.assert_nothing_left("k", &[]);
+    assert_eq!(nodes.tokens("k"), [None, None, None, None, None], "{out}");
+
+    // The control: with a TTL the link can afford, the same nodes grant the lock (so the
+    // failure above came from the TTL, not from a broken link), in no less than a round trip.
+    let out = nodes
+        .redlock()
+        .args(["--io-timeout", "5s", "acquire", "k", "-n", "--ttl", "30s"])
+        .run();
+    let elapsed = out.elapsed;
+    let token = out.ok();
+    assert!(elapsed >= Duration::from_millis(400), "{elapsed:?}");
+    assert_held(&nodes, &[0, 1, 2, 3, 4], "k", &token, "with --ttl 30s");
+}
+
+/// An emulated clock jump during an `exec` hold: the key expires early on one node (deleted by
+/// hand) while two others are cut off (black holes). No renewal can reach a quorum, so the lock
+/// is lost and the child stopped, by the lock's deadline at the latest.
+#[test]
+fn a_key_expired_early_on_one_node_and_two_cut_off_lose_the_lock() {
+    let Some(nodes) = Nodes::behind_proxies(5) else {
+        return;
+    };
+    let ttl = Duration::from_secs(3);
+    let mut proc = exec(&nodes)
+        .args([
+            "k",
+            "--ttl",
+            "3s",
+            "--io-timeout",
+            "500ms",
+            "-c",
+            &trapper(),
+        ])
+        .spawn_proc();
+    wait_ready(&nodes, &mut proc);
+    let token = child_var(&nodes, "REDLOCK_TOKEN");
+    assert_held(&nodes, &[0, 1, 2, 3, 4], "k", &token, "at the start");
+
+    nodes[4].query::<()>(&["DEL", &lock_key("k")]);
+    nodes.proxy(1).black_hole();
+    nodes.proxy(3).black_hole();
+    let jumped = Instant::now();
+    let out = proc.finish(ttl + EVENT);
+    let took = jumped.elapsed();
+    nodes.proxy(1).restore();
+    nodes.proxy(3).restore();
+    let out = out.expect(LOST);
+    assert_eq!(out.stdout, "got TERM\n", "the child gets SIGTERM:\n{out}");
+    assert!(out.stderr.contains("lost the lock 'k'"), "{out}");
+    assert!(
+        took < ttl + Duration::from_secs(5),
+        "stopped {took:?} after the jump (TTL {ttl:?}):\n{out}"
+    );
+}
+
+/// Once too many nodes say the lock is free (here 3 of 5), no renewal can reach a quorum any
+/// more: the lock is lost at that renewal, long before its deadline.
+#[test]
+fn a_lock_gone_from_a_majority_is_lost_at_the_next_renewal() {
+    let Some(nodes) = Nodes::start(5) else {
+        return;
+    };
+    // Renewal every 3s; the deadline would be 6-9s after the keys vanish.
+    let mut proc = exec(&nodes)
+        .args(["k", "--ttl", "9s", "-c", &trapper()])
+        .spawn_proc();
+    wait_ready(&nodes, &mut proc);
+    for i in [1, 2, 3] {
+        nodes[i].query::<()>(&["DEL", &lock_key("k")]);
+    }
+    let deleted = Instant::now();
+    let out = proc.finish(EVENT);
+    let took = deleted.elapsed();
+    let out = out.expect(LOST);
+    assert_eq!(out.stdout, "got TERM\n", "{out}");
+    assert!(out.stderr.contains("lost the lock 'k'"), "{out}");
+    assert!(
+        took < Duration::from_secs(5),
+        "stopped {took:?} after the keys vanished: waited for the deadline?\n{out}"
+    );
+}
+
+/// One server (no persistence) killed and restarted during an `exec` hold comes back empty: the
+/// next renewal finds the key gone, and the child is stopped.
+#[test]
+fn a_restarted_server_without_persistence_loses_the_lock() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let mut proc = exec_support::exec(&redis)
+        .args(["k", "--ttl", "3s", "-c", &trapper()])
+        .spawn_proc();
+    exec_support::wait_ready(&redis, &mut proc);
+    redis.kill();
+    redis.restart();
+    assert!(proc.running(), "stopped while the server was down");
+    assert_eq!(redis.get(&lock_key("k")), None, "the data survived");
+    let out = proc.finish(EVENT).expect(LOST);
+    assert_eq!(out.stdout, "got TERM\n", "the child gets SIGTERM:\n{out}");
+    assert!(out.stderr.contains("lost the lock 'k'"), "{out}");
+    assert!(
+        out.stderr.contains("gone") || out.stderr.contains("restarted"),
+        "says why:\n{out}"
+    );
+    // Renewal never brings a vanished lock back.
+    assert_eq!(redis.get(&lock_key("k")), None, "{out}");
+}
+
+/// The same with `appendonly yes` and `appendfsync always`: the lock survives kill -9 and the
+/// restart, renewal carries on, and the command finishes normally.
+#[test]
+fn a_restarted_server_with_an_fsynced_aof_keeps_the_lock() {
+    let Some(mut redis) = persistent().start() else {
+        return;
+    };
+    let ttl = Duration::from_secs(2);
+    let mut proc = exec_support::exec(&redis)
+        .args(["k", "--ttl", "2s", "-c", &waiter()])
+        .spawn_proc();
+    exec_support::wait_ready(&redis, &mut proc);
+    let token = exec_support::child_env(&redis)["REDLOCK_TOKEN"].clone();
+    redis.kill();
+    redis.restart();
+    let restarted = Instant::now();
+    assert_eq!(redis.get(&lock_key("k")).as_deref(), Some(token.as_str()));
+
+    // More than a TTL after the restart: renewals reached the restarted server.
+    let ended = wait_for(|| !proc.running(), ttl + Duration::from_millis(500));
+    assert!(
+        !ended,
+        "stopped after the restart:\n--- stdout:\n{}--- stderr:\n{}",
+        proc.stdout(),
+        proc.stderr()
+    );
+    assert!(restarted.elapsed() > ttl);
+    assert_eq!(redis.get(&lock_key("k")).as_deref(), Some(token.as_str()));
+    exec_support::done(&redis);
+    let out = proc.finish(EVENT).expect(0);
+    assert_eq!(out.stdout, "finished\n", "{out}");
+    assert_eq!(redis.get(&lock_key("k")), None, "released:\n{out}");
+}
+
+/// A server with an fsynced append-only file: its data survives kill -9.
+fn persistent() -> Builder {
+    RedisServer::builder()
+        .arg("--appendonly")
+        .arg("yes")
+        .arg("--appendfsync")
+        .arg("always")
+}
+
+/// Node 1 of 5 (each started from `builder`) is killed and restarted during an `exec` hold:
+/// redlock reports it (its run_id changed) naming its URL, and the hold goes on with the others.
+fn restarted_node(builder: fn() -> Builder) {
+    let Some(mut nodes) = Nodes::start_with(5, builder) else {
+        return;
+    };
+    let mut proc = exec(&nodes)
+        .args(["k", "--ttl", "1500ms", "-c", &waiter()])
+        .spawn_proc();
+    wait_ready(&nodes, &mut proc);
+    nodes[1].kill();
+    nodes[1].restart();
+    let url = nodes.url(1);
+    proc.wait_for_stderr("restarted", EVENT);
+    assert!(proc.running(), "stopped after one node restarted");
+    std::fs::write(nodes.dir().join("done"), "").unwrap();
+    let out = proc.finish(EVENT).expect(0);
+    assert_eq!(out.stdout, "finished\n", "{out}");
+    let line = out.stderr.lines().find(|l| l.contains("restarted"));
+    assert!(line.unwrap().contains(&url), "does not name {url}:\n{out}");
+    let urls = nodes.urls();
+    assert_eq!(
+        nodes.tokens("k"),
+        [None, None, None, None, None],
+        "{urls:?}\n{out}"
+    );
+    nodes.assert_nothing_left("k", &[&child_var(&nodes, "REDLOCK_TOKEN")]);
+}
+
+/// The dangerous case: the node forgot the lock and could grant it to someone else.
+#[test]
+fn a_node_restarted_empty_is_reported_and_the_hold_goes_on() {
+    restarted_node(RedisServer::builder);
+}
+
+#[test]
+fn a_node_restarted_with_its_data_is_reported_and_the_hold_goes_on() {
+    restarted_node(persistent);
+}
+
+/// Mutual exclusion and fences under contention: 8 shell loops × 25 `exec` rounds on 5 nodes,
+/// each a non-atomic read-increment-write of a counter (a lost update shows as a count below
+/// 200) that also logs its fence (successive holders must see strictly increasing fences).
+#[test]
+fn exec_on_five_nodes_serialises_8_loops_with_increasing_fences() {
+    let Some(nodes) = Nodes::start(5) else {
+        return;
+    };
+    let dir = nodes.dir();
+    std::fs::write(dir.join("counter"), "0\n").unwrap();
+    let section = r#"n=$(cat counter); sleep 0.01; echo $((n + 1)) > counter; echo "$REDLOCK_FENCE $REDLOCK_TOKEN" >> fences"#;
+    let script = format!(
+        r#"i=0
+        while [ "$i" -lt 25 ]; do
+          redlock exec counter --wait 60s --ttl 30s -c '{section}' || exit 1
+          i=$((i + 1))
+        done"#
+    );
+    let started = Instant::now();
+    let loops: Vec<Proc> = (0..8)
+        .map(|_| nodes.sh(&script).current_dir(dir).spawn_proc())
+        .collect();
+    for l in loops {
+        l.finish(Duration::from_secs(180)).expect(0);
+    }
+    eprintln!("200 exec rounds on 5 nodes took {:?}", started.elapsed());
+
+    let count = std::fs::read_to_string(dir.join("counter")).unwrap();
+    assert_eq!(count.trim(), "200", "an increment was lost");
+    let log = std::fs::read_to_string(dir.join("fences")).unwrap();
+    let rounds: Vec<(i64, &str)> = log
+        .lines()
+        .map(|l| {
+            let (fence, token) = l.split_once(' ').unwrap();
+            (fence.parse().unwrap_or_else(|e| panic!("{e}: {l}")), token)
+        })
+        .collect();
+    assert_eq!(rounds.len(), 200, "{log}");
+    for pair in rounds.windows(2) {
+        assert!(
+            pair[0].0 < pair[1].0,
+            "fence {} came after {}:\n{log}",
+            pair[1].0,
+            pair[0].0
+        );
+    }
+    let tokens: Vec<&str> = rounds.iter().map(|r| r.1).collect();
+    nodes.assert_nothing_left("counter", &tokens);
+    assert!(nodes.tokens("counter").iter().all(Option::is_none));
+}
+
+/// Fences across nodes: the holder gets the highest incremented counter of the nodes that
+/// granted, and that value is written back, so the next holder's fence is higher still.
+#[test]
+fn the_fence_is_the_highest_counter_and_is_written_back() {
+    let Some(nodes) = Nodes::start(5) else {
+        return;
+    };
+    nodes[3].query::<()>(&["HSET", &meta_key("k"), "fence", "41"]);
+    let (token, fence) = acquire_json(&nodes, "k", &["--ttl", "30s"]);
+    assert_eq!(fence, 42, "the highest counter, incremented");
+    for s in nodes.servers() {
+        assert_eq!(s.meta("k")["fence"], "42", "{}: not written back", s.url());
+    }
+    nodes
+        .redlock()
+        .args(["release", "k", &token])
+        .run()
+        .expect(0);
+    let (_, next) = acquire_json(&nodes, "k", &["--ttl", "30s"]);
+    assert_eq!(next, 43);
+}
+
+/// `extend NAME TOKEN --ttl 60s` on every node.
+fn extend(nodes: &Nodes, token: &str) -> Output {
+    nodes
+        .redlock()
+        .args(["extend", "k", token, "--ttl", "60s"])
+        .run()
+}
+
+/// `extend` needs a quorum of nodes still holding the token (3 = not the owner, 69 = too many
+/// unreachable); `release` succeeds if the token was on any node.
+#[test]
+fn extend_needs_a_quorum_and_release_needs_one_node() {
+    let Some(mut nodes) = Nodes::start(5) else {
+        return;
+    };
+    let key = lock_key("k");
+    let (token, _) = acquire_json(&nodes, "k", &["--ttl", "30s"]);
+    for i in [0, 1] {
+        nodes[i].query::<()>(&["DEL", &key]);
+    }
+    extend(&nodes, &token).expect(0);
+    for i in [2, 3, 4] {
+        let pttl = nodes[i].pttl(&key);
+        assert!(pttl > 30_000, "node {i} not extended: {pttl}");
+    }
+    assert_eq!(nodes[0].get(&key), None, "extend brought a lost key back");
+
+    nodes[2].query::<()>(&["SET", &key, FOREIGN, "PX", "60000"]);
+    let out = extend(&nodes, &token).expect(NOT_OWNER);
+    assert_one_error_line(&out);
+    let out = nodes
+        .redlock()
+        .args(["release", "k", &token])
+        .run()
+        .expect(0);
+    assert_eq!(
+        nodes.tokens("k"),
+        [None, None, Some(FOREIGN.into()), None, None],
+        "{out}"
+    );
+    nodes
+        .redlock()
+        .args(["release", "k", &token])
+        .run()
+        .expect(NOT_OWNER);
+
+    nodes.flushall();
+    let (token, _) = acquire_json(&nodes, "k", &["--ttl", "30s"]);
+    for i in [0, 1, 2] {
+        nodes[i].kill();
+    }
+    let out = extend(&nodes, &token).expect(UNAVAILABLE);
+    assert_one_error_line(&out);
+}
+
+/// `status` with several URLs: the table with the quorum's verdict, then one line per node;
+/// `--json` adds "quorum" and "nodes".
+#[test]
+fn status_shows_the_verdict_and_every_node() {
+    let Some(mut nodes) = Nodes::start(5) else {
+        return;
+    };
+    let key = lock_key("k");
+    // Two holders with two nodes each and one free node: no verdict.
+    nodes.hold_foreign(0, "k");
+    nodes.hold_foreign(1, "k");
+    for i in [2, 3] {
+        nodes[i].query::<()>(&["SET", &key, "other", "PX", "60000"]);
+    }
+    let out = nodes
+        .redlock()
+        .args(["status", "k", "--json"])
+        .run()
+        .expect(1);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v[0]["state"], "split", "{v}");
+    nodes.flushall();
+
+    let (token, fence) = acquire_json(&nodes, "k", &["--ttl", "60s"]);
+    let fp = &token[..8];
+    nodes[4].kill();
+
+    let out = nodes.redlock().args(["status", "k"]).run().expect(0);
+    let (table, per_node) = out
+        .stdout
+        .split_once("\n\n")
+        .unwrap_or_else(|| panic!("no blank line after the table:\n{out}"));
+    let rows: Vec<&str> = table.lines().collect();
+    assert_eq!(rows.len(), 2, "a header and one row:\n{out}");
+    assert!(rows[0].starts_with("LOCK"), "{out}");
+    assert!(
+        rows[1].starts_with('k') && rows[1].contains("held"),
+        "{out}"
+    );
+    let lines: Vec<&str> = per_node.lines().collect();
+    assert_eq!(lines.len(), 6, "a title and 5 nodes:\n{out}");
+    assert_eq!(lines[0], "k on 5 servers (3 needed):", "{out}");
+    // "  URL  what", the URLs perhaps padded to one width.
+    let what = |url: &str| {
+        lines[1..]
+            .iter()
+            .find_map(|l| {
+                let rest = l.strip_prefix("  ")?.strip_prefix(url)?;
+                rest.starts_with("  ")
+                    .then(|| rest.trim_start().to_string())
+            })
+            .unwrap_or_else(|| panic!("no line for {url}:\n{out}"))
+    };
+    for i in 0..4 {
+        let held = format!("held by {fp} (fence {fence}, expires in ");
+        assert!(what(&nodes.url(i)).starts_with(&held), "{held:?}:\n{out}");
+    }
+    assert!(
+        what(&nodes.url(4)).starts_with("unreachable: "),
+        "node 4:\n{out}"
+    );
+
+    let out = nodes
+        .redlock()
+        .args(["status", "k", "--json"])
+        .run()
+        .expect(0);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let lock = &v[0];
+    assert_eq!(v.as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(lock["key"], "k", "{lock}");
+    assert_eq!(lock["held"], true, "{lock}");
+    assert_eq!(lock["state"], "held", "{lock}");
+    assert_eq!(lock["token_fingerprint"], fp, "{lock}");
+    assert_eq!(lock["fence"], fence, "{lock}");
+    assert_eq!(
+        lock["quorum"],
+        serde_json::json!({"servers": 5, "needed": 3, "agree": 4}),
+        "{lock}"
+    );
+    let entries = lock["nodes"].as_array().unwrap_or_else(|| panic!("{lock}"));
+    assert_eq!(entries.len(), 5, "{lock}");
+    for (i, node) in entries.iter().enumerate() {
+        assert_eq!(node["url"], nodes.url(i), "in URL order: {lock}");
+        if i < 4 {
+            assert_eq!(node["state"], "held", "{node}");
+            assert_eq!(node["token_fingerprint"], fp, "{node}");
+            assert_eq!(node["fence"], fence, "{node}");
+            assert!(node["ttl_ms"].as_i64().is_some_and(|t| t > 0), "{node}");
+            assert_eq!(node["error"], Value::Null, "{node}");
+        } else {
+            assert_eq!(node["state"], "unreachable", "{node}");
+            for field in ["token_fingerprint", "ttl_ms", "fence"] {
+                assert_eq!(node[field], Value::Null, "{field}: {node}");
+            }
+            assert!(
+                node["error"].as_str().is_some_and(|e| !e.is_empty()),
+                "{node}"
+            );
+        }
+    }
+
+    nodes
+        .redlock()
+        .args(["release", "k", &token])
+        .run()
+        .expect(0);
+    let out = nodes
+        .redlock()
+        .args(["status", "k", "--json"])
+        .run()
+        .expect(1);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v[0]["state"], "free", "{v}");
+    assert_eq!(v[0]["quorum"]["agree"], 4, "the free nodes: {v}");
+
+    nodes[2].kill();
+    nodes[3].kill();
+    let out = nodes
+        .redlock()
+        .args(["status", "k"])
+        .run()
+        .expect(UNAVAILABLE);
+    assert!(!out.stderr.contains("panicked"), "{out}");
+}
+
+#[test]
+fn wait_replicas_is_refused_with_several_urls() {
+    let Some(nodes) = Nodes::start(3) else {
+        return;
+    };
+    let out = nodes
+        .redlock()
+        .args(["acquire", "k", "--wait-replicas", "1"])
+        .run()
+        .expect(2);
+    assert!(out.stderr.contains("--wait-replicas"), "{out}");
+    assert_eq!(nodes.tokens("k"), [None, None, None]);
+
+    // The control: on one server the option is known (no replica acknowledges: 69).
+    let out = nodes[0]
+        .redlock()
+        .args([
+            "--io-timeout",
+            "300ms",
+            "acquire",
+            "k",
+            "--wait-replicas",
+            "1",
+        ])
+        .run()
+        .expect(UNAVAILABLE);
+    assert!(out.stderr.contains("replica"), "{out}");
+    assert_eq!(nodes[0].get(&lock_key("k")), None, "released again:\n{out}");
+}
