@@ -10,7 +10,8 @@
 //!   against anything built outside a `release` directory.
 //! - One `redis-server` of its own: a free loopback port, no persistence, a temp dir, and
 //!   `slowlog-log-slower-than 0` (see "Redis commands" below). It is killed at the end, on a panic
-//!   and on Ctrl-C, and dies with the bench (PDEATHSIG) if the bench is killed.
+//!   and on Ctrl-C, and dies with the bench (PDEATHSIG) if the bench is killed. Workload 7 starts
+//!   five more the same way (same guards) and kills them when it ends.
 //! - Every lock command runs in its own process group, so that a timeout or a failure kills it with
 //!   whatever it started. Each run of a workload is bounded by a 120 s watchdog that kills
 //!   everything and fails loudly (the slowest, the seed style's crowd, takes about 50 s on two
@@ -39,6 +40,20 @@
 //! order and each pair's redlock ÷ flock ratio, so the spread is visible. Workloads 3 to 5 run
 //! once per tool; workload 6's uncontended `true` and acquire + release are medians of 200 runs
 //! per command, the tools interleaved in each round (stderr adds the quartiles of `true`).
+//!
+//! # Workload 7: the cost of the quorum (issue 5)
+//! Several `--url`s make redlock a Redlock quorum over independent masters, contacted in
+//! parallel; this measures what that costs a script. Five more `redis-server`s are started, then
+//! 200 cycles of `redlock acquire k` + `redlock release k TOKEN` (two processes, uncontended, each
+//! cycle timed from the first start to the second exit) run once with the bench's server as the
+//! only `--url` and once with the five extra servers as five `--url`s, interleaved in each cycle
+//! and the 1- and 5-node order alternating, so that machine noise and warm caches hit both alike.
+//! All servers have the same settings, so the only difference is the number of nodes. The table
+//! gives median / p90 of each; the target is 5-node median ≤ 1.5 × 1-node median. The first
+//! cycle checks, on every server, that the lock key held the printed token and was gone after the
+//! release. The flock cell is `flock -n f true` interleaved with them: the same take-and-drop in
+//! one process (flock has no second command and no network), the floor of a process start, for
+//! scale; the seed style has no multi-server mode ("–"). stderr adds the quartiles and p90s.
 //!
 //! # Measures
 //! - Loops are threads of this process: each round, a thread notes the time, starts the lock
@@ -111,6 +126,9 @@ const DEAD_WAITERS: usize = 3;
 const REPS: usize = 5;
 /// Workload 6: runs of each command.
 const UNCONTENDED_RUNS: usize = 200;
+/// Workload 7: the extra servers of the quorum, and the acquire + release cycles per configuration.
+const QUORUM_NODES: usize = 5;
+const QUORUM_CYCLES: usize = 200;
 const RSS_RUNS: usize = 5;
 
 const TOOLS: [Tool; 3] = [Tool::Flock, Tool::Seed, Tool::Redlock];
@@ -389,8 +407,16 @@ impl Env {
     }
 
     fn redlock(&self, args: &[&str]) -> Command {
+        self.redlock_on(std::slice::from_ref(&self.url), args)
+    }
+
+    /// `redlock` with one `--url` per server: several make it a Redlock quorum (workload 7).
+    fn redlock_on(&self, urls: &[String], args: &[&str]) -> Command {
         let mut cmd = self.base(&self.bin);
-        cmd.arg("--url").arg(&self.url).args(args);
+        for url in urls {
+            cmd.arg("--url").arg(url);
+        }
+        cmd.args(args);
         cmd
     }
 
@@ -1316,7 +1342,9 @@ impl Report {
              commands per CS and client-side hand-overs pool all runs of a tool; fairness is the \
              worst run's. Every run was checked (exact counter, no overlap). Workloads 3 to 5: \
              one run per tool. Workload 6: medians of {UNCONTENDED_RUNS} runs per command, \
-             interleaved."
+             interleaved. Workload 7: {QUORUM_CYCLES} cycles per configuration, interleaved (the \
+             1- and {QUORUM_NODES}-node order alternating), against {QUORUM_NODES} more \
+             redis-servers started for it; the seed style has no multi-server mode."
         );
         println!();
         println!(
@@ -1527,6 +1555,21 @@ fn wait_file_contains(path: &Path, needle: &str, what: &str) {
             STEP_TIMEOUT.as_secs()
         );
         thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Panics unless redlock's key for lock `key` holds `token` (or is absent, for `None`) on every
+/// server in `ports`: the quorum workload really used all of them.
+fn check_holders(ports: &[u16], key: &str, token: Option<&str>, what: &str) {
+    for &port in ports {
+        let mut admin = Admin::connect(port);
+        let value: Option<String> = admin.query("get", redis::cmd("GET").arg(redlock_key(key)));
+        assert_eq!(
+            value.as_deref(),
+            token,
+            "{what}: {} on 127.0.0.1:{port} holds {value:?}, expected {token:?}",
+            redlock_key(key)
+        );
     }
 }
 
@@ -1870,6 +1913,82 @@ impl Bench {
         })
     }
 
+    /// Workload 7: what the quorum costs. Starts `QUORUM_NODES` more servers, the same way as the
+    /// bench's own, then runs `QUORUM_CYCLES` cycles of `redlock acquire` + `redlock release`
+    /// against the bench's server alone and against the extra servers together, with a
+    /// `flock -n f true` for scale; all three interleaved in each cycle, the 1- and N-node order
+    /// alternating, so that noise and warm caches favour neither. The first cycle checks that the
+    /// lock key held the printed token on every server while held, and on none after the release.
+    /// Returns (median, p90) of the cycles: flock, 1 node, N nodes. The extra servers are killed
+    /// before it returns.
+    fn quorum(&mut self) -> [(Duration, Duration); 3] {
+        watched("w7-quorum", || {
+            let log = self.log("w7-quorum");
+            let servers: Vec<Server> = (0..QUORUM_NODES)
+                .map(|_| Server::start(&self.env.dir))
+                .collect();
+            let one: Vec<u16> = vec![self.env.port.parse().expect("the bench's port")];
+            let many: Vec<u16> = servers.iter().map(|s| s.port).collect();
+            let urls = |ports: &[u16]| -> Vec<String> {
+                ports
+                    .iter()
+                    .map(|p| format!("redis://127.0.0.1:{p}"))
+                    .collect()
+            };
+            let configs = [(1, urls(&one), &one), (2, urls(&many), &many)];
+            let key = "w7";
+            let lock_file = self.env.dir.join("w7.lock");
+            let mut cycles: [Vec<Duration>; 3] = Default::default();
+            for i in 0..QUORUM_CYCLES {
+                let mut flock = self.env.base("flock");
+                flock.arg("-n").arg(&lock_file).arg("true");
+                cycles[0].push(self.time_one(flock, &format!("w7 flock -n run {i}"), &log));
+                let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+                for c in order {
+                    let (slot, urls, ports) = &configs[c];
+                    let n = urls.len();
+                    let acquire = self.env.redlock_on(urls, &["acquire", key]);
+                    let what = format!("w7 redlock acquire on {n} run {i}");
+                    let (token, a) = self.run_one(acquire, &what, &log);
+                    let token = token.trim().to_string();
+                    if i == 0 {
+                        check_holders(ports, key, Some(&token), "w7: after acquire");
+                    }
+                    let release = self.env.redlock_on(urls, &["release", key, &token]);
+                    let what = format!("w7 redlock release on {n} run {i}");
+                    let (_, b) = self.run_one(release, &what, &log);
+                    if i == 0 {
+                        check_holders(ports, key, None, "w7: after release");
+                    }
+                    cycles[*slot].push(a + b);
+                }
+            }
+            drop(servers);
+            let stats = cycles
+                .each_ref()
+                .map(|c| (percentile(c, 0.5), percentile(c, 0.9)));
+            let spread = |c: &[Duration]| {
+                format!(
+                    "{} / {} / {} / {}",
+                    fmt_d(percentile(c, 0.25)),
+                    fmt_d(percentile(c, 0.5)),
+                    fmt_d(percentile(c, 0.75)),
+                    fmt_d(percentile(c, 0.9))
+                )
+            };
+            eprintln!(
+                "contention: w7-quorum: {QUORUM_CYCLES} interleaved cycles each, p25 / median / \
+                 p75 / p90: flock -n {}, redlock 1 node {}, redlock {QUORUM_NODES} nodes {}; \
+                 {QUORUM_NODES} ÷ 1 node medians {:.2}×",
+                spread(&cycles[0]),
+                spread(&cycles[1]),
+                spread(&cycles[2]),
+                ratio(stats[2].0, stats[1].0)
+            );
+            stats
+        })
+    }
+
     /// A few uncontended runs of each tool, so that no workload pays for a cold cache (page cache,
     /// Redis's script cache).
     fn warm_up(&mut self) {
@@ -2147,6 +2266,31 @@ fn main() {
         w,
         "peak RSS of the lock process itself (VmHWM)",
         rss.map(|k| format!("{:.1} MiB", k as f64 / 1024.0)),
+        target,
+    );
+
+    // 7. Quorum: the same acquire + release on five independent servers as on one.
+    let w = "7. quorum: acquire + release on 5 nodes vs 1";
+    let [fl, one, many] = bench.quorum();
+    let vs_one = ratio(many.0, one.0);
+    let target = r.check(
+        "7: acquire + release on 5 nodes ≤ 1.5× on 1",
+        vs_one <= 1.5,
+        format!("≤ 1.5× 1 node: {vs_one:.2}×"),
+    );
+    let cell = |(median, p90): (Duration, Duration)| format!("{} / {}", fmt_d(median), fmt_d(p90));
+    r.row(
+        w,
+        &format!(
+            "median / p90 of {QUORUM_CYCLES} cycles, interleaved: `redlock acquire k` + `release k \
+             TOKEN` with {QUORUM_NODES} `--url`s, and with 1; flock: `flock -n f true` (one \
+             process; for scale)"
+        ),
+        [
+            cell(fl),
+            "–".to_string(),
+            format!("{QUORUM_NODES} nodes {}; 1 node {}", cell(many), cell(one)),
+        ],
         target,
     );
 

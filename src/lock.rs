@@ -503,15 +503,13 @@ pub fn leave(redis: &mut Redis, keys: &Keys, token: &str) -> Result<()> {
 }
 
 /// Deletes the lock if `token` holds it, handing it to the first waiter; with `None`, releases
-/// it whoever holds it (`--force`). With `to`, the lock is reserved for that waiter instead (a
-/// quorum's other nodes follow the queue node's choice); with `quiet`, the waiter is not woken
-/// (a quorum wakes it with [`wake`] once every node has its reservation). Returns the verdict and
-/// the waiter the lock was handed to.
+/// it whoever holds it (`--force`). With `quiet`, the waiter is not woken (a quorum reserves the
+/// lock for it on the other nodes first, with [`reserve`], then calls [`wake`]). Returns the
+/// verdict and the waiter the lock was handed to.
 pub fn release(
     redis: &mut Redis,
     keys: &Keys,
     token: Option<&str>,
-    to: Option<&str>,
     quiet: bool,
 ) -> Result<(Verdict, Option<String>)> {
     let reply: Vec<Value> = redis.call("release", |con| {
@@ -520,7 +518,6 @@ pub fn release(
             .arg(token.unwrap_or(""))
             .arg(if token.is_some() { "" } else { "force" })
             .arg(millis(CLAIM_WINDOW))
-            .arg(to.unwrap_or(""))
             .arg(if quiet { "quiet" } else { "" })
             .invoke(con)
     })?;
@@ -529,6 +526,19 @@ pub fn release(
         _ => None,
     };
     Ok((verdict("release", &reply)?, next))
+}
+
+/// Reserves a free lock for `waiter`, as the queue node of a quorum did (see [`release`]).
+pub fn reserve(redis: &mut Redis, keys: &Keys, waiter: &str) -> Result<()> {
+    redis.call("reserve", |con| {
+        redis::cmd("SET")
+            .arg(&keys.lock)
+            .arg(format!("~{waiter}"))
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(CLAIM_WINDOW))
+            .query::<()>(con)
+    })
 }
 
 /// Wakes `waiter`, for whom the lock is reserved (see [`release`]).

@@ -18,9 +18,10 @@
 //!   holder's write-back (its key was there until then), so the later fence is strictly larger.
 //!   This rests on Redlock's assumptions: keys expire at about the same rate on every node, and a
 //!   node does not forget a key it granted (see the README on persistence and restarts).
-//! - Waiting: the first node keeps the queue. Waiters queue and block there; a release frees the
-//!   first node first, learns the waiter it was handed to, and reserves the lock for that same
-//!   waiter on the other nodes, so all nodes agree on who goes next. With the first node down,
+//! - Waiting: the first node keeps the queue. Waiters queue and block there; a release frees
+//!   every node, learns from the first which waiter is next, reserves the lock for that same
+//!   waiter on the other nodes (unless a newcomer took one in between), and only then wakes it,
+//!   so the nodes agree on who goes next. With the first node down,
 //!   waiters retry when the holder's TTL runs out (at most every few seconds).
 //! - Extend needs a majority within the validity; a majority that can no longer be reached
 //!   (enough nodes say free or another token) means the lock is lost.
@@ -320,29 +321,16 @@ impl Store for Nodes {
     }
 
     fn release(&mut self, keys: &Keys, token: Option<&str>) -> Result<Verdict> {
-        // The queue node first: the waiter it hands the lock to gets it on every node, and is
-        // woken only then (else its attempt could overtake our release on the other nodes).
-        let first = self.each(
-            |i| i == 0,
-            |_, con| lock::release(con, keys, token, None, true),
-        );
-        let next = match &first[0] {
-            Some(Ok((_, next))) => next.clone(),
-            _ => None,
-        };
-        let rest = self.each(
-            |i| i != 0,
-            |_, con| lock::release(con, keys, token, next.as_deref(), false),
-        );
-        if let Some(waiter) = &next {
-            // If this fails, the waiter looks again when its wait times out (a few seconds).
-            let _ = self.each(|i| i == 0, |_, con| lock::wake(con, keys, waiter));
+        // Every node at once; the queue node picks the next waiter but does not wake it yet.
+        let answers = self.each(|_| true, |i, con| lock::release(con, keys, token, i == 0));
+        if let Some(Some(Ok((_, Some(waiter))))) = answers.first() {
+            // Reserve the lock for that waiter on the other nodes too (where nobody took it in
+            // the meantime), and only then wake it: its attempt finds every node agreeing. If
+            // the wake-up fails, the waiter looks again when its wait times out.
+            let waiter = waiter.clone();
+            let _ = self.each(|i| i != 0, |_, con| lock::reserve(con, keys, &waiter));
+            let _ = self.each(|i| i == 0, |_, con| lock::wake(con, keys, &waiter));
         }
-        let answers: Answers<(Verdict, Option<String>)> = first
-            .into_iter()
-            .take(1)
-            .chain(rest.into_iter().skip(1))
-            .collect();
         let failed = self.failures(&answers);
         let verdicts: Vec<Verdict> = answers
             .into_iter()
@@ -395,17 +383,14 @@ impl Store for Nodes {
         let mut done = 0;
         let mut refused = Vec::new();
         for (i, a) in answers.into_iter().enumerate() {
-            match a {
-                Some(Ok((verdict, run_id))) => {
-                    // Above all a node that restarted empty: it says "free" and could grant the
-                    // lock to someone else.
-                    self.check_restart(i, run_id, keys);
-                    match verdict {
-                        Verdict::Done(_) => done += 1,
-                        other => refused.push(other),
-                    }
+            if let Some(Ok((verdict, run_id))) = a {
+                // Above all a node that restarted empty: it says "free" and could grant the lock
+                // to someone else.
+                self.check_restart(i, run_id, keys);
+                match verdict {
+                    Verdict::Done(_) => done += 1,
+                    other => refused.push(other),
                 }
-                _ => {}
             }
         }
         if done >= q && ttl > elapsed + drift(ttl) {

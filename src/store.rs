@@ -69,7 +69,7 @@ impl Store for Redis {
     }
 
     fn release(&mut self, keys: &Keys, token: Option<&str>) -> Result<Verdict> {
-        Ok(lock::release(self, keys, token, None, false)?.0)
+        Ok(lock::release(self, keys, token, false)?.0)
     }
 
     fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {

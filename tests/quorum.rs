@@ -5,9 +5,9 @@
 //! increasing fences survive contention.
 //!
 //! Faults are real: SIGKILL (`RedisServer::kill`), SIGSTOP (`pause`), a restart on the same
-//! port (`restart`), and a TCP [`Proxy`] with latency or a black hole. Each test has its own
-//! servers, so the tests run in parallel; every bound on time is generous, since speed is the
-//! benchmark's business.
+//! port (`restart`), and a TCP proxy (`common::proxy::Proxy`) with latency or a black hole. Each
+//! test has its own servers, so the tests run in parallel; every bound on time is generous, since
+//! speed is the benchmark's business.
 
 mod common;
 mod exec_support;
@@ -184,8 +184,8 @@ fn two_dead_nodes_of_five_leave_a_working_lock() {
     }
     nodes.assert_nothing_left("k", &[&token]);
 
-    // TTL 1s, renewed every ~333ms, under a child that runs 2.5s.
-    let script = r#"env | grep '^REDLOCK_' > "$D/env"; touch "$D/ready"; sleep 2.5; echo finished"#;
+    // TTL 1s, renewed every ~333ms, under a child that runs 3s.
+    let script = r#"env | grep '^REDLOCK_' > "$D/env"; touch "$D/ready"; sleep 3; echo finished"#;
     let mut proc = exec(&nodes)
         .args(["k", "--ttl", "1s", "-c", script])
         .spawn_proc();
@@ -604,6 +604,78 @@ fn a_node_restarted_empty_is_reported_and_the_hold_goes_on() {
 #[test]
 fn a_node_restarted_with_its_data_is_reported_and_the_hold_goes_on() {
     restarted_node(persistent);
+}
+
+/// How many waiters are queued for lock `name` on the queue node (the first URL).
+fn queued(nodes: &Nodes, name: &str) -> i64 {
+    nodes[0].query(&["ZCARD", &format!("{}:q", lock_key(name))])
+}
+
+/// Waiters queue on the first node and get the lock first come, first served.
+#[test]
+fn waiters_on_five_nodes_get_the_lock_in_arrival_order() {
+    let Some(nodes) = Nodes::start(5) else {
+        return;
+    };
+    let (holder, _) = acquire_json(&nodes, "k", &["--ttl", "30s"]);
+    let mut waiters = Vec::new();
+    for i in 1..=4 {
+        let waiter = nodes
+            .redlock()
+            .current_dir(nodes.dir())
+            .args(["exec", "k", "--", "sh", "-c"])
+            .arg(format!(r#"echo "W{i} $REDLOCK_TOKEN" >> order"#))
+            .spawn_proc();
+        let seen = wait_for(|| queued(&nodes, "k") == i, EVENT);
+        assert!(seen, "W{i} was not queued:\n{}", waiter.stderr());
+        waiters.push(waiter);
+    }
+    nodes
+        .redlock()
+        .args(["release", "k", &holder])
+        .run()
+        .expect(0);
+    for waiter in waiters {
+        waiter.finish(EVENT).expect(0);
+    }
+    let log = std::fs::read_to_string(nodes.dir().join("order")).unwrap();
+    let (order, mut tokens): (Vec<&str>, Vec<&str>) =
+        log.lines().filter_map(|l| l.split_once(' ')).unzip();
+    assert_eq!(order, ["W1", "W2", "W3", "W4"], "{log}");
+    tokens.push(&holder);
+    nodes.assert_nothing_left("k", &tokens);
+    assert_eq!(nodes.tokens("k"), [None, None, None, None, None]);
+}
+
+/// A waiter whose queue node dies is not stuck: it tries again (every 3s at most) and gets
+/// the lock from the 4 other nodes once it is released.
+#[test]
+fn a_waiter_gets_the_lock_when_its_queue_node_is_dead() {
+    let Some(mut nodes) = Nodes::start(5) else {
+        return;
+    };
+    let (holder, _) = acquire_json(&nodes, "k", &["--ttl", "30s"]);
+    let waiter = nodes
+        .redlock()
+        .args(["acquire", "k", "--ttl", "30s"])
+        .spawn_proc();
+    let seen = wait_for(|| queued(&nodes, "k") == 1, EVENT);
+    assert!(seen, "not queued:\n{}", waiter.stderr());
+    nodes[0].kill();
+    nodes
+        .redlock()
+        .args(["release", "k", &holder])
+        .run()
+        .expect(0);
+    let released = Instant::now();
+    let out = waiter.finish(EVENT);
+    let waited = released.elapsed();
+    let token = out.ok();
+    assert!(
+        waited < Duration::from_secs(8),
+        "got the lock {waited:?} after the release"
+    );
+    assert_held(&nodes, &[1, 2, 3, 4], "k", &token, "the waiter's");
 }
 
 /// Mutual exclusion and fences under contention: 8 shell loops × 25 `exec` rounds on 5 nodes,
