@@ -21,8 +21,8 @@
 //! - Waiting: the first node keeps the queue. Waiters queue and block there; a release frees
 //!   every node, learns from the first which waiter is next, reserves the lock for that same
 //!   waiter on the other nodes (unless a newcomer took one in between), and only then wakes it,
-//!   so the nodes agree on who goes next. With the first node down,
-//!   waiters retry when the holder's TTL runs out (at most every few seconds).
+//!   so the nodes agree on who goes next. With the first node down, waiters retry when the
+//!   holder's TTL runs out (at most every few seconds).
 //! - Extend needs a majority within the validity; a majority that can no longer be reached
 //!   (enough nodes say free or another token) means the lock is lost.
 
@@ -550,7 +550,7 @@ fn verdict(
     state
 }
 
-/// One node's line for `status`: "held by 3f2a1b4c (fence 12, expires in 28s)".
+/// One node's line for `status`: "held by 3f2a1b4c (fence 12, expires in 28s): ci@web1 (pid 4)".
 pub fn node_line(view: &std::result::Result<State, String>) -> String {
     match view {
         Err(why) => format!("unreachable: {why}"),
@@ -571,7 +571,12 @@ pub fn node_line(view: &std::result::Result<State, String>) -> String {
                 }
                 _ => String::new(),
             };
-            format!("{what} (fence {}{expires})", s.fence)
+            let who = s
+                .holder
+                .as_ref()
+                .map(|h| format!(": {}", h.who()))
+                .unwrap_or_default();
+            format!("{what} (fence {}{expires}){who}", s.fence)
         }
     }
 }
