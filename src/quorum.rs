@@ -95,40 +95,26 @@ impl Nodes {
                 .enumerate()
                 .map(|(i, slot)| {
                     ask(i).then(|| {
-                        scope.spawn(move || {
-                            let reused = slot.is_some();
-                            let con = match slot {
-                                Some(con) => con,
-                                None => slot.insert(Redis::connect_node(config, i)?),
-                            };
-                            let mut result = f(i, con);
-                            // The node closed an idle connection (it restarted): the command did
-                            // not run; once more on a fresh connection.
-                            if result.is_err()
-                                && reused
-                                && con.was_dropped()
-                                && con.reconnect().is_ok()
-                            {
-                                result = f(i, con);
-                            }
-                            if result.is_err() {
-                                *slot = None;
-                            }
-                            result
-                        })
+                        std::thread::Builder::new()
+                            .name(format!("node-{i}"))
+                            .spawn_scoped(scope, move || on_node(config, i, slot, f))
                     })
                 })
                 .collect();
             handles
                 .into_iter()
                 .map(|h| {
-                    h.map(|h| {
-                        h.join().unwrap_or_else(|_| {
+                    h.map(|h| match h {
+                        Ok(h) => h.join().unwrap_or_else(|_| {
                             Err(failure(
                                 Kind::Protocol,
                                 "internal error: a node thread panicked",
                             ))
-                        })
+                        }),
+                        Err(e) => Err(failure(
+                            Kind::Unavailable,
+                            format!("cannot start a thread for a server: {e}"),
+                        )),
                     })
                 })
                 .collect()
@@ -173,6 +159,31 @@ impl Nodes {
             );
         }
     }
+}
+
+/// Runs `f` on node `i`, connecting first where needed. A failed call drops the connection (it
+/// may still have a reply on its way).
+fn on_node<T>(
+    config: &Config,
+    i: usize,
+    slot: &mut Option<Redis>,
+    f: impl Fn(usize, &mut Redis) -> Result<T>,
+) -> Result<T> {
+    let reused = slot.is_some();
+    let con = match slot {
+        Some(con) => con,
+        None => slot.insert(Redis::connect_node(config, i)?),
+    };
+    let mut result = f(i, con);
+    // The node had closed an idle connection (it restarted): the command did not run; once more
+    // on a fresh connection.
+    if result.is_err() && reused && con.was_dropped() && con.reconnect().is_ok() {
+        result = f(i, con);
+    }
+    if result.is_err() {
+        *slot = None;
+    }
+    result
 }
 
 /// The first part of an error message, naming the server: "cannot connect to URL (refused)".
