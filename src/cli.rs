@@ -109,7 +109,8 @@ pub struct GlobalArgs {
     #[arg(long, value_name = "DUR", default_value = "2s", value_parser = parse_duration, global = true)]
     pub connect_timeout: Duration,
 
-    /// Give up on a Redis reply after DUR (a silent server never means a hang)
+    /// Give up on a Redis reply after DUR (a silent server never means a hang); with several
+    /// --url it bounds each server's reply, so keep it well under --ttl
     #[arg(long, value_name = "DUR", default_value = "2s", value_parser = parse_duration, global = true)]
     pub io_timeout: Duration,
 
