@@ -85,9 +85,8 @@ pub struct GlobalArgs {
         long,
         global = true,
         env = "REDLOCK_CLUSTER",
-        conflicts_with = "sentinel",
         action = clap::ArgAction::SetTrue,
-        value_parser = clap::builder::BoolishValueParser::new()
+        value_parser = parse_switch
     )]
     pub cluster: bool,
 
@@ -308,6 +307,15 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
     humantime::parse_duration(t)
         .map_err(|e| format!("'{s}' is not a duration ({e}); use e.g. 30s, 500ms or 1m30s"))
+}
+
+/// An on/off switch from the environment: 1, true, yes, on / 0, false, no, off; empty is off.
+pub fn parse_switch(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "" | "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(format!("'{s}' is not on or off; use 1 or 0")),
+    }
 }
 
 /// A TTL: a duration of at least one millisecond (Redis counts expiry in milliseconds).

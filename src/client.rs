@@ -128,6 +128,31 @@ impl Redis {
         matches!(self.target, Target::Node(_))
     }
 
+    /// Runs `cmd` on the master that serves `key`'s slot (a Redis Cluster), or on the server.
+    pub fn call_on_master_of(
+        &mut self,
+        what: &str,
+        key: &str,
+        cmd: &redis::Cmd,
+    ) -> Result<redis::Value> {
+        if !self.is_cluster() {
+            return self.call(what, |con| cmd.query(con));
+        }
+        let slot: u16 = self.call("CLUSTER KEYSLOT", |con| {
+            redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query(con)
+        })?;
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+            slot,
+            SlotAddr::Master,
+        )));
+        let result = match &mut self.con {
+            Con::Cluster(cluster) => cluster.route_command(cmd, route),
+            Con::Plain(con) => cmd.query(con),
+        };
+        result.map_err(|e| command_error(&self.display, what, e))
+    }
+
     /// Whether this is a Redis Cluster connection.
     pub fn is_cluster(&self) -> bool {
         matches!(self.con, Con::Cluster(_))
@@ -258,11 +283,11 @@ fn cluster(config: &Config, seeds: &[Endpoint]) -> Result<(Con, String)> {
     let settings = first.info.redis_settings();
     let mut builder =
         redis::cluster::ClusterClientBuilder::new(seeds.iter().map(|e| e.info.clone()))
-            // One retry follows a MOVED/ASK redirection after a resharding. The scripts are safe to
-            // run twice with the same token (a retried acquire finds its own token and reports it).
-            .retries(1)
-            .min_retry_wait(10)
-            .max_retry_wait(100);
+            // No retries: the client would re-send a command that timed out (a BLPOP, a script)
+            // on the connection that still has its reply on the way. A redirection (a
+            // resharding or failover in the middle of a command) is then an error like any
+            // other, and our own reconnect-and-clean-up applies.
+            .retries(0);
     if let Some(pw) = settings.password() {
         builder = builder.password(pw);
     }

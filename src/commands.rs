@@ -91,7 +91,7 @@ fn wait_for_replicas(
     lock: &Lock,
     replicas: u32,
 ) -> Result<()> {
-    let acked = match store.wait_replicas(replicas, config.io_timeout) {
+    let acked = match store.wait_replicas(&lock.keys, replicas, config.io_timeout) {
         Ok(n) if n >= i64::from(replicas) => return Ok(()),
         Ok(n) => Ok(n),
         Err(e) => Err(e),

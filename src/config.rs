@@ -163,9 +163,17 @@ fn servers(mut endpoints: Vec<Endpoint>, args: &GlobalArgs) -> Result<Servers> {
             )));
         }
     }
+    // An empty $REDLOCK_SENTINEL is no Sentinel, as an empty $REDLOCK_URL is no URL.
+    let sentinel = args.sentinel.as_deref().filter(|m| !m.is_empty());
+    if args.cluster && sentinel.is_some() {
+        return Err(usage(
+            "--cluster and --sentinel exclude each other (check $REDLOCK_CLUSTER and \
+             $REDLOCK_SENTINEL)",
+        ));
+    }
     let mode = if args.cluster {
         Some("--cluster")
-    } else if args.sentinel.is_some() {
+    } else if sentinel.is_some() {
         Some("--sentinel")
     } else {
         None
@@ -178,14 +186,14 @@ fn servers(mut endpoints: Vec<Endpoint>, args: &GlobalArgs) -> Result<Servers> {
             e.display
         )));
     }
-    if let Some(master) = &args.sentinel {
-        if master.is_empty() || master.chars().any(char::is_control) {
+    if let Some(master) = sentinel {
+        if master.chars().any(char::is_control) {
             return Err(usage(
                 "--sentinel needs the master's name as Sentinel knows it",
             ));
         }
         return Ok(Servers::Sentinel {
-            master: master.clone(),
+            master: master.to_string(),
             sentinels: endpoints,
         });
     }

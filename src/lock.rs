@@ -450,7 +450,8 @@ pub fn acquire(
             let timeout = block_time(pttl_ms).min(remaining);
             // Not queued (a quorum whose queue node is down): nobody will wake us; look again
             // when the holder's TTL has run out, or after the cap.
-            let parked = match store.parking().filter(|_| queued) {
+            let parking = if queued { store.parking() } else { None };
+            let parked = match parking {
                 Some(redis) => park.park(redis, keys, &token, timeout)?,
                 None => park.sleep(timeout)?,
             };
@@ -503,14 +504,16 @@ pub fn leave(redis: &mut Redis, keys: &Keys, token: &str) -> Result<()> {
 }
 
 /// Deletes the lock if `token` holds it, handing it to the first waiter; with `None`, releases
-/// it whoever holds it (`--force`). With `quiet`, the waiter is not woken (a quorum reserves the
-/// lock for it on the other nodes first, with [`reserve`], then calls [`wake`]). Returns the
-/// verdict and the waiter the lock was handed to.
+/// it whoever holds it (`--force`). With `quiet`, the waiter is not woken (a quorum's queue node:
+/// the other nodes reserve the lock for it first, then [`wake`] wakes it). With `to` (a quorum's
+/// other nodes, which keep no queue), the lock is reserved for that waiter in the same step.
+/// Returns the verdict and the waiter the lock was handed to.
 pub fn release(
     redis: &mut Redis,
     keys: &Keys,
     token: Option<&str>,
     quiet: bool,
+    to: Option<&str>,
 ) -> Result<(Verdict, Option<String>)> {
     let reply: Vec<Value> = redis.call("release", |con| {
         scripts::RELEASE
@@ -519,6 +522,7 @@ pub fn release(
             .arg(if token.is_some() { "" } else { "force" })
             .arg(millis(CLAIM_WINDOW))
             .arg(if quiet { "quiet" } else { "" })
+            .arg(to.unwrap_or(""))
             .invoke(con)
     })?;
     let next = match reply.as_slice() {
@@ -526,19 +530,6 @@ pub fn release(
         _ => None,
     };
     Ok((verdict("release", &reply)?, next))
-}
-
-/// Reserves a free lock for `waiter`, as the queue node of a quorum did (see [`release`]).
-pub fn reserve(redis: &mut Redis, keys: &Keys, waiter: &str) -> Result<()> {
-    redis.call("reserve", |con| {
-        redis::cmd("SET")
-            .arg(&keys.lock)
-            .arg(format!("~{waiter}"))
-            .arg("NX")
-            .arg("PX")
-            .arg(millis(CLAIM_WINDOW))
-            .query::<()>(con)
-    })
 }
 
 /// Wakes `waiter`, for whom the lock is reserved (see [`release`]).

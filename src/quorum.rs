@@ -1,7 +1,10 @@
 //! Redlock: one lock over N independent Redis masters, held when a majority granted it.
 //!
 //! Every operation runs the one-server scripts of `lock.rs` on all nodes in parallel (a thread
-//! per node, each bounded by `--connect-timeout` and `--io-timeout`) and counts the answers.
+//! per node, each bounded by `--connect-timeout` and `--io-timeout`) and counts the answers. It
+//! does not wait for a slow node once the others have settled the outcome: after that, a node
+//! gets as long again as the others took (plus 2 ms), so that healthy nodes all take part, and a
+//! frozen node costs nothing but its own answer, which is then counted as a failure.
 //!
 //! Invariants:
 //! - Held iff at least Q = N/2+1 nodes granted the same token in one attempt *and* the attempt
@@ -18,21 +21,26 @@
 //!   holder's write-back (its key was there until then), so the later fence is strictly larger.
 //!   This rests on Redlock's assumptions: keys expire at about the same rate on every node, and a
 //!   node does not forget a key it granted (see the README on persistence and restarts).
-//! - Waiting: the first node keeps the queue. Waiters queue and block there; a release frees
-//!   every node, learns from the first which waiter is next, reserves the lock for that same
-//!   waiter on the other nodes (unless a newcomer took one in between), and only then wakes it,
-//!   so the nodes agree on who goes next. With the first node down, waiters retry when the
-//!   holder's TTL runs out (at most every few seconds).
+//! - Waiting: the first node keeps the queue. Waiters queue and block there; a release frees the
+//!   first node (which picks the next waiter without waking it), then, in the same script that
+//!   releases them, reserves the lock on the other nodes for that same waiter, and only then wakes
+//!   it: no newcomer can slip in between, and the waiter finds a majority reserved for it. With
+//!   the first node down, waiters retry when the holder's TTL runs out (at most every few seconds).
+//! - A node that answers only after the outcome was settled (frozen, or far slower than the
+//!   others) may apply a failed attempt after its undo: that token stays there until its TTL runs
+//!   out. It blocks nobody as long as the other nodes are a majority.
 //! - Extend needs a majority within the validity; a majority that can no longer be reached
 //!   (enough nodes say free or another token) means the lock is lost.
 
+use std::sync::Arc;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
 use crate::client::Redis;
 use crate::config::{Config, Endpoint, Servers};
-use crate::error::{Kind, failure};
+use crate::error::{Kind, failure, kind_of};
 use crate::lock::{self, Attempt, Keys, Lock, Owner, QuorumView, State, Verdict, fingerprint};
 use crate::store::Store;
 
@@ -48,7 +56,7 @@ pub fn drift(ttl: Duration) -> Duration {
 
 /// The nodes of a quorum, each with a connection made when first needed.
 pub struct Nodes {
-    config: Config,
+    config: Arc<Config>,
     endpoints: Vec<Endpoint>,
     cons: Vec<Option<Redis>>,
     /// run_ids seen when the lock was taken, and whether a restart was reported already.
@@ -59,6 +67,11 @@ pub struct Nodes {
 /// One node's answer: `None` if it was not asked.
 type Answers<T> = Vec<Option<Result<T>>>;
 
+/// How many nodes answered without an error.
+fn answered<T>(answers: &Answers<T>) -> usize {
+    answers.iter().filter(|a| matches!(a, Some(Ok(_)))).count()
+}
+
 impl Nodes {
     pub fn new(config: &Config) -> Nodes {
         let endpoints = match &config.servers {
@@ -67,7 +80,7 @@ impl Nodes {
         };
         let n = endpoints.len();
         Nodes {
-            config: config.clone(),
+            config: Arc::new(config.clone()),
             endpoints,
             cons: (0..n).map(|_| None).collect(),
             run_ids: vec![None; n],
@@ -79,66 +92,122 @@ impl Nodes {
         self.endpoints.len()
     }
 
-    /// Runs `f` on the nodes `ask` selects, in parallel, connecting first where needed. A node
-    /// whose call fails loses its connection (it may still have a reply on its way).
-    fn each<T: Send>(
-        &mut self,
-        ask: impl Fn(usize) -> bool,
-        f: impl Fn(usize, &mut Redis) -> Result<T> + Sync,
-    ) -> Answers<T> {
-        let config = &self.config;
-        let f = &f;
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = self
-                .cons
-                .iter_mut()
-                .enumerate()
-                .map(|(i, slot)| {
-                    ask(i).then(|| {
-                        std::thread::Builder::new()
-                            .name(format!("node-{i}"))
-                            .spawn_scoped(scope, move || on_node(config, i, slot, f))
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.map(|h| match h {
-                        Ok(h) => h.join().unwrap_or_else(|_| {
-                            Err(failure(
-                                Kind::Protocol,
-                                "internal error: a node thread panicked",
-                            ))
-                        }),
-                        Err(e) => Err(failure(
-                            Kind::Unavailable,
-                            format!("cannot start a thread for a server: {e}"),
-                        )),
-                    })
-                })
-                .collect()
-        })
+    fn q(&self) -> usize {
+        quorum(self.n())
     }
 
-    /// "URL (why)" for every node that failed, from the first part of its error.
-    fn failures<T>(&self, answers: &Answers<T>) -> Vec<String> {
+    /// Runs `f` on the nodes `ask` selects, in parallel (a thread each), connecting first where
+    /// needed. Returns when every asked node has answered, or when `settled` says the answers so
+    /// far decide the outcome and the others have had as long again as that took (plus 2 ms).
+    /// A node that has not answered by then counts as failed; its thread finishes on its own
+    /// (within its timeouts) and its connection is replaced next time.
+    fn fan_out<T: Send + 'static>(
+        &mut self,
+        ask: impl Fn(usize) -> bool,
+        f: impl Fn(usize, &mut Redis) -> Result<T> + Send + Sync + 'static,
+        settled: impl Fn(&Answers<T>) -> bool,
+    ) -> Answers<T> {
+        let start = Instant::now();
+        let f = Arc::new(f);
+        let (tx, rx) = mpsc::channel();
+        let mut answers: Answers<T> = (0..self.n()).map(|_| None).collect();
+        let mut pending = Vec::new();
+        for i in (0..self.n()).filter(|&i| ask(i)) {
+            let (f, node_tx, config, con) = (
+                Arc::clone(&f),
+                tx.clone(),
+                Arc::clone(&self.config),
+                self.cons[i].take(),
+            );
+            let spawned = std::thread::Builder::new()
+                .name(format!("node-{i}"))
+                .spawn(move || {
+                    let (result, con) = on_node(&config, i, con, |i, con| f(i, con));
+                    let _ = node_tx.send((i, result, con));
+                });
+            match spawned {
+                Ok(_) => pending.push(i),
+                Err(e) => {
+                    answers[i] = Some(Err(failure(
+                        Kind::Unavailable,
+                        format!(
+                            "cannot start a thread for {}: {e}",
+                            self.endpoints[i].display
+                        ),
+                    )))
+                }
+            }
+        }
+        drop(tx);
+        let mut grace: Option<Instant> = None;
+        while !pending.is_empty() {
+            if grace.is_none() && settled(&answers) {
+                grace = Some(start + start.elapsed() * 2 + Duration::from_millis(2));
+            }
+            let next = match grace {
+                Some(until) => rx.recv_timeout(until.saturating_duration_since(Instant::now())),
+                None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+            };
+            let Ok((i, result, con)) = next else {
+                break;
+            };
+            answers[i] = Some(result);
+            self.cons[i] = con;
+            pending.retain(|&p| p != i);
+        }
+        for i in pending {
+            answers[i] = Some(Err(failure(
+                Kind::Unavailable,
+                format!(
+                    "{} had not answered when the others had (slow or frozen)",
+                    self.endpoints[i].display
+                ),
+            )));
+        }
+        answers
+    }
+
+    /// Runs `f` on every node and waits for all of them (each within its timeouts).
+    fn all<T: Send + 'static>(
+        &mut self,
+        f: impl Fn(usize, &mut Redis) -> Result<T> + Send + Sync + 'static,
+    ) -> Answers<T> {
+        self.fan_out(|_| true, f, |_| false)
+    }
+
+    /// "URL (why)" for every node that failed, from the first part of its error, with the kind.
+    fn failures<T>(&self, answers: &Answers<T>) -> Vec<(Kind, String)> {
         answers
             .iter()
             .zip(&self.endpoints)
             .filter_map(|(a, ep)| match a {
-                Some(Err(e)) => Some(short_error(e, &ep.display)),
+                Some(Err(e)) => Some((kind_of(e), short_error(e, &ep.display))),
                 _ => None,
             })
             .collect()
     }
 
-    fn no_quorum(&self, keys: &Keys, what: String, failed: &[String]) -> anyhow::Error {
+    /// The error for an operation without a majority. Credentials or permissions refused by a
+    /// node are that (exit 77), not an outage: retrying will not help.
+    fn no_quorum(&self, keys: &Keys, what: String, failed: &[(Kind, String)]) -> anyhow::Error {
         let mut msg = format!("no quorum for '{}': {what}", keys.name);
+        let kind = if failed.iter().any(|(k, _)| *k == Kind::Auth) {
+            Kind::Auth
+        } else if !failed.is_empty() && failed.iter().all(|(k, _)| *k == Kind::Protocol) {
+            Kind::Protocol
+        } else {
+            Kind::Unavailable
+        };
         if !failed.is_empty() {
-            msg.push_str(&format!("; unreachable: {}", failed.join(", ")));
+            let label = if failed.iter().all(|(k, _)| *k == Kind::Unavailable) {
+                "unreachable"
+            } else {
+                "failed"
+            };
+            let list: Vec<&str> = failed.iter().map(|(_, s)| s.as_str()).collect();
+            msg.push_str(&format!("; {label}: {}", list.join(", ")));
         }
-        failure(Kind::Unavailable, msg)
+        failure(kind, msg)
     }
 
     /// Tells about a node whose run_id changed since the lock was taken: it restarted, and
@@ -159,31 +228,55 @@ impl Nodes {
             );
         }
     }
+
+    /// Undoes a failed attempt on the nodes `ask` selects (best effort: what a node missed
+    /// expires with the TTL).
+    fn undo(&mut self, keys: &Keys, token: &str, ask: impl Fn(usize) -> bool) {
+        let (k, t, q) = (keys.clone(), token.to_string(), self.q());
+        self.fan_out(
+            ask,
+            move |_, con| lock::leave(con, &k, &t),
+            move |a| answered(a) >= q,
+        );
+    }
+
+    /// Two node addresses that turned out to be one server (the same run_id), if any.
+    fn same_server(&self, run_ids: &[Option<String>]) -> Option<(usize, usize)> {
+        for (i, a) in run_ids.iter().enumerate() {
+            for (j, b) in run_ids.iter().enumerate().skip(i + 1) {
+                if a.is_some() && a == b {
+                    return Some((i, j));
+                }
+            }
+        }
+        None
+    }
 }
 
-/// Runs `f` on node `i`, connecting first where needed. A failed call drops the connection (it
-/// may still have a reply on its way).
+/// Runs `f` on node `i`, connecting first if `con` is `None`. Returns the connection to keep:
+/// none after a failure (it may still have a reply on its way).
 fn on_node<T>(
     config: &Config,
     i: usize,
-    slot: &mut Option<Redis>,
+    con: Option<Redis>,
     f: impl Fn(usize, &mut Redis) -> Result<T>,
-) -> Result<T> {
-    let reused = slot.is_some();
-    let con = match slot {
+) -> (Result<T>, Option<Redis>) {
+    let reused = con.is_some();
+    let mut con = match con {
         Some(con) => con,
-        None => slot.insert(Redis::connect_node(config, i)?),
+        None => match Redis::connect_node(config, i) {
+            Ok(con) => con,
+            Err(e) => return (Err(e), None),
+        },
     };
-    let mut result = f(i, con);
+    let mut result = f(i, &mut con);
     // The node had closed an idle connection (it restarted): the command did not run; once more
     // on a fresh connection.
     if result.is_err() && reused && con.was_dropped() && con.reconnect().is_ok() {
-        result = f(i, con);
+        result = f(i, &mut con);
     }
-    if result.is_err() {
-        *slot = None;
-    }
-    result
+    let keep = result.is_ok().then_some(con);
+    (result, keep)
 }
 
 /// The first part of an error message, naming the server: "cannot connect to URL (refused)".
@@ -210,12 +303,22 @@ impl Store for Nodes {
         owner: &Owner,
         join: bool,
     ) -> Result<Attempt> {
-        let (n, q) = (self.n(), quorum(self.n()));
+        let (n, q) = (self.n(), self.q());
         let sent = Instant::now();
-        let answers = self.each(
-            |_| true,
-            |i, con| lock::try_acquire(con, keys, token, ttl, owner, join && i == 0, true),
-        );
+        let is_grant = |a: &Option<Result<Attempt>>| matches!(a, Some(Ok(Attempt::Acquired(_))));
+        let answers = {
+            let (k, t, o) = (keys.clone(), token.to_string(), owner.clone());
+            self.fan_out(
+                |_| true,
+                move |i, con| lock::try_acquire(con, &k, &t, ttl, &o, join && i == 0, true),
+                // A majority granted it, or can no longer grant it.
+                move |a| {
+                    let granted = a.iter().filter(|a| is_grant(a)).count();
+                    let other = a.iter().flatten().count() - granted;
+                    granted >= q || other > n - q
+                },
+            )
+        };
         let mut granted = vec![false; n];
         let mut fences = Vec::new();
         let mut run_ids = vec![None; n];
@@ -248,13 +351,23 @@ impl Store for Nodes {
         let failed = self.failures(&answers);
         let grants = fences.len();
         let fence = fences.iter().copied().max().unwrap_or(0);
+        if let Some((a, b)) = self.same_server(&run_ids) {
+            self.undo(keys, token, |_| true);
+            return Err(crate::error::usage(format!(
+                "{} and {} are the same Redis server (same run_id); a quorum needs independent \
+                 servers",
+                self.endpoints[a].display, self.endpoints[b].display
+            )));
+        }
         // The fence goes back to the granting nodes before the lock counts as ours, unless they
         // all agree already.
         let mut recorded = grants;
         if grants >= q && fences.iter().any(|&f| f != fence) {
-            let raised = self.each(
+            let (k, t) = (keys.clone(), token.to_string());
+            let raised = self.fan_out(
                 |i| granted[i],
-                |_, con| lock::raise_fence(con, keys, token, fence),
+                move |_, con| lock::raise_fence(con, &k, &t, fence),
+                move |a| a.iter().filter(|a| matches!(a, Some(Ok(true)))).count() >= q,
             );
             recorded = raised
                 .iter()
@@ -268,7 +381,12 @@ impl Store for Nodes {
             if queued && !granted[0] {
                 // Taken without the queue node: leave its queue, or it would hand us the lock
                 // again later. Best effort: the lease runs out by itself.
-                let _ = self.each(|i| i == 0, |_, con| lock::leave(con, keys, token));
+                let (k, t) = (keys.clone(), token.to_string());
+                self.fan_out(
+                    |i| i == 0,
+                    move |_, con| lock::leave(con, &k, &t),
+                    |_| false,
+                );
             }
             return Ok(Attempt::Acquired(Lock {
                 keys: keys.clone(),
@@ -283,10 +401,7 @@ impl Store for Nodes {
         }
         // Not ours: undo it everywhere, except our place in the queue while we wait on.
         let keep_place = queued && !granted[0] && grants < q;
-        let _ = self.each(
-            |i| !(i == 0 && keep_place),
-            |_, con| lock::leave(con, keys, token),
-        );
+        self.undo(keys, token, |i| !(i == 0 && keep_place));
         if grants >= q && !valid {
             return Err(self.no_quorum(
                 keys,
@@ -307,24 +422,28 @@ impl Store for Nodes {
                 &failed,
             ));
         }
-        let answered = n - failed.len();
-        if answered < q {
+        if failed.len() > n - q {
             return Err(self.no_quorum(
                 keys,
-                format!("{answered} of {n} servers answered, {q} needed"),
+                format!("{} of {n} servers answered, {q} needed", n - failed.len()),
                 &failed,
             ));
         }
         Ok(Attempt::Busy {
-            // Everyone answered but the lock was taken or split: look again when it expires.
+            // A majority answered but the lock was taken or split: look again when it expires.
             pttl_ms: busy_pttl.unwrap_or(-2),
             queued: keep_place,
         })
     }
 
     fn leave(&mut self, keys: &Keys, token: &str) -> Result<()> {
-        let answers = self.each(|_| true, |_, con| lock::leave(con, keys, token));
-        if answers.iter().any(|a| matches!(a, Some(Ok(())))) {
+        let (k, t, q) = (keys.clone(), token.to_string(), self.q());
+        let answers = self.fan_out(
+            |_| true,
+            move |_, con| lock::leave(con, &k, &t),
+            move |a| answered(a) >= q,
+        );
+        if answered(&answers) > 0 {
             return Ok(());
         }
         let failed = self.failures(&answers);
@@ -332,16 +451,45 @@ impl Store for Nodes {
     }
 
     fn release(&mut self, keys: &Keys, token: Option<&str>) -> Result<Verdict> {
-        // Every node at once; the queue node picks the next waiter but does not wake it yet.
-        let answers = self.each(|_| true, |i, con| lock::release(con, keys, token, i == 0));
-        if let Some(Some(Ok((_, Some(waiter))))) = answers.first() {
-            // Reserve the lock for that waiter on the other nodes too (where nobody took it in
-            // the meantime), and only then wake it: its attempt finds every node agreeing. If
-            // the wake-up fails, the waiter looks again when its wait times out.
-            let waiter = waiter.clone();
-            let _ = self.each(|i| i != 0, |_, con| lock::reserve(con, keys, &waiter));
-            let _ = self.each(|i| i == 0, |_, con| lock::wake(con, keys, &waiter));
+        let (n, q) = (self.n(), self.q());
+        let (k, t) = (keys.clone(), token.map(str::to_string));
+        // The queue node first: it picks the next waiter but does not wake it yet. The other
+        // nodes only connect meanwhile.
+        let first = self.fan_out(
+            |_| true,
+            move |i, con| match i {
+                0 => lock::release(con, &k, t.as_deref(), true, None).map(Some),
+                _ => Ok(None),
+            },
+            move |a| a[0].is_some() && answered(a) >= q,
+        );
+        let next = match &first[0] {
+            Some(Ok(Some((_, next)))) => next.clone(),
+            _ => None,
+        };
+        let first_ok = matches!(first[0], Some(Ok(_)));
+        // The others release and reserve for that waiter in one step: no newcomer in between.
+        let (k, t, to) = (keys.clone(), token.map(str::to_string), next.clone());
+        let rest = self.fan_out(
+            |i| i != 0,
+            move |_, con| lock::release(con, &k, t.as_deref(), false, to.as_deref()),
+            move |a| answered(a) + usize::from(first_ok) >= q,
+        );
+        if let Some(waiter) = next {
+            // If this fails, the waiter looks again when its wait times out.
+            let k = keys.clone();
+            self.fan_out(
+                |i| i == 0,
+                move |_, con| lock::wake(con, &k, &waiter),
+                |_| false,
+            );
         }
+        let mut answers: Answers<(Verdict, Option<String>)> = rest;
+        answers[0] = match first.into_iter().next().flatten() {
+            Some(Ok(v)) => v.map(Ok),
+            Some(Err(e)) => Some(Err(e)),
+            None => None,
+        };
         let failed = self.failures(&answers);
         let verdicts: Vec<Verdict> = answers
             .into_iter()
@@ -350,11 +498,12 @@ impl Store for Nodes {
         let done = verdicts.iter().find(|v| matches!(v, Verdict::Done(_)));
         if let Some(done) = done {
             if !failed.is_empty() && !self.config.quiet {
+                let list: Vec<&str> = failed.iter().map(|(_, s)| s.as_str()).collect();
                 eprintln!(
                     "redlock: released '{}' where it was held; {}: the lock expires there by \
                      its TTL",
                     keys.name,
-                    failed.join(", ")
+                    list.join(", ")
                 );
             }
             // With --force, name a holder if any node recorded one.
@@ -371,9 +520,8 @@ impl Store for Nodes {
             return Err(self.no_quorum(
                 keys,
                 format!(
-                    "{} of {} servers answered and none held the token",
-                    verdicts.len(),
-                    self.n()
+                    "{} of {n} servers answered and none held the token",
+                    verdicts.len()
                 ),
                 &failed,
             ));
@@ -386,9 +534,23 @@ impl Store for Nodes {
     }
 
     fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {
-        let (n, q) = (self.n(), quorum(self.n()));
+        let (n, q) = (self.n(), self.q());
         let sent = Instant::now();
-        let answers = self.each(|_| true, |_, con| lock::extend(con, keys, token, ttl, true));
+        let is_done = |a: &Option<Result<(Verdict, Option<String>)>>| {
+            matches!(a, Some(Ok((Verdict::Done(_), _))))
+        };
+        let answers = {
+            let (k, t) = (keys.clone(), token.to_string());
+            self.fan_out(
+                |_| true,
+                move |_, con| lock::extend(con, &k, &t, ttl, true),
+                move |a| {
+                    let done = a.iter().filter(|a| is_done(a)).count();
+                    let other = a.iter().flatten().count() - done;
+                    done >= q || other > n - q
+                },
+            )
+        };
         let elapsed = sent.elapsed();
         let failed = self.failures(&answers);
         let mut done = 0;
@@ -428,8 +590,9 @@ impl Store for Nodes {
     }
 
     fn inspect(&mut self, keys: &Keys) -> Result<State> {
-        let (n, q) = (self.n(), quorum(self.n()));
-        let answers = self.each(|_| true, |_, con| lock::inspect(con, keys));
+        let (n, q) = (self.n(), self.q());
+        let k = keys.clone();
+        let answers = self.all(move |_, con| lock::inspect(con, &k));
         let nodes: Vec<(String, std::result::Result<State, String>)> = answers
             .into_iter()
             .zip(&self.endpoints)
@@ -446,25 +609,27 @@ impl Store for Nodes {
     }
 
     fn scan(&mut self, prefix: &str) -> Result<Vec<Keys>> {
-        let (n, q) = (self.n(), quorum(self.n()));
-        let answers = self.each(|_| true, |_, con| lock::scan(con, prefix));
+        let (n, q) = (self.n(), self.q());
+        let p = prefix.to_string();
+        let answers = self.all(move |_, con| lock::scan(con, &p));
         let failed = self.failures(&answers);
+        if failed.len() > n - q {
+            let list: Vec<&str> = failed.iter().map(|(_, s)| s.as_str()).collect();
+            return Err(failure(
+                Kind::Unavailable,
+                format!(
+                    "no quorum: {} of {n} servers answered, {q} needed; unreachable: {}",
+                    n - failed.len(),
+                    list.join(", ")
+                ),
+            ));
+        }
         let mut all: Vec<Keys> = answers
             .into_iter()
             .flatten()
             .filter_map(Result::ok)
             .flatten()
             .collect();
-        if n - failed.len() < q {
-            return Err(failure(
-                Kind::Unavailable,
-                format!(
-                    "no quorum: {} of {n} servers answered, {q} needed; unreachable: {}",
-                    n - failed.len(),
-                    failed.join(", ")
-                ),
-            ));
-        }
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all.dedup();
         Ok(all)
@@ -478,12 +643,12 @@ impl Store for Nodes {
     }
 
     fn recover(&mut self) -> Result<()> {
-        // Nothing to do: `each` already dropped the connection of every node whose call failed,
-        // and reconnects it when it is asked again.
+        // Nothing to do: a node whose call failed lost its connection already, and gets a fresh
+        // one when it is asked again.
         Ok(())
     }
 
-    fn wait_replicas(&mut self, _replicas: u32, _timeout: Duration) -> Result<i64> {
+    fn wait_replicas(&mut self, _keys: &Keys, _replicas: u32, _timeout: Duration) -> Result<i64> {
         Err(crate::error::usage(
             "--wait-replicas does not apply to a quorum of independent masters",
         ))

@@ -317,7 +317,18 @@ mod tests {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
-        let mut child = spawn(&[script.into()], &[], &[]).unwrap();
+        // Another test's fork may still hold our just-written file open for writing (ETXTBSY
+        // until that child execs): try again, a bounded number of times.
+        let mut child = (0..100)
+            .find_map(|_| match spawn(&[script.clone().into()], &[], &[]) {
+                Err(SpawnError::NotExecutable(e)) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    None
+                }
+                other => Some(other),
+            })
+            .expect("ETXTBSY for a second")
+            .unwrap();
         assert_eq!(child.wait().unwrap().code(), Some(6));
         assert!(matches!(
             spawn(&[bad.into()], &[], &[]),

@@ -38,8 +38,8 @@ pub trait Store: Send {
     fn parking(&mut self) -> Option<&mut Redis>;
     /// After an error: replace connections that may still have a reply on its way.
     fn recover(&mut self) -> Result<()>;
-    /// Waits until `replicas` replicas have our writes; returns how many did.
-    fn wait_replicas(&mut self, replicas: u32, timeout: Duration) -> Result<i64>;
+    /// Waits until `replicas` replicas have our writes to `keys`; returns how many did.
+    fn wait_replicas(&mut self, keys: &Keys, replicas: u32, timeout: Duration) -> Result<i64>;
     /// Remembers the servers' run_ids seen when the lock was taken, to report restarts.
     fn track_restarts(&mut self, _run_ids: &[Option<String>]) {}
 }
@@ -69,7 +69,7 @@ impl Store for Redis {
     }
 
     fn release(&mut self, keys: &Keys, token: Option<&str>) -> Result<Verdict> {
-        Ok(lock::release(self, keys, token, false)?.0)
+        Ok(lock::release(self, keys, token, false, None)?.0)
     }
 
     fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {
@@ -102,15 +102,17 @@ impl Store for Redis {
         self.reconnect()
     }
 
-    fn wait_replicas(&mut self, replicas: u32, timeout: Duration) -> Result<i64> {
+    fn wait_replicas(&mut self, keys: &Keys, replicas: u32, timeout: Duration) -> Result<i64> {
         let ms = u64::try_from(timeout.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
         // WAIT blocks for up to `ms`: give the read that long and a little more.
         self.set_read_timeout(timeout + Duration::from_secs(1))?;
-        let acked: redis::Value = self.call("WAIT", |con| {
-            redis::cmd("WAIT").arg(replicas).arg(ms).query(con)
-        })?;
+        // WAIT counts the replicas of the server that took our write: in a cluster, the master
+        // of the lock's slot (not the minimum over every master).
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(ms);
+        let acked = self.call_on_master_of("WAIT", &keys.lock, &wait)?;
         self.restore_read_timeout()?;
         match acked {
             redis::Value::Int(n) => Ok(n),

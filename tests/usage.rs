@@ -107,7 +107,7 @@ fn bad_urls_are_usage_errors() {
             "twice",
         ),
         case(&["--cluster", "-u", "unix:///tmp/r.sock", "status"], "TCP"),
-        case(&["--sentinel", "", "status"], "--sentinel"),
+        case(&["--sentinel", "m\u{1}", "status"], "--sentinel"),
         case(&["--cluster", "--sentinel", "m", "status"], "--sentinel"),
         case(&["--tls-ca", pem, "status"], "rediss://"),
         case(&["--tls-ca", "/dev/null", "status"], "PEM"),

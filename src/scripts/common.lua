@@ -66,8 +66,13 @@ end
 
 -- Free the lock: hand it to the first live waiter, or delete it when nobody waits. Returns the
 -- waiter it was handed to, or false. With `quiet`, the waiter is not woken yet (a quorum first
--- reserves the lock for it on its other nodes).
-local function pass_on(claim_ms, quiet)
+-- reserves the lock for it on its other nodes). With `to` (a quorum's other nodes, which keep no
+-- queue), the lock is reserved for that waiter, whom the queue node chose.
+local function pass_on(claim_ms, quiet, to)
+  if to and to ~= '' then
+    redis.call('SET', LOCK, '~' .. to, 'PX', claim_ms)
+    return to
+  end
   local waiter = first_live_waiter()
   if waiter then
     hand_over(waiter, claim_ms, quiet)

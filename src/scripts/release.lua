@@ -1,7 +1,8 @@
 -- Release the lock if, and only if, ARGV[1] holds it (compare-and-delete), waking the next waiter.
 --
 -- ARGV token, 'force' to release whoever holds it, claim_ms, 'quiet' (a quorum's queue node: do
---      not wake the next waiter yet, the other nodes reserve the lock for it first)
+--      not wake the next waiter yet, the other nodes reserve the lock for it first), waiter (a
+--      quorum's other nodes: reserve the lock for this waiter, chosen by the queue node)
 --
 -- Returns {1, holder-record, next} released: the record names who held it (for --force; empty
 -- otherwise) and `next` is the waiter it was handed to, or false; {0} already free (expired or
@@ -15,10 +16,10 @@ if not current then
   return {0}
 end
 if current == ARGV[1] then
-  return {1, {}, pass_on(ARGV[3], ARGV[4] == 'quiet')}
+  return {1, {}, pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])}
 end
 if ARGV[2] == 'force' then
   local record = holder(current)
-  return {1, record, pass_on(ARGV[3], ARGV[4] == 'quiet')}
+  return {1, record, pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])}
 end
 return {-1, holder(current)}
