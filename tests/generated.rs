@@ -389,7 +389,8 @@ fn several_servers_section(r: &mut Roff) {
             roman(" and "),
             bold("--io-timeout"),
             roman(
-                ". With N servers a lock is held when Q = N/2+1 of them granted it and time is \
+                "; a slow or frozen one does not hold up the others once their answers settle the \
+                 outcome. With N servers a lock is held when Q = N/2+1 of them granted it and time is \
                  left: ttl - elapsed - (ttl/100 + 2ms) must be positive. A failed attempt is \
                  undone on every server, including those that did not answer. Too few reachable \
                  servers is exit status 69 with a line that starts 'no quorum' and names them. \
