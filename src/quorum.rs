@@ -3,8 +3,10 @@
 //! Every operation runs the one-server scripts of `lock.rs` on all nodes in parallel (a thread
 //! per node, each bounded by `--connect-timeout` and `--io-timeout`) and counts the answers. It
 //! does not wait for a slow node once the others have settled the outcome: after that, a node
-//! gets as long again as the others took (plus 2 ms), so that healthy nodes all take part, and a
-//! frozen node costs nothing but its own answer, which is then counted as a failure.
+//! gets as long again as the others took (plus 2 ms, and at least a quarter of `--io-timeout`),
+//! so that healthy nodes all take part, and a frozen node costs a fraction of a timeout, its
+//! answer counted as a failure. A waiter's attempt also waits for the queue node, which keeps
+//! its place.
 //!
 //! Invariants:
 //! - Held iff at least Q = N/2+1 nodes granted the same token in one attempt *and* the attempt
@@ -96,9 +98,17 @@ impl Nodes {
         quorum(self.n())
     }
 
+    /// The least time the other nodes get after the outcome is settled: a quarter of
+    /// `--io-timeout`, so that a healthy node that is merely a little slower (a fresh connection,
+    /// a busy CPU) still takes part, and a frozen one costs a fraction of a timeout.
+    fn grace_floor(&self) -> Duration {
+        self.config.io_timeout / 4
+    }
+
     /// Runs `f` on the nodes `ask` selects, in parallel (a thread each), connecting first where
     /// needed. Returns when every asked node has answered, or when `settled` says the answers so
-    /// far decide the outcome and the others have had as long again as that took (plus 2 ms).
+    /// far decide the outcome and the others have had as long again as that took (plus 2 ms), and
+    /// at least [`Nodes::grace_floor`].
     /// A node that has not answered by then counts as failed; its thread finishes on its own
     /// (within its timeouts) and its connection is replaced next time.
     fn fan_out<T: Send + 'static>(
@@ -142,7 +152,8 @@ impl Nodes {
         let mut grace: Option<Instant> = None;
         while !pending.is_empty() {
             if grace.is_none() && settled(&answers) {
-                grace = Some(start + start.elapsed() * 2 + Duration::from_millis(2));
+                let extra = (start.elapsed() + Duration::from_millis(2)).max(self.grace_floor());
+                grace = Some(Instant::now() + extra);
             }
             let next = match grace {
                 Some(until) => rx.recv_timeout(until.saturating_duration_since(Instant::now())),
@@ -313,11 +324,12 @@ impl Store for Nodes {
             self.fan_out(
                 |_| true,
                 move |i, con| lock::try_acquire(con, &k, &t, ttl, &o, join && i == 0, true),
-                // A majority granted it, or can no longer grant it.
+                // A majority granted it, or can no longer grant it; a waiter also needs the queue
+                // node's answer (it keeps our place in the queue).
                 move |a| {
                     let granted = a.iter().filter(|a| is_grant(a)).count();
                     let other = a.iter().flatten().count() - granted;
-                    granted >= q || other > n - q
+                    (granted >= q || other > n - q) && (!join || a[0].is_some())
                 },
             )
         };

@@ -299,3 +299,117 @@ fn a_command_under_exec_reaches_the_cluster_through_its_environment() {
     assert!(ttl > 60_000, "not extended:\n{out}");
     assert_eq!(cluster.all_keys(), [(1, meta_key(&name))], "{out}");
 }
+
+/// A waiter keeps its place for as long as it waits, well past one blocking round (3s at most)
+/// plus the lease margin (2s): `status` shows it queued all along, and a release wakes it at
+/// once. The cluster client used to re-send a BLPOP that had timed out, so the waiter stayed
+/// blocked past its lease and was dropped from the queue.
+#[test]
+fn a_cluster_waiter_keeps_its_place_past_its_lease() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let name = cluster.names_on_each_node("long")[2].clone();
+    let token = cluster
+        .redlock()
+        .args(["acquire", &name, "--ttl", "30s"])
+        .run()
+        .ok();
+    let waiter = cluster
+        .redlock()
+        .args([
+            "exec",
+            &name,
+            "--wait",
+            "30s",
+            "-c",
+            r#"echo "fence $REDLOCK_FENCE""#,
+        ])
+        .spawn_proc();
+    let waiters = || -> i64 {
+        let out = cluster
+            .redlock()
+            .args(["status", &name, "--json"])
+            .run()
+            .expect(0);
+        let v: Value = serde_json::from_str(&out.stdout).unwrap();
+        v[0]["waiters"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no waiters:\n{out}"))
+    };
+    assert!(wait_for(|| waiters() == 1, EVENT), "never queued");
+    let queued = Instant::now();
+    let mut seen = Vec::new();
+    while queued.elapsed() < Duration::from_secs(7) {
+        seen.push(waiters());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        seen.iter().all(|&w| w == 1),
+        "the waiter left the queue: waiters over 7s: {seen:?}\n{}",
+        waiter.stderr()
+    );
+    cluster
+        .redlock()
+        .args(["release", &name, &token])
+        .run()
+        .expect(0);
+    let released = Instant::now();
+    let out = waiter.finish(EVENT);
+    let took = released.elapsed();
+    let out = out.expect(0);
+    assert_eq!(out.stdout, "fence 2\n", "{out}");
+    assert!(
+        took < Duration::from_secs(2),
+        "ran {took:?} after the release:\n{out}"
+    );
+}
+
+/// `--wait-replicas` counts the replicas of the lock's own master: with a replica on one master
+/// only, a lock there is confirmed at once, and a lock on a master without replicas is not (69).
+/// WAIT used to go to every master and report the fewest acknowledgements, so no lock could be
+/// confirmed unless every master had enough replicas.
+#[test]
+fn wait_replicas_counts_the_replicas_of_the_locks_master() {
+    let Some(mut cluster) = Cluster::start() else {
+        return;
+    };
+    cluster.add_replica(1);
+    let names = cluster.names_on_each_node("repl");
+    let acquire = |name: &str| {
+        cluster
+            .redlock()
+            .args([
+                "--io-timeout",
+                "2s",
+                "acquire",
+                name,
+                "-n",
+                "--wait-replicas",
+                "1",
+            ])
+            .run()
+    };
+    let out = acquire(&names[1]);
+    let elapsed = out.elapsed;
+    let token = out.ok();
+    assert!(is_token(&token), "{token}");
+    assert!(
+        elapsed < Duration::from_secs(4),
+        "confirmed after {elapsed:?} (--io-timeout 2s)"
+    );
+    assert_eq!(
+        cluster.nodes()[1].get(&lock_key(&names[1])),
+        Some(token),
+        "not held"
+    );
+
+    let out = acquire(&names[2]).expect(69);
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains("replica"), "{out}");
+    assert_eq!(
+        cluster.nodes()[2].get(&lock_key(&names[2])),
+        None,
+        "not released:\n{out}"
+    );
+}

@@ -506,3 +506,100 @@ fn prefix_from_the_flag_or_the_environment() {
         .expect(0);
     assert_eq!(redis.get("ci:{a}"), None);
 }
+
+/// `REDLOCK_CLUSTER` and `REDLOCK_SENTINEL` from the environment: empty is unset (as an empty
+/// `REDLOCK_URL` is no URL), `REDLOCK_CLUSTER=0` is off, and only a mode that is really on on
+/// both sides is a conflict (exit 2). Before, an empty value was a usage error, and
+/// `REDLOCK_CLUSTER=0` still clashed with `--sentinel`.
+#[test]
+fn cluster_and_sentinel_switches_from_the_environment() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dead = format!("redis://127.0.0.1:{}", closed_port());
+    // Off: one plain server, where each takes its lock.
+    for (var, value) in [
+        ("REDLOCK_CLUSTER", ""),
+        ("REDLOCK_CLUSTER", "0"),
+        ("REDLOCK_CLUSTER", "off"),
+        ("REDLOCK_SENTINEL", ""),
+    ] {
+        let name = format!("{var}={value}");
+        let token = redis
+            .redlock()
+            .env(var, value)
+            .args(["acquire", &name, "-n"])
+            .run()
+            .ok();
+        assert_eq!(redis.get(&lock_key(&name)), Some(token), "{name}");
+    }
+
+    // `redlock acquire k -n` with `env` and `args` before the subcommand.
+    let run = |env: &[(&str, &str)], args: &[&str]| {
+        redlock()
+            .envs(env.iter().copied())
+            .args(args)
+            .args(["acquire", "k", "-n"])
+            .run()
+    };
+    let sentinel = ["--sentinel", "m", "--url", &dead];
+    let cluster = ["--cluster", "--url", &dead];
+    let both_env = |on: &'static str| [("REDLOCK_CLUSTER", on), ("REDLOCK_SENTINEL", "m")];
+
+    // One mode on, the other off or empty: no conflict. The Sentinel (or the cluster seed) is
+    // asked, and it is down: 69.
+    for (case, out) in [
+        (
+            "CLUSTER=0 --sentinel",
+            run(&[("REDLOCK_CLUSTER", "0")], &sentinel),
+        ),
+        (
+            "CLUSTER= --sentinel",
+            run(&[("REDLOCK_CLUSTER", "")], &sentinel),
+        ),
+        (
+            "CLUSTER=0 SENTINEL=m",
+            run(&both_env("0"), &["--url", &dead]),
+        ),
+        (
+            "SENTINEL= --cluster",
+            run(&[("REDLOCK_SENTINEL", "")], &cluster),
+        ),
+    ] {
+        assert_eq!(out.status.code(), Some(69), "{case}:\n{out}");
+        assert_one_error_line(&out);
+        assert!(
+            out.stderr.contains(&dead),
+            "{case}: asked another server:\n{out}"
+        );
+        if case.contains("SENTINEL=m") || case.contains("--sentinel") {
+            assert!(
+                out.stderr.contains("Sentinel"),
+                "{case}: no Sentinel:\n{out}"
+            );
+        }
+    }
+
+    // Both on: a usage error, whichever side each comes from.
+    for (case, out) in [
+        (
+            "CLUSTER=1 --sentinel",
+            run(&[("REDLOCK_CLUSTER", "1")], &sentinel),
+        ),
+        (
+            "CLUSTER=1 SENTINEL=m",
+            run(&both_env("1"), &["--url", &dead]),
+        ),
+        (
+            "SENTINEL=m --cluster",
+            run(&[("REDLOCK_SENTINEL", "m")], &cluster),
+        ),
+    ] {
+        assert_eq!(out.status.code(), Some(2), "{case}:\n{out}");
+        assert_one_error_line(&out);
+        assert!(
+            out.stderr.contains("--cluster") && out.stderr.contains("--sentinel"),
+            "{case}:\n{out}"
+        );
+    }
+}

@@ -961,3 +961,343 @@ fn wait_replicas_is_refused_with_several_urls() {
     assert!(out.stderr.contains("replica"), "{out}");
     assert_eq!(nodes[0].get(&lock_key("k")), None, "released again:\n{out}");
 }
+
+/// A child of an [`exec`] that reports ready and runs until the test creates `$D/done`.
+const HOLD: &str = r#"touch "$D/ready"; while [ ! -e "$D/done" ]; do sleep 0.02; done"#;
+
+/// The waiters' leases of lock `name` on the queue node: each attempt of a waiter renews its own.
+fn leases(nodes: &Nodes, name: &str) -> Vec<(String, String)> {
+    nodes[0].query(&["HGETALL", &format!("{}:leases", lock_key(name))])
+}
+
+/// First come, first served through a release while node `slow` is `latency` away each way:
+/// newcomers (`acquire -n`, a new one every 20ms from just before the release for 1.5s) never
+/// get the lock while a waiter is queued, the waiter runs next, and within `bound` of the
+/// release.
+///
+/// The link turns slow only at the release, right after one of the waiter's attempts (it looks
+/// again every 3s while the holder's TTL is long): a waiter whose attempt a slow queue node
+/// answers late loses its place, which is another matter
+/// (`a_waiter_keeps_its_place_when_the_queue_node_is_slow`).
+fn newcomers_do_not_overtake_a_waiter(slow: usize, latency: Duration, bound: Duration) {
+    let Some(nodes) = Nodes::behind_proxies(3) else {
+        return;
+    };
+    // Every script is in every server's cache: no NOSCRIPT round trip on the slow link.
+    let warm = acquire_json(&nodes, "warm", &[]).0;
+    nodes
+        .redlock()
+        .args(["release", "warm", &warm])
+        .run()
+        .expect(0);
+    let io = ["--io-timeout", "5s"];
+    let mut holder = exec(&nodes)
+        .args(io)
+        .args(["k", "--ttl", "30s", "-c", HOLD])
+        .spawn_proc();
+    wait_ready(&nodes, &mut holder);
+    // -v: a failure shows each step of the waiter on each node.
+    let waiter = exec(&nodes)
+        .current_dir(nodes.dir())
+        .args(io)
+        .args(["-v", "k", "--wait", "30s", "--ttl", "30s"])
+        .args(["-c", "echo waiter >> order"])
+        .spawn_proc();
+    let seen = wait_for(|| queued(&nodes, "k") == 1, EVENT);
+    assert!(seen, "the waiter was not queued:\n{}", waiter.stderr());
+    let lease = leases(&nodes, "k");
+    let renewed = wait_for(|| leases(&nodes, "k") != lease, EVENT);
+    assert!(
+        renewed,
+        "the waiter did not look again:\n{}",
+        waiter.stderr()
+    );
+
+    let newcomers = nodes
+        .sh(r#"
+            i=0
+            while [ "$i" -lt 75 ]; do
+              (
+                if t=$(redlock --io-timeout 5s acquire k -n --ttl 30s 2>/dev/null); then
+                  echo "newcomer $i" >> order
+                  redlock --io-timeout 5s release k "$t"
+                fi
+              ) &
+              [ "$i" -eq 3 ] && touch started
+              sleep 0.02
+              i=$((i + 1))
+            done
+            wait
+        "#)
+        .current_dir(nodes.dir())
+        .spawn_proc();
+    let started = nodes.dir().join("started");
+    assert!(
+        wait_for(|| started.exists(), EVENT),
+        "the newcomers never started"
+    );
+    nodes.proxy(slow).set_latency(latency);
+    std::fs::write(nodes.dir().join("done"), "").unwrap();
+    let released = Instant::now();
+    let order = nodes.dir().join("order");
+    let ran = wait_for(|| order.exists(), EVENT);
+    let waited = released.elapsed();
+    let holder = holder.finish(EVENT).expect(0);
+    let newcomers = newcomers.finish(EVENT).expect(0);
+    let waiter = waiter.finish(EVENT);
+    let log = std::fs::read_to_string(&order).unwrap_or_default();
+    assert!(
+        ran,
+        "nobody got the lock after the release:\n{holder}\n{waiter}"
+    );
+    assert_eq!(
+        log.lines().next(),
+        Some("waiter"),
+        "a newcomer got the lock while a waiter was queued (node {slow} slow):\n{log}\n\
+         holder: {holder}\nwaiter: {waiter}\nnewcomers: {newcomers}"
+    );
+    waiter.expect(0);
+    assert!(
+        waited < bound,
+        "the waiter ran {waited:?} after the release (node {slow} {latency:?} away)"
+    );
+}
+
+/// The queue node is slow. Releasing every node at once and reserving the others for the
+/// waiter only once the queue node had answered (a round trip on the slow link) left the two
+/// fast nodes free in between: a newcomer took them, a majority.
+#[test]
+fn newcomers_do_not_overtake_a_waiter_with_a_slow_queue_node() {
+    // The hand-over takes two round trips on the slow link (release, wake) and half of one.
+    let latency = Duration::from_millis(300);
+    newcomers_do_not_overtake_a_waiter(0, latency, Duration::from_secs(5));
+}
+
+/// Another node is slow (a 1 s round trip, but alive: it answers within the quarter of
+/// --io-timeout that the others give it once they have settled). The hand-over waits for it at
+/// most twice (the release with its reservation, the waiter's attempt), each at most the grace.
+#[test]
+fn newcomers_do_not_overtake_a_waiter_with_a_slow_other_node() {
+    let latency = Duration::from_millis(500);
+    newcomers_do_not_overtake_a_waiter(2, latency, latency * 4 + Duration::from_secs(2));
+}
+
+/// The queue node is slow (300ms each way) all along: the waiter must still be queued there,
+/// stay queued while it waits, and get the lock before a newcomer that comes after the release.
+/// (At fb3893d an attempt the queue node answered after the others had settled counted as
+/// failed, so the waiter undid its queue entry at once and only polled.)
+#[test]
+fn a_waiter_keeps_its_place_when_the_queue_node_is_slow() {
+    let Some(nodes) = Nodes::behind_proxies(3) else {
+        return;
+    };
+    nodes.proxy(0).set_latency(Duration::from_millis(300));
+    let io = ["--io-timeout", "5s"];
+    let (holder, _) = acquire_json(&nodes, "k", &["--io-timeout", "5s", "--ttl", "30s"]);
+    let waiter = exec(&nodes)
+        .current_dir(nodes.dir())
+        .args(io)
+        .args(["k", "--wait", "30s", "-c", "echo waiter >> order"])
+        .spawn_proc();
+    // Over two of its 3s rounds, queued from the first second on.
+    let since = Instant::now();
+    let mut samples = Vec::new();
+    while since.elapsed() < Duration::from_secs(7) {
+        samples.push(queued(&nodes, "k"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        samples[10..].iter().all(|&q| q == 1),
+        "the waiter is not (always) queued; queue length every 100ms: {samples:?}\n{}",
+        waiter.stderr()
+    );
+    nodes
+        .redlock()
+        .args(io)
+        .args(["release", "k", &holder])
+        .run()
+        .expect(0);
+    let newcomer = nodes
+        .redlock()
+        .args(io)
+        .args(["acquire", "k", "-n", "--ttl", "30s"])
+        .run();
+    assert_eq!(
+        newcomer.code(),
+        BUSY,
+        "a newcomer overtook the waiter:\n{newcomer}"
+    );
+    waiter.finish(EVENT).expect(0);
+}
+
+/// One frozen node of three (SIGSTOP: connections are accepted, nothing is answered) does not
+/// stall the queue: after the holder ends, the two waiters get the lock in their order, each
+/// promptly. Waiting for the frozen node's --io-timeout in every step (acquire, release,
+/// reserve, wake) made each hand-over take many seconds, and the waiters lost their places.
+#[test]
+fn a_frozen_node_of_three_does_not_stall_the_queue() {
+    let Some(nodes) = Nodes::start(3) else {
+        return;
+    };
+    nodes[2].pause();
+    let order = nodes.dir().join("order");
+    let mut holder = exec(&nodes)
+        .current_dir(nodes.dir())
+        .args(["--io-timeout", "2s", "k", "-c"])
+        .arg(format!("{HOLD}; echo holder >> order"))
+        .spawn_proc();
+    wait_ready(&nodes, &mut holder);
+    let mut waiters = Vec::new();
+    for i in 1..=2 {
+        let waiter = exec(&nodes)
+            .current_dir(nodes.dir())
+            .args(["--io-timeout", "2s", "k", "--wait", "60s", "-c"])
+            .arg(format!("echo W{i} >> order"))
+            .spawn_proc();
+        let seen = wait_for(|| queued(&nodes, "k") == i, EVENT);
+        assert!(seen, "W{i} was not queued:\n{}", waiter.stderr());
+        waiters.push(waiter);
+    }
+    std::fs::write(nodes.dir().join("done"), "").unwrap();
+    let lines = || -> Vec<String> {
+        let log = std::fs::read_to_string(&order).unwrap_or_default();
+        log.lines().map(str::to_string).collect()
+    };
+    let mut times = Vec::new();
+    for n in 1..=3 {
+        let seen = wait_for(|| lines().len() >= n, Duration::from_secs(20));
+        times.push(Instant::now());
+        assert!(seen, "{n} lines expected: {:?}", lines());
+    }
+    let holder = holder.finish(EVENT);
+    let outs: Vec<Output> = waiters.into_iter().map(|w| w.finish(EVENT)).collect();
+    nodes[2].resume();
+    assert_eq!(
+        lines(),
+        ["holder", "W1", "W2"],
+        "holder: {holder}\nW1: {}\nW2: {}",
+        outs[0],
+        outs[1]
+    );
+    for (i, pair) in times.windows(2).enumerate() {
+        let took = pair[1] - pair[0];
+        assert!(
+            took < Duration::from_secs(5),
+            "W{} ran {took:?} after its predecessor\nholder: {holder}\nW1: {}\nW2: {}",
+            i + 1,
+            outs[0],
+            outs[1]
+        );
+    }
+    holder.expect(0);
+    for out in outs {
+        out.expect(0);
+    }
+}
+
+/// Credentials refused by the nodes are an authentication error (77), as on one server, not an
+/// outage (69): waiting or retrying cannot help. Also when only a majority refuses them.
+#[test]
+fn refused_passwords_on_a_quorum_exit_77() {
+    let Some(nodes) = Nodes::start_with(3, || RedisServer::builder().password("s3cret")) else {
+        return;
+    };
+    let url = |i: usize, pw: &str| format!("redis://:{pw}@127.0.0.1:{}", nodes[i].port());
+    let cases = [
+        "REDLOCK_PASSWORD wrong",
+        "no password",
+        "wrong in 2 of 3 URLs",
+    ];
+    let command = |case: &str| {
+        let mut cmd = nodes.redlock();
+        cmd.current_dir(nodes.dir());
+        match case {
+            "REDLOCK_PASSWORD wrong" => {
+                cmd.env("REDLOCK_PASSWORD", "wrong-pw");
+            }
+            "wrong in 2 of 3 URLs" => {
+                let urls = [url(0, "s3cret"), url(1, "wrong-pw"), url(2, "wrong-pw")];
+                cmd.env("REDLOCK_URL", urls.join(","));
+            }
+            _ => {}
+        }
+        cmd
+    };
+    for case in cases {
+        for args in [
+            vec!["acquire", "k", "-n"],
+            vec!["acquire", "k", "--wait", "30s"],
+            vec!["exec", "k", "--", "touch", "ran"],
+        ] {
+            let out = command(case).args(&args).run();
+            assert_eq!(out.status.code(), Some(77), "{case}, {args:?}:\n{out}");
+            assert_one_error_line(&out);
+            for pw in ["wrong-pw", "s3cret"] {
+                assert!(!out.stderr.contains(pw), "{case}: shows {pw}:\n{out}");
+            }
+            assert!(
+                out.elapsed < Duration::from_secs(5),
+                "{case}, {args:?}: slow:\n{out}"
+            );
+            nodes.assert_nothing_left("k", &[]);
+        }
+    }
+    assert!(!nodes.dir().join("ran").exists(), "exec ran its command");
+}
+
+/// One server under two names (127.0.0.1 and localhost) would count twice towards the majority:
+/// redlock notices (the same run_id) and refuses, as a usage error, with nothing of ours left.
+/// Counting it twice let two of three "nodes" grant a lock that only a minority of servers held.
+#[test]
+fn one_server_under_two_names_is_refused() {
+    // localhost may be ::1 first: the aliased server listens there too where it can.
+    let both = || {
+        RedisServer::builder()
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("-::1")
+    };
+    let Some(nodes) = Nodes::start_with(2, both) else {
+        return;
+    };
+    let (a, b) = (nodes[0].port(), nodes[1].port());
+    let urls = [
+        format!("redis://127.0.0.1:{a}"),
+        format!("redis://localhost:{a}"),
+        format!("redis://127.0.0.1:{b}"),
+    ];
+    // The second time, the other server is held by another client: the aliased one alone
+    // would have looked like a majority.
+    let rounds = [false, true].into_iter().flat_map(|foreign| {
+        [
+            vec!["acquire", "k", "-n", "--ttl", "30s"],
+            vec!["acquire", "k", "--wait", "30s"],
+            vec!["exec", "k", "--", "touch", "ran"],
+        ]
+        .map(|args| (foreign, args))
+    });
+    for (foreign, args) in rounds {
+        if foreign {
+            nodes.hold_foreign(1, "k");
+        }
+        let out = redlock()
+            .current_dir(nodes.dir())
+            .args(["--url", &urls[0], "--url", &urls[1], "--url", &urls[2]])
+            .args(&args)
+            .run();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}, foreign {foreign}:\n{out}"
+        );
+        assert_one_error_line(&out);
+        assert!(out.stderr.contains("same Redis server"), "{args:?}:\n{out}");
+        assert!(out.stderr.contains(&urls[0]), "{args:?}:\n{out}");
+        assert!(out.stderr.contains(&urls[1]), "{args:?}:\n{out}");
+        assert_eq!(out.stdout, "", "{args:?}:\n{out}");
+        nodes.assert_nothing_left("k", &[]);
+        let other = foreign.then(|| FOREIGN.to_string());
+        assert_eq!(nodes.tokens("k"), [None, other], "{args:?}:\n{out}");
+    }
+    assert!(!nodes.dir().join("ran").exists(), "exec ran its command");
+}

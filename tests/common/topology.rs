@@ -43,9 +43,30 @@ fn try_role(server: &RedisServer) -> redis::RedisResult<String> {
     Ok(redis::from_redis_value(reply[0].clone())?)
 }
 
-/// Three `redis-server`s in cluster mode, each a master of a third of the slots, no replicas.
+/// Three `redis-server`s in cluster mode, each a master of a third of the slots, no replicas
+/// unless [`Cluster::add_replica`] gives one some.
 pub struct Cluster {
     nodes: Vec<RedisServer>,
+    replicas: Vec<RedisServer>,
+}
+
+/// A `redis-server` in cluster mode, not yet part of any cluster.
+fn cluster_node() -> Option<RedisServer> {
+    // The bus port is given, not the default port + 10000: a free port above 55535 would leave
+    // none for the bus.
+    RedisServer::builder()
+        .arg("--cluster-enabled")
+        .arg("yes")
+        .arg("--cluster-config-file")
+        .arg("nodes.conf") // in the server's --dir
+        .arg("--cluster-node-timeout")
+        .arg("2000")
+        .arg("--cluster-port")
+        .arg(free_port().to_string())
+        // A replica syncs at once, without waiting 5s for more replicas to join.
+        .arg("--repl-diskless-sync-delay")
+        .arg("0")
+        .start()
 }
 
 impl Cluster {
@@ -55,23 +76,11 @@ impl Cluster {
         if !require("redis-cli") {
             return None;
         }
-        let nodes = (0..3)
-            .map(|_| {
-                // The bus port is given, not the default port + 10000: a free port above 55535
-                // would leave none for the bus.
-                RedisServer::builder()
-                    .arg("--cluster-enabled")
-                    .arg("yes")
-                    .arg("--cluster-config-file")
-                    .arg("nodes.conf") // in the server's --dir
-                    .arg("--cluster-node-timeout")
-                    .arg("2000")
-                    .arg("--cluster-port")
-                    .arg(free_port().to_string())
-                    .start()
-            })
-            .collect::<Option<Vec<_>>>()?;
-        let cluster = Cluster { nodes };
+        let nodes = (0..3).map(|_| cluster_node()).collect::<Option<Vec<_>>>()?;
+        let cluster = Cluster {
+            nodes,
+            replicas: Vec::new(),
+        };
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
         for node in &cluster.nodes {
@@ -98,6 +107,46 @@ impl Cluster {
 
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
+    }
+
+    /// Adds a new server to the cluster as a replica of node `master` (`redis-cli --cluster
+    /// add-node --cluster-slave`), and waits until the master counts it as an online replica and
+    /// every node knows it.
+    pub fn add_replica(&mut self, master: usize) {
+        let replica = cluster_node().expect("redis-server was there a moment ago");
+        let master_id: String = self.nodes[master].query(&["CLUSTER", "MYID"]);
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("add-node")
+            .arg(format!("127.0.0.1:{}", replica.port()))
+            .arg(format!("127.0.0.1:{}", self.nodes[master].port()))
+            .args(["--cluster-slave", "--cluster-master-id", &master_id])
+            .run();
+        assert!(out.status.success(), "redis-cli --cluster add-node:\n{out}");
+        let replica_id: String = replica.query(&["CLUSTER", "MYID"]);
+        let online = wait_for(
+            || {
+                let info: String = self.nodes[master].query(&["INFO", "replication"]);
+                info.contains("connected_slaves:1") && info.contains("state=online")
+            },
+            SETTLE,
+        );
+        assert!(online, "the replica is not online within {SETTLE:?}");
+        let known = wait_for(
+            || {
+                self.nodes.iter().chain([&replica]).all(|n| {
+                    let nodes: String = n.query(&["CLUSTER", "NODES"]);
+                    nodes
+                        .lines()
+                        .any(|l| l.starts_with(&replica_id) && l.contains(&master_id))
+                        && n.query::<String>(&["CLUSTER", "INFO"])
+                            .contains("cluster_state:ok")
+                })
+            },
+            SETTLE,
+        );
+        assert!(known, "not every node knows the replica within {SETTLE:?}");
+        self.replicas.push(replica);
     }
 
     /// The URL of node `i`, a seed for `--url`.
