@@ -242,7 +242,9 @@ fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Even
                 let sent = Instant::now();
                 let event = match con.extend(&lock.keys, &lock.token, lock.ttl) {
                     Ok(Verdict::Done(_)) => {
-                        next = interval;
+                        // Counted from when this one was sent, so that slow renewals (a quorum
+                        // giving a frozen node its grace) do not push the next ones later.
+                        next = interval.saturating_sub(sent.elapsed());
                         Event::Renewed(sent)
                     }
                     Ok(lost) => Event::Lost(lost_reason(&lost)),

@@ -280,6 +280,8 @@ pub enum Attempt {
         pttl_ms: i64,
         /// We are in the queue now (and must leave it if we give up).
         queued: bool,
+        /// Busy because the lock is reserved for a waiter whose turn it is, not held.
+        reserved: bool,
     },
 }
 
@@ -346,6 +348,8 @@ pub fn new_token() -> String {
 }
 
 /// One atomic attempt to take the lock with `token`; with `join`, a busy lock queues us up.
+// One argument per script argument: a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub fn try_acquire(
     redis: &mut Redis,
     keys: &Keys,
@@ -354,6 +358,7 @@ pub fn try_acquire(
     owner: &Owner,
     join: bool,
     want_run_id: bool,
+    prev: Option<&str>,
 ) -> Result<Attempt> {
     let sent = Instant::now();
     let reply: Vec<Value> = redis.call("acquire", |con| {
@@ -370,6 +375,7 @@ pub fn try_acquire(
             .arg(millis(BLOCK_CAP))
             .arg(millis(LEASE_MARGIN))
             .arg(if want_run_id { "1" } else { "0" })
+            .arg(prev.unwrap_or(""))
             .invoke(con)
     })?;
     match reply.as_slice() {
@@ -385,9 +391,15 @@ pub fn try_acquire(
                 run_ids: vec![text(run_id)],
             }))
         }
-        [Value::Int(0), Value::Int(pttl), Value::Int(queued)] => Ok(Attempt::Busy {
+        [
+            Value::Int(0),
+            Value::Int(pttl),
+            Value::Int(queued),
+            Value::Int(reserved),
+        ] => Ok(Attempt::Busy {
             pttl_ms: *pttl,
             queued: *queued == 1,
+            reserved: *reserved == 1,
         }),
         other => Err(unexpected_reply("acquire", format!("{other:?}"))),
     }
@@ -408,7 +420,9 @@ pub fn acquire(
     wait: Wait,
     park: &mut dyn Park,
 ) -> Result<Acquired> {
-    let token = new_token();
+    let mut token = new_token();
+    // The token of the attempt before, when each attempt takes a fresh one (see `Store`).
+    let mut prev: Option<String> = None;
     let deadline = match wait {
         Wait::For(d) => Instant::now().checked_add(d),
         Wait::No | Wait::Forever => None,
@@ -420,25 +434,27 @@ pub fn acquire(
             if let Some(sig) = park.interrupted() {
                 return Ok(Acquired::Interrupted(sig));
             }
-            let pttl_ms = match store.try_acquire(keys, &token, ttl, owner, join)? {
-                Attempt::Acquired(lock) => {
-                    queued = false;
-                    if let Some(sig) = park.interrupted() {
-                        store
-                            .release(keys, Some(&lock.token))
-                            .context("interrupted right after acquiring; releasing failed")?;
-                        return Ok(Acquired::Interrupted(sig));
+            let pttl_ms =
+                match store.try_acquire(keys, &token, prev.as_deref(), ttl, owner, join)? {
+                    Attempt::Acquired(lock) => {
+                        queued = false;
+                        if let Some(sig) = park.interrupted() {
+                            store
+                                .release(keys, Some(&lock.token))
+                                .context("interrupted right after acquiring; releasing failed")?;
+                            return Ok(Acquired::Interrupted(sig));
+                        }
+                        return Ok(Acquired::Held(lock));
                     }
-                    return Ok(Acquired::Held(lock));
-                }
-                Attempt::Busy {
-                    pttl_ms,
-                    queued: in_queue,
-                } => {
-                    queued = in_queue;
-                    pttl_ms
-                }
-            };
+                    Attempt::Busy {
+                        pttl_ms,
+                        queued: in_queue,
+                        ..
+                    } => {
+                        queued = in_queue;
+                        pttl_ms
+                    }
+                };
             let remaining = match (wait, deadline) {
                 (Wait::No, _) => Duration::ZERO,
                 (Wait::For(_), Some(d)) => d.saturating_duration_since(Instant::now()),
@@ -458,6 +474,9 @@ pub fn acquire(
             if let Parked::Interrupted(sig) = parked {
                 return Ok(Acquired::Interrupted(sig));
             }
+            if store.fresh_token_per_attempt() {
+                prev = Some(std::mem::replace(&mut token, new_token()));
+            }
         }
     })();
     match &outcome {
@@ -468,8 +487,13 @@ pub fn acquire(
         Ok(_) => {}
         // An attempt may have run without our reading its reply, and the connection may still
         // have a reply pending: clean up on a fresh one, best effort, and report the first error.
+        // (With a fresh token per attempt, the attempt before may have queued us under its
+        // token if the last one never reached the queue node.)
         Err(_) => {
             let _ = store.recover().and_then(|()| store.leave(keys, &token));
+            if let Some(prev) = &prev {
+                let _ = store.leave(keys, prev);
+            }
         }
     }
     match outcome {
@@ -493,14 +517,28 @@ fn block_time(pttl_ms: i64) -> Duration {
 /// Leaves the queue of `keys` (passing on a reservation made for `token`, and giving back a lock
 /// that an attempt whose reply was lost took with it).
 pub fn leave(redis: &mut Redis, keys: &Keys, token: &str) -> Result<()> {
-    let _: i64 = redis.call("leave", |con| {
+    leave_to(redis, keys, token, false, None).map(|_| ())
+}
+
+/// [`leave`] with the hand-over of a quorum (see [`release`] for `quiet` and `to`); returns the
+/// waiter the lock was passed on to.
+pub fn leave_to(
+    redis: &mut Redis,
+    keys: &Keys,
+    token: &str,
+    quiet: bool,
+    to: Option<&str>,
+) -> Result<Option<String>> {
+    let next: Value = redis.call("leave", |con| {
         scripts::LEAVE
             .key(keys.all().as_slice())
             .arg(token)
             .arg(millis(CLAIM_WINDOW))
+            .arg(if quiet { "quiet" } else { "" })
+            .arg(to.unwrap_or(""))
             .invoke(con)
     })?;
-    Ok(())
+    Ok(text(&next))
 }
 
 /// Deletes the lock if `token` holds it, handing it to the first waiter; with `None`, releases

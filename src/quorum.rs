@@ -64,7 +64,13 @@ pub struct Nodes {
     /// run_ids seen when the lock was taken, and whether a restart was reported already.
     run_ids: Vec<Option<String>>,
     reported: Vec<bool>,
+    /// Attempts in a row that had our turn on the queue node but no majority (see `TURN_RETRY`).
+    turn_retries: u32,
 }
+
+/// The first wait before looking again when the queue node gave us our turn but the others were
+/// still held; it doubles with every such attempt, up to `lock::BLOCK_CAP`.
+const TURN_RETRY: Duration = Duration::from_millis(25);
 
 /// One node's answer: `None` if it was not asked.
 type Answers<T> = Vec<Option<Result<T>>>;
@@ -87,6 +93,7 @@ impl Nodes {
             cons: (0..n).map(|_| None).collect(),
             run_ids: vec![None; n],
             reported: vec![false; n],
+            turn_retries: 0,
         }
     }
 
@@ -248,9 +255,51 @@ impl Nodes {
         let skipped = (0..self.n()).filter(|&i| !ask(i)).count();
         self.fan_out(
             ask,
-            move |_, con| lock::leave(con, &k, &t),
+            move |_, con| lock::leave_to(con, &k, &t, false, None),
             move |a| answered(a) + skipped >= q,
         );
+    }
+
+    /// Leaves the queue and gives back what `token` holds or has reserved, on every node, the
+    /// way a release does: the queue node first (it picks the next waiter without waking it),
+    /// then the others, which reserve the lock for that waiter in the same script, then the
+    /// waiter is woken. So no newcomer slips in when a waiter gives up its turn.
+    fn give_back(&mut self, keys: &Keys, token: &str) -> Answers<Option<String>> {
+        let q = self.q();
+        let (k, t) = (keys.clone(), token.to_string());
+        let first = self.fan_out(
+            |_| true,
+            move |i, con| match i {
+                0 => lock::leave_to(con, &k, &t, true, None).map(Some),
+                _ => Ok(None),
+            },
+            move |a| a[0].is_some() && answered(a) >= q,
+        );
+        let next = match &first[0] {
+            Some(Ok(Some(Some(waiter)))) => Some(waiter.clone()),
+            _ => None,
+        };
+        let first_ok = matches!(first[0], Some(Ok(_)));
+        let (k, t, to) = (keys.clone(), token.to_string(), next.clone());
+        let mut answers = self.fan_out(
+            |i| i != 0,
+            move |_, con| lock::leave_to(con, &k, &t, false, to.as_deref()),
+            move |a| answered(a) + usize::from(first_ok) >= q,
+        );
+        if let Some(waiter) = next {
+            let k = keys.clone();
+            self.fan_out(
+                |i| i == 0,
+                move |_, con| lock::wake(con, &k, &waiter),
+                |_| false,
+            );
+        }
+        answers[0] = match first.into_iter().next().flatten() {
+            Some(Ok(v)) => Some(Ok(v.flatten())),
+            Some(Err(e)) => Some(Err(e)),
+            None => None,
+        };
+        answers
     }
 
     /// Two node addresses that turned out to be one server (the same run_id), if any.
@@ -312,6 +361,7 @@ impl Store for Nodes {
         &mut self,
         keys: &Keys,
         token: &str,
+        prev: Option<&str>,
         ttl: Duration,
         owner: &Owner,
         join: bool,
@@ -321,9 +371,13 @@ impl Store for Nodes {
         let is_grant = |a: &Option<Result<Attempt>>| matches!(a, Some(Ok(Attempt::Acquired(_))));
         let answers = {
             let (k, t, o) = (keys.clone(), token.to_string(), owner.clone());
+            let p = prev.map(str::to_string);
             self.fan_out(
                 |_| true,
-                move |i, con| lock::try_acquire(con, &k, &t, ttl, &o, join && i == 0, true),
+                move |i, con| {
+                    let join = join && i == 0;
+                    lock::try_acquire(con, &k, &t, ttl, &o, join, true, p.as_deref())
+                },
                 // A majority granted it, or can no longer grant it; a waiter also needs the queue
                 // node's answer (it keeps our place in the queue).
                 move |a| {
@@ -351,6 +405,7 @@ impl Store for Nodes {
                 Some(Ok(Attempt::Busy {
                     pttl_ms,
                     queued: in_queue,
+                    ..
                 })) => {
                     if i == 0 {
                         queued = *in_queue;
@@ -376,7 +431,12 @@ impl Store for Nodes {
         // The fence goes back to the granting nodes before the lock counts as ours, unless they
         // all agree already.
         let mut recorded = grants;
-        if grants >= q && fences.iter().any(|&f| f != fence) {
+        // The queue node decides whose turn it is: when it has the lock reserved for another
+        // waiter, a majority of the others does not count, or a newcomer or a later waiter could
+        // overtake the queue when a lock expires. (A lock *held* there by someone else does not
+        // veto: the majority decides who holds it.)
+        let vetoed = matches!(answers[0], Some(Ok(Attempt::Busy { reserved: true, .. })));
+        if grants >= q && !vetoed && fences.iter().any(|&f| f != fence) {
             let (k, t) = (keys.clone(), token.to_string());
             let raised = self.fan_out(
                 |i| granted[i],
@@ -391,7 +451,7 @@ impl Store for Nodes {
         let elapsed = sent.elapsed();
         let allowed = drift(ttl);
         let valid = ttl > elapsed + allowed;
-        if grants >= q && recorded >= q && valid {
+        if grants >= q && recorded >= q && valid && !vetoed {
             if queued && !granted[0] {
                 // Taken without the queue node: leave its queue, or it would hand us the lock
                 // again later. Best effort: the lease runs out by itself.
@@ -413,10 +473,34 @@ impl Store for Nodes {
                 run_ids,
             }));
         }
-        // Not ours: undo it everywhere, except our place in the queue while we wait on.
-        let keep_place = queued && !granted[0] && grants < q;
-        self.undo(keys, token, |i| !(i == 0 && keep_place));
-        if grants >= q && !valid {
+        // Not ours: undo it everywhere, except our place in the queue while we wait on. What the
+        // queue node granted us goes to the next waiter, on every node, as in a release.
+        let keep_place = queued && !granted[0];
+        // Our turn on the queue node, but not a majority yet: the other nodes are held by
+        // someone, often a contender whose vetoed attempt is being undone right now. Keep the
+        // queue node (our next attempt, with a fresh token, takes it over) and look again soon,
+        // backing off, instead of handing our turn to the next waiter.
+        let our_turn = granted[0] && grants < q && failed.len() <= n - q;
+        if our_turn && join {
+            self.undo(keys, token, |i| i != 0);
+            let delay = TURN_RETRY
+                .saturating_mul(1 << self.turn_retries.min(8))
+                .min(lock::BLOCK_CAP);
+            self.turn_retries += 1;
+            // "Queued": something of ours is on the queue node, which giving up must undo.
+            return Ok(Attempt::Busy {
+                pttl_ms: i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
+                queued: true,
+                reserved: false,
+            });
+        }
+        self.turn_retries = 0;
+        if granted[0] {
+            self.give_back(keys, token);
+        } else {
+            self.undo(keys, token, |i| !(i == 0 && keep_place));
+        }
+        if grants >= q && !valid && !vetoed {
             return Err(self.no_quorum(
                 keys,
                 format!(
@@ -429,7 +513,7 @@ impl Store for Nodes {
                 &failed,
             ));
         }
-        if grants >= q {
+        if grants >= q && !vetoed {
             return Err(self.no_quorum(
                 keys,
                 format!("the fence could be recorded on {recorded} of {n} servers, {q} needed"),
@@ -447,16 +531,16 @@ impl Store for Nodes {
             // A majority answered but the lock was taken or split: look again when it expires.
             pttl_ms: busy_pttl.unwrap_or(-2),
             queued: keep_place,
+            reserved: vetoed,
         })
     }
 
+    fn fresh_token_per_attempt(&self) -> bool {
+        true
+    }
+
     fn leave(&mut self, keys: &Keys, token: &str) -> Result<()> {
-        let (k, t, q) = (keys.clone(), token.to_string(), self.q());
-        let answers = self.fan_out(
-            |_| true,
-            move |_, con| lock::leave(con, &k, &t),
-            move |a| answered(a) >= q,
-        );
+        let answers = self.give_back(keys, token);
         if answered(&answers) > 0 {
             return Ok(());
         }
@@ -720,6 +804,9 @@ fn verdict(
             ttls.sort_unstable_by(|a, b| b.cmp(a));
             let holder_node = with.iter().find(|s| s.holder.is_some()).unwrap_or(&with[0]);
             state.token = Some(token.to_string());
+            // The holder's fence is the highest among its own nodes; another node's counter
+            // may be higher from attempts that failed.
+            state.fence = with.iter().map(|s| s.fence).max().unwrap_or(fence);
             state.pttl_ms = ttls[q - 1];
             state.now_ms = holder_node.now_ms;
             state.holder = holder_node.holder.clone();

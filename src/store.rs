@@ -15,15 +15,23 @@ use crate::quorum::Nodes;
 
 /// The lock operations, on whatever servers the configuration names.
 pub trait Store: Send {
-    /// One attempt to take the lock with `token`; with `join`, a busy lock queues us up.
+    /// One attempt to take the lock with `token`; with `join`, a busy lock queues us up. `prev`
+    /// is the token of the attempt before when [`Store::fresh_token_per_attempt`]: this attempt
+    /// takes over its place in the queue and a reservation made for it.
     fn try_acquire(
         &mut self,
         keys: &Keys,
         token: &str,
+        prev: Option<&str>,
         ttl: Duration,
         owner: &Owner,
         join: bool,
     ) -> Result<Attempt>;
+    /// Whether every attempt needs a token of its own: a quorum undoes a failed attempt on nodes
+    /// that may apply the undo late, after the next attempt, which must not match it.
+    fn fresh_token_per_attempt(&self) -> bool {
+        false
+    }
     /// Leaves the queue and gives back anything `token` holds; nothing of ours stays.
     fn leave(&mut self, keys: &Keys, token: &str) -> Result<()>;
     /// Releases the lock if `token` holds it (`None`: whoever holds it).
@@ -57,11 +65,12 @@ impl Store for Redis {
         &mut self,
         keys: &Keys,
         token: &str,
+        prev: Option<&str>,
         ttl: Duration,
         owner: &Owner,
         join: bool,
     ) -> Result<Attempt> {
-        lock::try_acquire(self, keys, token, ttl, owner, join, false)
+        lock::try_acquire(self, keys, token, ttl, owner, join, false, prev)
     }
 
     fn leave(&mut self, keys: &Keys, token: &str) -> Result<()> {

@@ -429,6 +429,73 @@ fn an_attempt_slower_than_the_ttl_fails_and_is_undone() {
     assert_held(&nodes, &[0, 1, 2, 3, 4], "k", &token, "with --ttl 30s");
 }
 
+/// The undo of a failed attempt that reaches a node late (after the others settled the attempt
+/// and the node's grace ran out) must not delete a later attempt's grant there. A waiter's first
+/// attempt is refused on nodes 0 and 2 (held by others) but granted on node 1, whose undo
+/// (leave.lua, recognised by its SHA1 in EVALSHA) the proxy holds for 1.2s; node 0's holder
+/// expires first. Afterwards the waiter must hold nodes 0 and 1, be able to extend, and a second
+/// client must find the lock busy once node 2 is free. (With one token for every attempt, the
+/// next attempt took nodes 0 and 1 at once, the late undo then matched the grant on node 1 and
+/// deleted it, and the second client took nodes 1 and 2: two holders. With a token per attempt,
+/// node 1 refuses the next attempt while the first one's grant is there, and grants a later one.)
+#[test]
+fn a_late_undo_of_a_failed_attempt_spares_the_next_attempts_grant() {
+    let Some(nodes) = Nodes::behind_proxies(3) else {
+        return;
+    };
+    let key = lock_key("k");
+    let leave = redis::Script::new(concat!(
+        include_str!("../src/scripts/common.lua"),
+        include_str!("../src/scripts/leave.lua")
+    ));
+    // Loaded, so that redlock sends EVALSHA with the SHA1 (not EVAL after a NOSCRIPT).
+    for s in nodes.servers() {
+        let sha = leave.prepare_invoke().load(&mut s.cli()).unwrap();
+        assert_eq!(sha, leave.get_hash());
+    }
+    nodes
+        .proxy(1)
+        .delay_matching(leave.get_hash(), Duration::from_millis(1200), 1);
+    nodes[0].query::<()>(&["SET", &key, FOREIGN, "PX", "400"]);
+    nodes[2].query::<()>(&["SET", &key, FOREIGN, "PX", "5000"]);
+
+    let holder = nodes
+        .redlock()
+        .args(["acquire", "k", "--wait", "10s", "--ttl", "30s"])
+        .run()
+        .ok();
+    assert!(
+        wait_for(|| nodes.proxy(1).delayed_answered() == 1, EVENT),
+        "the undo on node 1 was never held and answered (held and answered: {})",
+        nodes.proxy(1).delayed_answered()
+    );
+    let on_1 = nodes[1].get(&key);
+    let extended = extend(&nodes, &holder);
+    assert!(
+        wait_for(|| nodes[2].get(&key).is_none(), EVENT),
+        "the foreign lock on node 2 did not expire"
+    );
+    let second = nodes
+        .redlock()
+        .args(["acquire", "k", "-n", "--ttl", "30s"])
+        .run();
+    let seen = format!(
+        "holder {holder}; on node 1 after the late undo: {on_1:?}\n--- extend: {extended}\n\
+         --- second client: {second}"
+    );
+    assert_eq!(
+        on_1.as_deref(),
+        Some(holder.as_str()),
+        "the late undo deleted the holder's grant on node 1:\n{seen}"
+    );
+    assert_eq!(extended.code(), 0, "the holder cannot extend:\n{seen}");
+    assert_eq!(
+        second.code(),
+        BUSY,
+        "a second client took the lock:\n{seen}"
+    );
+}
+
 /// An emulated clock jump during an `exec` hold: the key expires early on one node (deleted by
 /// hand) while two others are cut off (black holes). No renewal can reach a quorum, so the lock
 /// is lost and the child stopped, by the lock's deadline at the latest.
@@ -645,6 +712,39 @@ fn waiters_on_five_nodes_get_the_lock_in_arrival_order() {
     tokens.push(&holder);
     nodes.assert_nothing_left("k", &tokens);
     assert_eq!(nodes.tokens("k"), [None, None, None, None, None]);
+}
+
+/// A holder that dies without releasing: its key expires on every node at about the same time,
+/// and the waiters still get the lock in arrival order. Each attempt of a waiter takes a fresh
+/// token, which must take over the previous token's place *and lease*: a head without a lease
+/// counts as dead, and the waiter behind it would overtake.
+#[test]
+fn waiters_keep_their_order_when_the_holder_expires() {
+    let Some(nodes) = Nodes::start(3) else {
+        return;
+    };
+    let (holder, _) = acquire_json(&nodes, "k", &["--ttl", "2s"]);
+    let mut waiters = Vec::new();
+    for i in 1..=3 {
+        let waiter = nodes
+            .redlock()
+            .current_dir(nodes.dir())
+            .args(["exec", "k", "--wait", "30s", "--", "sh", "-c"])
+            .arg(format!(r#"echo "W{i} $REDLOCK_TOKEN" >> order"#))
+            .spawn_proc();
+        let seen = wait_for(|| queued(&nodes, "k") == i, EVENT);
+        assert!(seen, "W{i} was not queued:\n{}", waiter.stderr());
+        waiters.push(waiter);
+    }
+    for waiter in waiters {
+        waiter.finish(EVENT).expect(0);
+    }
+    let log = std::fs::read_to_string(nodes.dir().join("order")).unwrap();
+    let (order, mut tokens): (Vec<&str>, Vec<&str>) =
+        log.lines().filter_map(|l| l.split_once(' ')).unzip();
+    assert_eq!(order, ["W1", "W2", "W3"], "{log}");
+    tokens.push(&holder);
+    nodes.assert_nothing_left("k", &tokens);
 }
 
 /// A waiter whose queue node dies is not stuck: it tries again (every 3s at most) and gets

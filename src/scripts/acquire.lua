@@ -1,9 +1,12 @@
 -- Take the lock, or join the queue of waiters.
 --
 -- ARGV token, ttl_ms, host, pid, user, note, join ('1': queue up when busy), claim_ms,
---      block_cap_ms, lease_margin_ms, want_run_id ('1': return this server's run_id)
+--      block_cap_ms, lease_margin_ms, want_run_id ('1': return this server's run_id),
+--      previous token (a quorum's waiter tries each time with a fresh token, so that a late
+--      undo of an earlier attempt can never delete a later one: it keeps the earlier token's
+--      place in the queue and a reservation made for it)
 --
--- Returns {1, fence, acquired_ms, run_id} when taken, {0, pttl, queued} when busy (queued: 1 if we are in
+-- Returns {1, fence, acquired_ms, run_id} when taken, {0, pttl, queued, reserved} when busy (queued: 1 if we are in
 -- the queue now, 0 if not). Who holds the lock is for `status` to tell; a waiter does not need it.
 --
 -- Atomic together: the test that the lock is free and that it is our turn (no live waiter ahead
@@ -28,6 +31,25 @@ local function take(queued)
 end
 
 local current = redis.call('GET', LOCK)
+local prev = ARGV[12]
+if prev and prev ~= '' and prev ~= token then
+  local ticket = redis.call('ZSCORE', QUEUE, prev)
+  if ticket then
+    local lease = redis.call('HGET', LEASES, prev)
+    redis.call('ZREM', QUEUE, prev)
+    redis.call('HDEL', LEASES, prev)
+    redis.call('ZADD', QUEUE, ticket, token)
+    if lease then
+      redis.call('HSET', LEASES, token, lease)
+    end
+  end
+  redis.call('DEL', wake_key(prev))
+  -- A reservation for the previous attempt is ours; so is a grant to it whose undo has not
+  -- arrived yet (when it does, it no longer matches).
+  if current == '~' .. prev or current == prev then
+    current = '~' .. token
+  end
+end
 if current == token then
   -- Taken already by this token: an attempt re-sent after its reply was lost (a Cluster client
   -- retries). Report it again, with the TTL counted from now, and burn no fence.
@@ -49,8 +71,13 @@ if not current then
 end
 
 local pttl = redis.call('PTTL', LOCK)
+-- Busy because the lock is reserved for a waiter (its turn), not because someone holds it.
+local reserved = 0
+if string.sub(current, 1, 1) == '~' then
+  reserved = 1
+end
 if ARGV[7] ~= '1' then
-  return {0, pttl, 0}
+  return {0, pttl, 0, reserved}
 end
 local now = now_ms()
 if not redis.call('ZSCORE', QUEUE, token) then
@@ -66,4 +93,4 @@ end
 redis.call('HSET', LEASES, token, now + block + margin)
 redis.call('PEXPIRE', QUEUE, cap + margin)
 redis.call('PEXPIRE', LEASES, cap + margin)
-return {0, pttl, 1}
+return {0, pttl, 1, reserved}
