@@ -26,8 +26,11 @@
 //! - Waiting: the first node keeps the queue. Waiters queue and block there; a release frees the
 //!   first node (which picks the next waiter without waking it), then, in the same script that
 //!   releases them, reserves the lock on the other nodes for that same waiter, and only then wakes
-//!   it: no newcomer can slip in between, and the waiter finds a majority reserved for it. With
-//!   the first node down, waiters retry when the holder's TTL runs out (at most every few seconds).
+//!   it: no newcomer can slip in between, and the waiter finds a majority reserved for it. A
+//!   reservation on the queue node vetoes a majority elsewhere, so the order also holds when a
+//!   lock expires. Each attempt of a waiter uses a fresh token that takes over the previous one's
+//!   place and reservation (a late undo must never match a later attempt). With the first node
+//!   down, waiters retry when the holder's TTL runs out (at most every few seconds).
 //! - A node that answers only after the outcome was settled (frozen, or far slower than the
 //!   others) may apply a failed attempt after its undo: that token stays there until its TTL runs
 //!   out. It blocks nobody as long as the other nodes are a majority.

@@ -391,7 +391,8 @@ fn several_servers_section(r: &mut Roff) {
             roman(
                 "; a slow or frozen one does not hold up the others once their answers settle the \
                  outcome (except the first, which keeps the queue: a waiter's attempt and a \
-                 release wait for it). Each attempt of a waiter uses a fresh token. With N servers a lock is held when Q = N/2+1 of them granted it and time is \
+                 release wait for it; a reservation there for another waiter vetoes a majority \
+                 elsewhere). Each attempt of a waiter uses a fresh token. With N servers a lock is held when Q = N/2+1 of them granted it and time is \
                  left: ttl - elapsed - (ttl/100 + 2ms) must be positive. A failed attempt is \
                  undone on every server, including those that did not answer. Too few reachable \
                  servers is exit status 69 with a line that starts 'no quorum' and names them. \
