@@ -479,6 +479,13 @@ pub fn acquire(
             }
         }
     })();
+    // With a fresh token per attempt, an earlier token stays queued if the last attempt never
+    // reached the queue node to take its place over: give that back too, best effort.
+    if !matches!(outcome, Ok(Acquired::Held(_)))
+        && let Some(prev) = &prev
+    {
+        let _ = store.leave(keys, prev);
+    }
     match &outcome {
         Ok(Acquired::Held(_)) => {}
         Ok(_) if queued => store
@@ -487,13 +494,8 @@ pub fn acquire(
         Ok(_) => {}
         // An attempt may have run without our reading its reply, and the connection may still
         // have a reply pending: clean up on a fresh one, best effort, and report the first error.
-        // (With a fresh token per attempt, the attempt before may have queued us under its
-        // token if the last one never reached the queue node.)
         Err(_) => {
             let _ = store.recover().and_then(|()| store.leave(keys, &token));
-            if let Some(prev) = &prev {
-                let _ = store.leave(keys, prev);
-            }
         }
     }
     match outcome {
