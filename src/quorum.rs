@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::client::Redis;
-use crate::config::{Config, Endpoint, Servers};
+use crate::config::{Config, Endpoint};
 use crate::error::{Kind, failure, kind_of};
 use crate::lock::{self, Attempt, Keys, Lock, Owner, QuorumView, State, Verdict, fingerprint};
 use crate::store::Store;
@@ -78,6 +78,12 @@ const TURN_RETRY: Duration = Duration::from_millis(25);
 /// One node's answer: `None` if it was not asked.
 type Answers<T> = Vec<Option<Result<T>>>;
 
+/// The failed nodes' descriptions, for a message.
+fn joined(failed: &[(Kind, String)]) -> String {
+    let list: Vec<&str> = failed.iter().map(|(_, s)| s.as_str()).collect();
+    list.join(", ")
+}
+
 /// How many nodes answered without an error.
 fn answered<T>(answers: &Answers<T>) -> usize {
     answers.iter().filter(|a| matches!(a, Some(Ok(_)))).count()
@@ -85,10 +91,7 @@ fn answered<T>(answers: &Answers<T>) -> usize {
 
 impl Nodes {
     pub fn new(config: &Config) -> Nodes {
-        let endpoints = match &config.servers {
-            Servers::Quorum(eps) => eps.clone(),
-            other => other.endpoints().to_vec(),
-        };
+        let endpoints = config.servers.endpoints().to_vec();
         let n = endpoints.len();
         Nodes {
             config: Arc::new(config.clone()),
@@ -225,8 +228,7 @@ impl Nodes {
             } else {
                 "failed"
             };
-            let list: Vec<&str> = failed.iter().map(|(_, s)| s.as_str()).collect();
-            msg.push_str(&format!("; {label}: {}", list.join(", ")));
+            msg.push_str(&format!("; {label}: {}", joined(failed)));
         }
         failure(kind, msg)
     }
@@ -264,32 +266,51 @@ impl Nodes {
     }
 
     /// Leaves the queue and gives back what `token` holds or has reserved, on every node, the
-    /// way a release does: the queue node first (it picks the next waiter without waking it),
-    /// then the others, which reserve the lock for that waiter in the same script, then the
-    /// waiter is woken. So no newcomer slips in when a waiter gives up its turn.
+    /// way a release does (see [`Nodes::hand_on`]), so no newcomer slips in when a waiter gives up
+    /// its turn.
     fn give_back(&mut self, keys: &Keys, token: &str) -> Answers<Option<String>> {
-        let q = self.q();
         let (k, t) = (keys.clone(), token.to_string());
+        self.hand_on(
+            keys,
+            move |con, quiet, to| lock::leave_to(con, &k, &t, quiet, to),
+            Option::clone,
+        )
+    }
+
+    /// Runs `step` (a release or a leave) so that the lock passes to the next waiter on every
+    /// node at once: the queue node first, quietly (it picks the next waiter without waking it;
+    /// the other nodes only connect meanwhile), then the others with that waiter as `to`, which
+    /// reserve the lock for it in the same script as their own step (no newcomer in between),
+    /// and only then the waiter is woken. `next_of` reads the waiter from the queue node's answer.
+    fn hand_on<T: Send + 'static>(
+        &mut self,
+        keys: &Keys,
+        step: impl Fn(&mut Redis, bool, Option<&str>) -> Result<T> + Clone + Send + Sync + 'static,
+        next_of: impl Fn(&T) -> Option<String>,
+    ) -> Answers<T> {
+        let q = self.q();
+        let first_step = step.clone();
         let first = self.fan_out(
             |_| true,
             move |i, con| match i {
-                0 => lock::leave_to(con, &k, &t, true, None).map(Some),
+                0 => first_step(con, true, None).map(Some),
                 _ => Ok(None),
             },
             move |a| a[0].is_some() && answered(a) >= q,
         );
         let next = match &first[0] {
-            Some(Ok(Some(Some(waiter)))) => Some(waiter.clone()),
+            Some(Ok(Some(answer))) => next_of(answer),
             _ => None,
         };
         let first_ok = matches!(first[0], Some(Ok(_)));
-        let (k, t, to) = (keys.clone(), token.to_string(), next.clone());
+        let to = next.clone();
         let mut answers = self.fan_out(
             |i| i != 0,
-            move |_, con| lock::leave_to(con, &k, &t, false, to.as_deref()),
+            move |_, con| step(con, false, to.as_deref()),
             move |a| answered(a) + usize::from(first_ok) >= q,
         );
         if let Some(waiter) = next {
+            // If this fails, the waiter looks again when its wait times out.
             let k = keys.clone();
             self.fan_out(
                 |i| i == 0,
@@ -298,7 +319,7 @@ impl Nodes {
             );
         }
         answers[0] = match first.into_iter().next().flatten() {
-            Some(Ok(v)) => Some(Ok(v.flatten())),
+            Some(Ok(answer)) => answer.map(Ok),
             Some(Err(e)) => Some(Err(e)),
             None => None,
         };
@@ -552,45 +573,13 @@ impl Store for Nodes {
     }
 
     fn release(&mut self, keys: &Keys, token: Option<&str>) -> Result<Verdict> {
-        let (n, q) = (self.n(), self.q());
+        let n = self.n();
         let (k, t) = (keys.clone(), token.map(str::to_string));
-        // The queue node first: it picks the next waiter but does not wake it yet. The other
-        // nodes only connect meanwhile.
-        let first = self.fan_out(
-            |_| true,
-            move |i, con| match i {
-                0 => lock::release(con, &k, t.as_deref(), true, None).map(Some),
-                _ => Ok(None),
-            },
-            move |a| a[0].is_some() && answered(a) >= q,
+        let answers = self.hand_on(
+            keys,
+            move |con, quiet, to| lock::release(con, &k, t.as_deref(), quiet, to),
+            |(_, next): &(Verdict, Option<String>)| next.clone(),
         );
-        let next = match &first[0] {
-            Some(Ok(Some((_, next)))) => next.clone(),
-            _ => None,
-        };
-        let first_ok = matches!(first[0], Some(Ok(_)));
-        // The others release and reserve for that waiter in one step: no newcomer in between.
-        let (k, t, to) = (keys.clone(), token.map(str::to_string), next.clone());
-        let rest = self.fan_out(
-            |i| i != 0,
-            move |_, con| lock::release(con, &k, t.as_deref(), false, to.as_deref()),
-            move |a| answered(a) + usize::from(first_ok) >= q,
-        );
-        if let Some(waiter) = next {
-            // If this fails, the waiter looks again when its wait times out.
-            let k = keys.clone();
-            self.fan_out(
-                |i| i == 0,
-                move |_, con| lock::wake(con, &k, &waiter),
-                |_| false,
-            );
-        }
-        let mut answers: Answers<(Verdict, Option<String>)> = rest;
-        answers[0] = match first.into_iter().next().flatten() {
-            Some(Ok(v)) => v.map(Ok),
-            Some(Err(e)) => Some(Err(e)),
-            None => None,
-        };
         let failed = self.failures(&answers);
         let verdicts: Vec<Verdict> = answers
             .into_iter()
@@ -599,12 +588,11 @@ impl Store for Nodes {
         let done = verdicts.iter().find(|v| matches!(v, Verdict::Done(_)));
         if let Some(done) = done {
             if !failed.is_empty() && !self.config.quiet {
-                let list: Vec<&str> = failed.iter().map(|(_, s)| s.as_str()).collect();
                 eprintln!(
                     "redlock: released '{}' where it was held; {}: the lock expires there by \
                      its TTL",
                     keys.name,
-                    list.join(", ")
+                    joined(&failed)
                 );
             }
             // With --force, name a holder if any node recorded one.
@@ -715,13 +703,12 @@ impl Store for Nodes {
         let answers = self.all(move |_, con| lock::scan(con, &p));
         let failed = self.failures(&answers);
         if failed.len() > n - q {
-            let list: Vec<&str> = failed.iter().map(|(_, s)| s.as_str()).collect();
             return Err(failure(
                 Kind::Unavailable,
                 format!(
                     "no quorum: {} of {n} servers answered, {q} needed; unreachable: {}",
                     n - failed.len(),
-                    list.join(", ")
+                    joined(&failed)
                 ),
             ));
         }
