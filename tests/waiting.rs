@@ -17,6 +17,7 @@ mod common;
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
@@ -369,7 +370,14 @@ fn a_waiter_suspended_and_resumed_keeps_waiting() {
     };
     for args in [&["acquire", "k"][..], &["exec", "k", "--", "true"]] {
         let holder = hold(&redis, "k", "30s");
-        let (mut waiter, token) = enqueue(&redis, "k", redis.redlock().args(args));
+        // In a process group of its own, whose parent (this test) is in the same session: the
+        // kernel discards SIGTSTP sent to an orphaned process group, which the test's own group
+        // is when the test runner was started in the background by a shell that has exited.
+        let (mut waiter, token) = enqueue(
+            &redis,
+            "k",
+            redis.redlock().args(args).process_group(0),
+        );
         waiter.signal(libc::SIGTSTP);
         assert!(
             wait_for(|| stopped(waiter.id()), EVENT),

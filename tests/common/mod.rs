@@ -6,7 +6,9 @@
 //! test is skipped with a note, unless `REDLOCK_REQUIRE_REDIS=1` (CI), which makes it fail.
 //!
 //! Commands built here start from a clean environment: every `REDLOCK_*` variable and
-//! `REDIS_URL` are removed, so a developer's shell settings never leak into a test.
+//! `REDIS_URL` are removed, so a developer's shell settings never leak into a test, and they
+//! start with the default disposition of every signal the tests send ([`default_signals`]), so a
+//! test runner started with `nohup` or as a background job changes nothing.
 //! Waiting is always on an event ([`wait_for`], [`Proc::wait_for_stderr`]), with a generous bound.
 //!
 //! For faults: a server can be frozen ([`RedisServer::pause`]), killed and started again on its
@@ -25,6 +27,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::io::Read;
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -112,17 +115,55 @@ pub fn clean_env(cmd: &mut Command) -> &mut Command {
     cmd.env("RUST_BACKTRACE", "1")
 }
 
-/// `redlock` with a clean environment and no URL at all.
+/// The signals whose default disposition the tests rely on when they send them.
+const SIGNALS_SENT: [i32; 8] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGTSTP,
+    libc::SIGPIPE,
+];
+
+/// Starts the process with the default disposition of every signal the tests send. An ignored
+/// signal stays ignored across exec, and redlock keeps it ignored on purpose (as flock and the
+/// shell do), so without this `nohup cargo test` (SIGHUP ignored) or a test run started as a
+/// background job of a non-interactive shell (SIGINT, SIGQUIT ignored) would change what the
+/// signal tests see. (std already clears the signal mask before exec.) A test that wants a
+/// signal ignored says so itself, e.g. with `trap '' HUP` in its shell.
+pub fn default_signals(cmd: &mut Command) -> &mut Command {
+    // SAFETY: the closure runs in the child between fork and exec; it only calls sigaction,
+    // which is async-signal-safe, on a zeroed struct that it owns.
+    unsafe {
+        cmd.pre_exec(|| {
+            for signo in SIGNALS_SENT {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = libc::SIG_DFL;
+                if libc::sigaction(signo, &action, std::ptr::null_mut()) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// `redlock` with a clean environment, default signal dispositions and no URL at all.
 pub fn redlock() -> Command {
     let mut cmd = Command::new(BIN);
     clean_env(&mut cmd);
+    default_signals(&mut cmd);
     cmd
 }
 
-/// `sh -c SCRIPT` with a clean environment and `redlock` first on PATH.
+/// `sh -c SCRIPT` with a clean environment, default signal dispositions and `redlock` first on
+/// PATH.
 pub fn sh(script: &str) -> Command {
     let mut cmd = Command::new("sh");
     clean_env(&mut cmd);
+    default_signals(&mut cmd);
     let bin_dir = Path::new(BIN).parent().unwrap().to_path_buf();
     let mut path = vec![bin_dir];
     path.extend(std::env::split_paths(
