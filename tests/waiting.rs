@@ -373,11 +373,7 @@ fn a_waiter_suspended_and_resumed_keeps_waiting() {
         // In a process group of its own, whose parent (this test) is in the same session: the
         // kernel discards SIGTSTP sent to an orphaned process group, which the test's own group
         // is when the test runner was started in the background by a shell that has exited.
-        let (mut waiter, token) = enqueue(
-            &redis,
-            "k",
-            redis.redlock().args(args).process_group(0),
-        );
+        let (mut waiter, token) = enqueue(&redis, "k", redis.redlock().args(args).process_group(0));
         waiter.signal(libc::SIGTSTP);
         assert!(
             wait_for(|| stopped(waiter.id()), EVENT),
