@@ -27,8 +27,9 @@
 //!   first node (which picks the next waiter without waking it), then, in the same script that
 //!   releases them, reserves the lock on the other nodes for that same waiter, and only then wakes
 //!   it: no newcomer can slip in between, and the waiter finds a majority reserved for it. A
-//!   reservation on the queue node vetoes a majority elsewhere, so the order also holds when a
-//!   lock expires. Each attempt of a waiter uses a fresh token that takes over the previous one's
+//!   reservation on the queue node vetoes a majority elsewhere, and so does the queue node's
+//!   grant to the waiter whose turn it is until that waiter has its majority (the `turn` mark of
+//!   `acquire.lua`), so the order also holds when a lock expires. Each attempt of a waiter uses a fresh token that takes over the previous one's
 //!   place and reservation (a late undo must never match a later attempt). With the first node
 //!   down, waiters retry when the holder's TTL runs out (at most every few seconds).
 //! - A node that answers only after the outcome was settled (frozen, or far slower than the
@@ -456,9 +457,10 @@ impl Store for Nodes {
         // all agree already.
         let mut recorded = grants;
         // The queue node decides whose turn it is: when it has the lock reserved for another
-        // waiter, a majority of the others does not count, or a newcomer or a later waiter could
-        // overtake the queue when a lock expires. (A lock *held* there by someone else does not
-        // veto: the majority decides who holds it.)
+        // waiter, or granted to the waiter whose turn it is and who has no majority yet (its
+        // other grants are on their way), a majority of the others does not count, or a newcomer
+        // or a later waiter could overtake the queue when a lock expires. (A lock otherwise held
+        // there by someone else does not veto: the majority decides who holds it.)
         let vetoed = matches!(answers[0], Some(Ok(Attempt::Busy { reserved: true, .. })));
         if grants >= q && !vetoed && fences.iter().any(|&f| f != fence) {
             let (k, t) = (keys.clone(), token.to_string());

@@ -678,6 +678,15 @@ fn queued(nodes: &Nodes, name: &str) -> i64 {
     nodes[0].query(&["ZCARD", &format!("{}:q", lock_key(name))])
 }
 
+/// How many clients are blocked (in BLPOP: parked waiters) on `server`.
+fn blocked(server: &RedisServer) -> i64 {
+    let info: String = server.query(&["INFO", "clients"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(-1)
+}
+
 /// Waiters queue on the first node and get the lock first come, first served.
 #[test]
 fn waiters_on_five_nodes_get_the_lock_in_arrival_order() {
@@ -723,7 +732,8 @@ fn waiters_keep_their_order_when_the_holder_expires() {
     let Some(nodes) = Nodes::start(3) else {
         return;
     };
-    let (holder, _) = acquire_json(&nodes, "k", &["--ttl", "2s"]);
+    // Long enough for three waiters to queue on a loaded machine; they all wake when it expires.
+    let (holder, _) = acquire_json(&nodes, "k", &["--ttl", "4s"]);
     let mut waiters = Vec::new();
     for i in 1..=3 {
         let waiter = nodes
@@ -745,6 +755,67 @@ fn waiters_keep_their_order_when_the_holder_expires() {
     assert_eq!(order, ["W1", "W2", "W3"], "{log}");
     tokens.push(&holder);
     nodes.assert_nothing_left("k", &tokens);
+}
+
+/// Fails if a newcomer overtakes the waiter whose turn it is, in the moment between that
+/// waiter's grant on the queue node and its grants on the others. This is the overtaking that
+/// made `waiters_keep_their_order_when_the_holder_expires` fail under load: when a holder's lock
+/// expires, the first waiter takes the queue node, and whoever reached the other nodes first had
+/// a majority there, which the queue node did not veto because it was held (by the waiter), not
+/// reserved. Here the waiter's link to the other two nodes is slow, so the window is wide and
+/// the newcomer is started inside it, on an event (the queue node holding the waiter's token).
+#[test]
+fn a_waiter_taking_its_turn_is_not_overtaken_by_a_majority_elsewhere() {
+    let Some(nodes) = Nodes::start(3) else {
+        return;
+    };
+    let (holder, _) = acquire_json(&nodes, "k", &["--ttl", "3s"]);
+    let slow: Vec<proxy::Proxy> = (1..3).map(|i| proxy::Proxy::to(nodes[i].port())).collect();
+    let waiter_urls = [nodes.url(0), slow[0].url(), slow[1].url()].join(",");
+    let waiter = nodes
+        .redlock()
+        .env("REDLOCK_URL", waiter_urls)
+        .args(["acquire", "k", "--wait", "30s", "--io-timeout", "10s", "-v"])
+        .spawn_proc();
+    // Queued, and its attempt over: it blocks on the queue node.
+    let seen = wait_for(
+        || queued(&nodes, "k") == 1 && blocked(&nodes[0]) == 1,
+        EVENT,
+    );
+    assert!(seen, "the waiter was not queued:\n{}", waiter.stderr());
+    for p in &slow {
+        p.set_latency(Duration::from_millis(1000));
+    }
+    // The holder's lock expires; the waiter's next attempt takes the queue node at once and
+    // reaches the other two a second later.
+    let key = lock_key("k");
+    let mut taken = None;
+    let seen = wait_for(
+        || {
+            taken = nodes[0]
+                .get(&key)
+                .filter(|t| *t != holder && !t.starts_with('~'));
+            taken.is_some()
+        },
+        EVENT,
+    );
+    assert!(
+        seen,
+        "the waiter never took the queue node:\n{}",
+        waiter.stderr()
+    );
+    let newcomer = nodes.redlock().args(["acquire", "k", "-n"]).run();
+    assert_eq!(
+        newcomer.code(),
+        BUSY,
+        "a newcomer overtook the waiter whose turn it was ({} held the queue node):\n{newcomer}\nmeta {:?}\n--- waiter:\n{}",
+        taken.unwrap(),
+        nodes[0].meta("k"),
+        waiter.stderr()
+    );
+    let out = waiter.finish(EVENT);
+    let token = out.ok();
+    assert_held(&nodes, &[0, 1, 2], "k", &token, "the waiter's");
 }
 
 /// A waiter whose queue node dies is not stuck: it tries again (every 3s at most) and gets

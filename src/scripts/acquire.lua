@@ -7,7 +7,14 @@
 --      place in the queue and a reservation made for it)
 --
 -- Returns {1, fence, acquired_ms, run_id} when taken, {0, pttl, queued, reserved} when busy (queued: 1 if we are in
--- the queue now, 0 if not). Who holds the lock is for `status` to tell; a waiter does not need it.
+-- the queue now, 0 if not; reserved: 1 if the lock is some waiter's turn rather than held, see
+-- below). Who holds the lock is for `status` to tell; a waiter does not need it.
+--
+-- A quorum (want_run_id) also marks, in meta `turn`/`turn_until`, a waiter that takes the lock
+-- from the queue: until it has a majority on the other nodes too, this node's grant is only its
+-- turn, and a majority elsewhere must not count (a later waiter or a newcomer would overtake
+-- it), so busy answers call it reserved while the mark lasts (the claim window plus the longest
+-- wait before the waiter looks again: a waiter that died there holds up the queue that long).
 --
 -- Atomic together: the test that the lock is free and that it is our turn (no live waiter ahead
 -- of us), SET PX, the fence increment and the owner record. So a fence is never burned by a
@@ -27,6 +34,10 @@ local function take(queued)
   local now = now_ms()
   redis.call('HSET', META, 'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
     'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ttl)
+  if queued and ARGV[11] == '1' then
+    redis.call('HSET', META, 'turn', token,
+      'turn_until', now + tonumber(ARGV[8]) + tonumber(ARGV[9]))
+  end
   return {1, fence, now, run_id(ARGV[11])}
 end
 
@@ -75,6 +86,11 @@ local pttl = redis.call('PTTL', LOCK)
 local reserved = 0
 if string.sub(current, 1, 1) == '~' then
   reserved = 1
+elseif ARGV[11] == '1' then
+  local turn = redis.call('HMGET', META, 'turn', 'turn_until')
+  if turn[1] == current and (tonumber(turn[2]) or 0) > now_ms() then
+    reserved = 1
+  end
 end
 if ARGV[7] ~= '1' then
   return {0, pttl, 0, reserved}
