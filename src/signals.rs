@@ -44,9 +44,14 @@ pub fn deliver<T: Send + 'static>(
         .collect();
     let mut info =
         SignalsInfo::<WithOrigin>::new(&signals).context("cannot install signal handlers")?;
+    let handled = signals.clone();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
+            // A signal mask is inherited across exec: a caller that had these blocked would
+            // otherwise leave us deaf to them (a SIGTERM never stops the command). This thread
+            // takes them; every other thread blocks them (below).
+            let _ = set_mask(libc::SIG_UNBLOCK, &handled);
             for origin in info.forever() {
                 let from_terminal = matches!(origin.cause, Cause::Kernel);
                 if tx
@@ -80,6 +85,11 @@ fn ignored(signo: i32) -> bool {
 /// fails with EINTR after a handler runs, whatever SA_RESTART says. Child processes start with
 /// an empty mask (std resets it before exec).
 fn block_in_this_thread(signals: &[i32]) -> Result<()> {
+    set_mask(libc::SIG_BLOCK, signals).context("cannot block signals")
+}
+
+/// Blocks or unblocks (`how`) `signals` in the calling thread.
+fn set_mask(how: libc::c_int, signals: &[i32]) -> std::io::Result<()> {
     // SAFETY: the set is initialised by sigemptyset before use; pthread_sigmask only changes the
     // calling thread's mask.
     let rc = unsafe {
@@ -88,12 +98,12 @@ fn block_in_this_thread(signals: &[i32]) -> Result<()> {
         for &signo in signals {
             libc::sigaddset(&mut set, signo);
         }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut())
     };
-    if rc != 0 {
-        return Err(std::io::Error::from_raw_os_error(rc)).context("cannot block signals");
+    match rc {
+        0 => Ok(()),
+        rc => Err(std::io::Error::from_raw_os_error(rc)),
     }
-    Ok(())
 }
 
 /// The conventional name of a signal, for messages.

@@ -7,7 +7,7 @@
 mod common;
 mod exec_support;
 
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -344,5 +344,46 @@ fn a_huge_kill_after_means_no_escalation() {
     proc.signal(libc::SIGTERM);
     let out = proc.finish(EVENT).expect(3);
     assert!(!out.stderr.contains("panicked"), "{out}");
+    assert_eq!(redis.keys(), [meta_key("k")], "not released:\n{out}");
+}
+
+/// Fails if redlock stays deaf to signals its caller had *blocked* (the mask is inherited across
+/// exec; some supervisors and language runtimes leave signals blocked in the processes they
+/// start): SIGTERM must still reach the command, and a waiter must still stop on SIGINT.
+#[test]
+fn signals_blocked_by_the_caller_still_reach_redlock() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    fn blocking(cmd: &mut std::process::Command) -> &mut std::process::Command {
+        // SAFETY: sigemptyset, sigaddset and pthread_sigmask are async-signal-safe and touch
+        // only the child's own mask, between fork and exec (after std reset it).
+        unsafe {
+            cmd.pre_exec(|| {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                for signo in [libc::SIGTERM, libc::SIGINT, libc::SIGCHLD] {
+                    libc::sigaddset(&mut set, signo);
+                }
+                match libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) {
+                    0 => Ok(()),
+                    rc => Err(std::io::Error::from_raw_os_error(rc)),
+                }
+            })
+        }
+    }
+    let mut holder = blocking(&mut exec(&redis))
+        .args(["k", "--ttl", "30s", "-c", &trapper()])
+        .spawn_proc();
+    wait_ready(&redis, &mut holder);
+    let mut waiter = blocking(&mut exec(&redis))
+        .args(["k", "-v", "--wait", "30s", "--", "true"])
+        .spawn_proc();
+    waiter.wait_for_stderr("acquire on", EVENT);
+    waiter.signal(libc::SIGINT);
+    waiter.finish(EVENT).expect(128 + libc::SIGINT);
+    holder.signal(libc::SIGTERM);
+    let out = holder.finish(EVENT).expect(115);
+    assert_eq!(out.stdout, "got TERM\n", "{out}");
     assert_eq!(redis.keys(), [meta_key("k")], "not released:\n{out}");
 }
