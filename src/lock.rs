@@ -745,6 +745,43 @@ pub fn scan(redis: &mut Redis, prefix: &str) -> Result<Vec<Keys>> {
     names.iter().map(|n| Keys::new(prefix, n)).collect()
 }
 
+/// Up to `cap` names of locks under `prefix` that start with `start`, for shell completion: SCAN
+/// (never KEYS) with a MATCH on the lock keys, until the cursor comes back, `cap` names are
+/// found, or `deadline` passes (a huge keyspace takes many SCAN calls).
+pub fn scan_names(
+    redis: &mut Redis,
+    prefix: &str,
+    start: &str,
+    cap: usize,
+    deadline: Instant,
+) -> Result<Vec<String>> {
+    let pattern = format!("{}{{{}*}}", glob_escape(prefix), glob_escape(start));
+    let mut cursor: u64 = 0;
+    let mut names = Vec::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis.call("scan", |con| {
+            redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .arg("TYPE")
+                .arg("string")
+                .query(con)
+        })?;
+        names.extend(batch.iter().filter_map(|k| Keys::name_of(prefix, k)));
+        cursor = next;
+        if cursor == 0 || names.len() >= cap || Instant::now() >= deadline {
+            break;
+        }
+    }
+    names.sort();
+    names.dedup();
+    names.truncate(cap);
+    Ok(names)
+}
+
 fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {

@@ -529,6 +529,15 @@ fn root_sections(r: &mut Roff) {
     );
     item(
         r,
+        "REDLOCK_COMPLETE",
+        [roman(
+            "A shell's name (bash, zsh, fish, elvish, powershell): print the completion glue for \
+             that shell instead of running, as in source <(REDLOCK_COMPLETE=bash redlock). It \
+             completes lock names from the server, bounded to about a second.",
+        )],
+    );
+    item(
+        r,
         "REDLOCK_KEY",
         [
             roman("Set by "),
