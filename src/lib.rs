@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod client;
 mod commands;
+pub mod complete;
 pub mod config;
 pub mod error;
 mod exec;

@@ -123,9 +123,44 @@ pub struct Holder {
     pub user: String,
     pub note: String,
     pub acquired_ms: Option<i64>,
+    pub ttl_ms: Option<i64>,
+    /// When the last acquisition or renewal made the lock expire (server clock).
+    pub expires_ms: Option<i64>,
+    /// When the holder released the lock (server clock); `None` while held, or if it expired.
+    pub released_ms: Option<i64>,
+}
+
+/// How the hold of a lock that is free now came to an end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Released,
+    Expired,
+}
+
+impl Ended {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ended::Released => "released",
+            Ended::Expired => "expired",
+        }
+    }
 }
 
 impl Holder {
+    /// For the last holder of a free lock: how and when its hold ended, by the server's clock.
+    /// A release is dated by the release script. An expiry is not recorded anywhere (Redis
+    /// deletes the key by itself), so it is dated from the last acquisition or renewal plus its
+    /// TTL (records written before renewals were dated: the acquisition plus the TTL).
+    pub fn ended(&self) -> Option<(Ended, i64)> {
+        if let Some(ms) = self.released_ms {
+            return Some((Ended::Released, ms));
+        }
+        let expires = self
+            .expires_ms
+            .or_else(|| Some(self.acquired_ms? + self.ttl_ms?))?;
+        Some((Ended::Expired, expires))
+    }
+
     /// `user@host (pid N)`
     pub fn who(&self) -> String {
         format!("{}@{} (pid {})", self.user, self.host, self.pid)
@@ -155,6 +190,9 @@ pub struct State {
     pub fence: i64,
     /// The holder's record, when it describes the token in the lock key.
     pub holder: Option<Holder>,
+    /// While the lock is free: the record of its last holder, which the meta hash keeps. (Boxed:
+    /// a `State` travels inside `Acquired::Busy`, which should stay small.)
+    pub last: Option<Box<Holder>>,
     /// Clients queued for the lock (some may have died and not yet been dropped).
     pub waiters: i64,
     /// A quorum: how the nodes voted, and each node's own view.
@@ -664,6 +702,7 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
     };
     let token = text(token);
     let (fence, recorded) = parse_meta(meta);
+    let last = recorded.clone().filter(|_| token.is_none()).map(Box::new);
     let holder = recorded.filter(|h| Some(&h.token) == token.as_ref());
     Ok(State {
         keys: keys.clone(),
@@ -672,6 +711,7 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
         now_ms: *now,
         fence,
         holder,
+        last,
         waiters: *waiters,
         quorum: None,
     })
@@ -705,6 +745,43 @@ pub fn scan(redis: &mut Redis, prefix: &str) -> Result<Vec<Keys>> {
     names.iter().map(|n| Keys::new(prefix, n)).collect()
 }
 
+/// Up to `cap` names of locks under `prefix` that start with `start`, for shell completion: SCAN
+/// (never KEYS) with a MATCH on the lock keys, until the cursor comes back, `cap` names are
+/// found, or `deadline` passes (a huge keyspace takes many SCAN calls).
+pub fn scan_names(
+    redis: &mut Redis,
+    prefix: &str,
+    start: &str,
+    cap: usize,
+    deadline: Instant,
+) -> Result<Vec<String>> {
+    let pattern = format!("{}{{{}*}}", glob_escape(prefix), glob_escape(start));
+    let mut cursor: u64 = 0;
+    let mut names = Vec::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis.call("scan", |con| {
+            redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .arg("TYPE")
+                .arg("string")
+                .query(con)
+        })?;
+        names.extend(batch.iter().filter_map(|k| Keys::name_of(prefix, k)));
+        cursor = next;
+        if cursor == 0 || names.len() >= cap || Instant::now() >= deadline {
+            break;
+        }
+    }
+    names.sort();
+    names.dedup();
+    names.truncate(cap);
+    Ok(names)
+}
+
 fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -736,6 +813,7 @@ fn parse_meta(v: &Value) -> (i64, Option<Holder>) {
         }
     }
     let fence = map.get("fence").and_then(|f| f.parse().ok()).unwrap_or(0);
+    let ms = |field: &str| map.get(field).and_then(|v| v.parse::<i64>().ok());
     let holder = map.get("token").map(|token| Holder {
         token: token.clone(),
         fence,
@@ -743,7 +821,10 @@ fn parse_meta(v: &Value) -> (i64, Option<Holder>) {
         pid: map.get("pid").cloned().unwrap_or_default(),
         user: map.get("user").cloned().unwrap_or_default(),
         note: map.get("note").cloned().unwrap_or_default(),
-        acquired_ms: map.get("acquired_ms").and_then(|a| a.parse().ok()),
+        acquired_ms: ms("acquired_ms"),
+        ttl_ms: ms("ttl_ms"),
+        expires_ms: ms("expires_ms"),
+        released_ms: ms("released_ms"),
     });
     (fence, holder)
 }

@@ -8,6 +8,8 @@ use redlock::cli::Cli;
 use redlock::{error, exit, run};
 
 fn main() -> ExitCode {
+    // A shell asking for completions (REDLOCK_COMPLETE set) is answered here, and we exit.
+    redlock::complete::answer_shell();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),

@@ -1,13 +1,19 @@
 //! What redlock prints: the token/env/JSON forms of `acquire`, and `status` as a table or JSON.
 //!
 //! stdout carries machine output only; messages for humans go to stderr from the callers.
+//!
+//! The status table describes the current hold in every column; for a free lock whose meta hash
+//! keeps a last holder, HOLDER says `(last: WHO until TIME)` and FENCE is the counter, while the
+//! other columns stay `-`. Columns are padded by display width, so wide (CJK) characters, which
+//! take two terminal cells, keep them aligned.
 
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+use unicode_width::UnicodeWidthStr;
 
 use crate::cli::Format;
-use crate::lock::{Lock, State, fingerprint, human_ms};
+use crate::lock::{Holder, Lock, State, fingerprint};
 
 /// The text `acquire` prints on stdout for `format`.
 pub fn acquired(lock: &Lock, format: Format) -> String {
@@ -44,6 +50,17 @@ pub fn shell_quote(s: &str) -> String {
     }
 }
 
+/// A duration for the status table: whole seconds (cut, not rounded) from one second up, as in
+/// `3m 12s`; milliseconds only below a second.
+fn coarse(d: Duration) -> String {
+    let d = if d >= Duration::from_secs(1) {
+        Duration::from_secs(d.as_secs())
+    } else {
+        Duration::from_millis(d.as_millis() as u64)
+    };
+    humantime::format_duration(d).to_string()
+}
+
 fn rfc3339(ms: i64) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_seconds(t).to_string()
@@ -71,6 +88,7 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
         "fence": s.fence,
         "waiters": s.waiters,
         if show_token { "token" } else { "token_fingerprint" }: token,
+        "last_holder": s.last.as_deref().map(last_json),
     });
     if let Some(q) = &s.quorum {
         let nodes: Vec<Value> = q
@@ -82,6 +100,29 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
         v["nodes"] = Value::Array(nodes);
     }
     v
+}
+
+/// The last holder of a free lock: who, and how and when the hold ended.
+fn last_json(h: &Holder) -> Value {
+    let ended = h.ended();
+    json!({
+        "user": h.user,
+        "host": h.host,
+        "pid": h.pid.parse::<u64>().ok(),
+        "note": h.note,
+        "fence": h.fence,
+        "acquired_at": h.acquired_ms.map(rfc3339),
+        "until": ended.map(|(_, ms)| rfc3339(ms)),
+        "ended": ended.map(|(how, _)| how.as_str()),
+    })
+}
+
+/// The HOLDER cell of a free lock with a recorded last holder.
+fn last_cell(h: &Holder) -> String {
+    match h.ended() {
+        Some((_, ms)) => format!("(last: {} until {})", h.who(), rfc3339(ms)),
+        None => format!("(last: {})", h.who()),
+    }
 }
 
 /// One quorum node's view of a lock.
@@ -117,15 +158,11 @@ pub fn quorum_details(states: &[State]) -> String {
             q.nodes.len(),
             q.needed
         ));
-        let width = q
-            .nodes
-            .iter()
-            .map(|(u, _)| u.chars().count())
-            .max()
-            .unwrap_or(0);
+        let width = q.nodes.iter().map(|(u, _)| u.width()).max().unwrap_or(0);
         for (url, view) in &q.nodes {
             out.push_str(&format!(
-                "  {url:<width$}  {}\n",
+                "  {}  {}\n",
+                pad(url, width),
                 crate::quorum::node_line(view)
             ));
         }
@@ -160,9 +197,10 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
         rows.push(vec![
             s.keys.name.clone(),
             state_word(s).to_string(),
-            match (s.held(), h) {
-                (true, Some(h)) => h.who(),
-                (true, None) => "unknown".to_string(),
+            match (s.held(), h, &s.last) {
+                (true, Some(h), _) => h.who(),
+                (true, None, _) => "unknown".to_string(),
+                (false, _, Some(last)) => last_cell(last),
                 _ => dash(),
             },
             s.fence.to_string(),
@@ -171,10 +209,10 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
                 .unwrap_or_else(dash),
             s.held_for()
                 .filter(|_| s.held())
-                .map(human_ms)
+                .map(coarse)
                 .unwrap_or_else(dash),
             match s.pttl_ms {
-                ms if ms >= 0 => human_ms(Duration::from_millis(ms as u64)),
+                ms if ms >= 0 => coarse(Duration::from_millis(ms as u64)),
                 -1 => "none".to_string(),
                 _ => dash(),
             },
@@ -190,7 +228,7 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
         ]);
     }
     let widths: Vec<usize> = (0..header.len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .map(|i| rows.iter().map(|r| r[i].width()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
     for row in rows {
@@ -202,7 +240,7 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
                 if i == last {
                     cell.clone()
                 } else {
-                    format!("{cell:<w$}", w = widths[i])
+                    pad(cell, widths[i])
                 }
             })
             .collect();
@@ -212,9 +250,30 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
     out
 }
 
+/// `s` and spaces up to `width` terminal cells (`format!`'s padding counts chars instead).
+fn pad(s: &str, width: usize) -> String {
+    format!("{s}{}", " ".repeat(width.saturating_sub(s.width())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn table_durations_are_whole_seconds_from_one_second() {
+        let ms = Duration::from_millis;
+        assert_eq!(coarse(ms(318)), "318ms");
+        assert_eq!(coarse(ms(1318)), "1s");
+        assert_eq!(coarse(ms(28_900)), "28s");
+        assert_eq!(coarse(ms(192_500)), "3m 12s");
+    }
+
+    #[test]
+    fn padding_counts_terminal_cells() {
+        assert_eq!(pad("db", 4), "db  ");
+        assert_eq!(pad("デプ", 6), "デプ  ");
+        assert_eq!(pad("long", 2), "long");
+    }
 
     #[test]
     fn shell_quoting() {

@@ -786,6 +786,7 @@ fn verdict(
         now_ms: answered.first().map_or(0, |s| s.now_ms),
         fence,
         holder: None,
+        last: None,
         waiters,
         quorum: None,
     };
@@ -804,7 +805,15 @@ fn verdict(
             state.holder = holder_node.holder.clone();
             ("held", with.len())
         }
-        _ if free >= q => ("free", free),
+        _ if free >= q => {
+            // The most recent record any node kept.
+            state.last = answered
+                .iter()
+                .filter_map(|s| s.last.as_ref())
+                .max_by_key(|h| h.fence)
+                .cloned();
+            ("free", free)
+        }
         _ if answered.len() < q => ("unknown", answered.len()),
         Some((_, with)) => ("split", with.len()),
         None => ("split", free),

@@ -529,6 +529,15 @@ fn root_sections(r: &mut Roff) {
     );
     item(
         r,
+        "REDLOCK_COMPLETE",
+        [roman(
+            "A shell's name (bash, zsh, fish, elvish, powershell): print the completion glue for \
+             that shell instead of running, as in source <(REDLOCK_COMPLETE=bash redlock). It \
+             completes lock names from the server, bounded to about a second.",
+        )],
+    );
+    item(
+        r,
         "REDLOCK_KEY",
         [
             roman("Set by "),
@@ -550,10 +559,21 @@ fn root_sections(r: &mut Roff) {
     heading(r, "EXAMPLES");
     example(
         r,
-        [roman(
-            "A cron job that skips its run (exit status 1) while the previous one still holds the lock:",
-        )],
-        &["0 3 * * * redlock exec nightly-backup -n -- ./backup.sh"],
+        [
+            roman(
+                "A crontab that runs a job on one host at a time. A run that finds the lock held \
+                 elsewhere is skipped quietly and counts as a success (",
+            ),
+            bold("-E 0 -q"),
+            roman(
+                "), so cron mails nothing. cron's PATH is /usr/bin:/bin, so give redlock's full \
+                 path, and the Redis URL:",
+            ),
+        ],
+        &[
+            "REDLOCK_URL=redis://redis.internal:6379",
+            "0 3 * * * /usr/local/bin/redlock exec nightly-backup -n -E 0 -q -- /usr/local/bin/backup.sh",
+        ],
     );
     example(
         r,
@@ -594,7 +614,7 @@ fn root_sections(r: &mut Roff) {
         ],
         &[
             "[Service]",
-            "ExecStart=/usr/bin/redlock exec report -n -- /usr/local/bin/make-report",
+            "ExecStart=/usr/local/bin/redlock exec report -n -- /usr/local/bin/make-report",
             "KillMode=mixed",
         ],
     );
@@ -823,9 +843,12 @@ fn exec_sections(r: &mut Roff) {
     example(
         r,
         [roman(
-            "Skip a cron run while the previous one still holds the lock:",
+            "In a crontab: skip the run, quietly and with exit status 0, while another host's \
+             run still holds the lock:",
         )],
-        &["redlock exec nightly-backup -n -- ./backup.sh"],
+        &[
+            "0 3 * * * /usr/local/bin/redlock exec nightly-backup -n -E 0 -q -- /usr/local/bin/backup.sh",
+        ],
     );
     example(
         r,

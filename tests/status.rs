@@ -221,3 +221,198 @@ fn status_without_locks_says_so_on_stderr() {
     let out = redis.redlock().args(["status", "--json"]).run().expect(0);
     assert_eq!(out.stdout.trim(), "[]");
 }
+
+/// The cell that starts at `column`'s display column (wide characters count 2), for tables
+/// with names in any script.
+fn cell_by_width<'a>(header: &str, row: &'a str, column: &str) -> &'a str {
+    use unicode_width::UnicodeWidthStr;
+    let at = header
+        .find(column)
+        .unwrap_or_else(|| panic!("no {column} in {header}"));
+    let want = header[..at].width();
+    let mut width = 0;
+    for (i, c) in row.char_indices() {
+        if width == want {
+            assert!(
+                i == 0 || row[..i].ends_with("  "),
+                "column {column} is not aligned:\n{header}\n{row}"
+            );
+            return row[i..].split("  ").next().unwrap();
+        }
+        assert!(
+            width < want,
+            "column {column} is not aligned:\n{header}\n{row}"
+        );
+        width += unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+    }
+    panic!("row too short for column {column}:\n{header}\n{row}");
+}
+
+/// Seconds since the epoch of an RFC 3339 time as `status` prints it.
+fn epoch_secs(rfc3339: &str) -> u64 {
+    humantime::parse_rfc3339(rfc3339)
+        .unwrap_or_else(|e| panic!("{rfc3339:?}: {e}"))
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[test]
+fn status_of_a_released_lock_shows_its_fence_and_last_holder() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let t = acquire(&redis, &["a", "--note", "first"]);
+    redis.redlock().args(["release", "a", &t]).run().expect(0);
+    let t = acquire(&redis, &["a", "--note", "second"]);
+    let before = redis.now_ms();
+    redis.redlock().args(["release", "a", &t]).run().expect(0);
+    let after = redis.now_ms();
+
+    let out = redis
+        .redlock()
+        .args(["status", "a", "never"])
+        .run()
+        .expect(1);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let (header, row) = (lines[0], lines[1]);
+    assert_eq!(cell(header, row, "STATE"), "free", "{out}");
+    assert_eq!(cell(header, row, "FENCE"), "2", "the counter, kept:\n{out}");
+    let holder = cell(header, row, "HOLDER");
+    let me = format!("(pid {})", std::process::id());
+    let until = holder
+        .strip_prefix("(last: ")
+        .and_then(|h| h.strip_suffix(')'))
+        .and_then(|h| h.split_once(&format!("{me} until ")))
+        .unwrap_or_else(|| panic!("HOLDER is not '(last: WHO {me} until TIME)':\n{out}"))
+        .1;
+    let until = epoch_secs(until);
+    assert!(
+        (before as u64 / 1000..=after as u64 / 1000).contains(&until),
+        "released between {before} and {after} (ms), shown as {until} (s):\n{out}"
+    );
+    for column in ["ACQUIRED", "HELD", "TTL", "TOKEN", "NOTE"] {
+        assert_eq!(cell(header, row, column), "-", "{column}:\n{out}");
+    }
+    // A lock never taken has no history.
+    assert_eq!(cell(header, lines[2], "FENCE"), "0", "{out}");
+    assert_eq!(cell(header, lines[2], "HOLDER"), "-", "{out}");
+
+    let out = redis
+        .redlock()
+        .args(["status", "--json", "a", "never"])
+        .run()
+        .expect(1);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let a = &v[0];
+    assert_eq!(a["state"], "free", "{a}");
+    assert_eq!(a["held"], false, "{a}");
+    assert_eq!(a["holder"], Value::Null, "{a}");
+    assert_eq!(a["fence"], 2, "{a}");
+    let last = &a["last_holder"];
+    assert_eq!(last["pid"], std::process::id(), "{a}");
+    assert!(last["user"].is_string() && last["host"].is_string(), "{a}");
+    assert_eq!(last["note"], "second", "{a}");
+    assert_eq!(last["fence"], 2, "{a}");
+    assert_eq!(last["ended"], "released", "{a}");
+    assert_eq!(epoch_secs(last["until"].as_str().unwrap()), until, "{a}");
+    humantime::parse_rfc3339(last["acquired_at"].as_str().unwrap()).unwrap();
+    assert_eq!(v[1]["fence"], 0, "{v}");
+    assert_eq!(v[1]["last_holder"], Value::Null, "{v}");
+}
+
+#[test]
+fn status_of_an_expired_lock_dates_it_from_the_last_renewal() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let t = acquire(&redis, &["b", "--ttl", "60s"]);
+    let before = redis.now_ms();
+    redis
+        .redlock()
+        .args(["extend", "b", &t, "--ttl", "300ms"])
+        .run()
+        .expect(0);
+    let after = redis.now_ms();
+    assert!(
+        wait_for(|| redis.pttl(&lock_key("b")) == -2, HANG),
+        "the lock did not expire"
+    );
+    let out = redis
+        .redlock()
+        .args(["status", "--json", "b"])
+        .run()
+        .expect(1);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let last = &v[0]["last_holder"];
+    assert_eq!(last["ended"], "expired", "{v}");
+    assert_eq!(last["fence"], 1, "{v}");
+    // Renewed to 300ms at a time between `before` and `after`: it expired 300ms after that, not
+    // a minute after it was acquired.
+    let until = epoch_secs(last["until"].as_str().unwrap());
+    assert!(
+        ((before as u64 + 300) / 1000..=(after as u64 + 300) / 1000).contains(&until),
+        "renewed between {before} and {after} (ms) for 300ms, shown as expired at {until} (s):\n{v}"
+    );
+}
+
+#[test]
+fn status_shows_held_and_ttl_in_whole_seconds() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // Locks held for 1.318s (TTL 5.5s) and 3m12.5s (TTL 28.9s), arranged directly in Redis.
+    let now = redis.now_ms();
+    for (name, held_ms, ttl_ms) in [("young", 1318, 5500), ("old", 192_500, 28_900)] {
+        redis.query::<()>(&["SET", &lock_key(name), "tok", "PX", &ttl_ms.to_string()]);
+        redis.query::<()>(&[
+            "HSET",
+            &meta_key(name),
+            "token",
+            "tok",
+            "fence",
+            "41",
+            "user",
+            "ci",
+            "host",
+            "runner-3",
+            "pid",
+            "812",
+            "note",
+            "./deploy.sh",
+            "acquired_ms",
+            &(now - held_ms).to_string(),
+            "ttl_ms",
+            &ttl_ms.to_string(),
+        ]);
+    }
+    let out = redis.redlock().args(["status"]).run().expect(0);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let header = lines[0];
+    // Sorted by name: old, young. As in the README's example.
+    assert_eq!(cell(header, lines[1], "HELD"), "3m 12s", "{out}");
+    assert_eq!(cell(header, lines[1], "TTL"), "28s", "{out}");
+    assert_eq!(cell(header, lines[2], "HELD"), "1s", "{out}");
+    assert_eq!(cell(header, lines[2], "TTL"), "5s", "{out}");
+}
+
+#[test]
+fn status_aligns_wide_characters_by_display_width() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    acquire(&redis, &["デプロイ", "--note", "本番環境"]);
+    acquire(&redis, &["db", "--note", "x"]);
+    let out = redis.redlock().arg("status").run().expect(0);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let header = lines[0];
+    for (row, name, note) in [(lines[1], "db", "x"), (lines[2], "デプロイ", "本番環境")] {
+        assert_eq!(cell_by_width(header, row, "LOCK"), name, "{out}");
+        assert_eq!(cell_by_width(header, row, "STATE"), "held", "{out}");
+        assert_eq!(cell_by_width(header, row, "FENCE"), "1", "{out}");
+        assert_eq!(cell_by_width(header, row, "NOTE"), note, "{out}");
+    }
+}

@@ -33,7 +33,8 @@ local function take(queued)
   local fence = redis.call('HINCRBY', META, 'fence', 1)
   local now = now_ms()
   redis.call('HSET', META, 'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
-    'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ttl)
+    'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ttl, 'expires_ms', now + ttl)
+  redis.call('HDEL', META, 'released_ms')
   if queued and ARGV[11] == '1' then
     redis.call('HSET', META, 'turn', token,
       'turn_until', now + tonumber(ARGV[8]) + tonumber(ARGV[9]))
@@ -65,6 +66,7 @@ if current == token then
   -- Taken already by this token: an attempt re-sent after its reply was lost (a Cluster client
   -- retries). Report it again, with the TTL counted from now, and burn no fence.
   redis.call('PEXPIRE', LOCK, ttl)
+  redis.call('HSET', META, 'expires_ms', now_ms() + ttl)
   local m = redis.call('HMGET', META, 'fence', 'acquired_ms')
   return {1, tonumber(m[1]) or 0, tonumber(m[2]) or now_ms(), run_id(ARGV[11])}
 end

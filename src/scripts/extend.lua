@@ -4,13 +4,18 @@
 --
 -- Returns {1, {}, run_id} extended, {0, {}, run_id} free (expired: it is never brought back),
 -- {-1, holder-record, run_id} held by another token; run_id is false unless asked for. An expired
--- key is gone, so PEXPIRE is never reached for it: extend cannot resurrect a lock.
+-- key is gone, so PEXPIRE is never reached for it: extend cannot resurrect a lock. The holder
+-- record's expires_ms follows the renewal, so that `status` can tell when a lock that nobody
+-- released expired.
 local current = redis.call('GET', LOCK)
 if not current then
   return {0, {}, run_id(ARGV[3])}
 end
 if current == ARGV[1] then
   redis.call('PEXPIRE', LOCK, ARGV[2])
+  if redis.call('HGET', META, 'token') == current then
+    redis.call('HSET', META, 'expires_ms', now_ms() + tonumber(ARGV[2]))
+  end
   return {1, {}, run_id(ARGV[3])}
 end
 return {-1, holder(current), run_id(ARGV[3])}

@@ -20,6 +20,7 @@ if current == '~' .. ARGV[1] or current == ARGV[1] then
   next = pass_on(ARGV[2], ARGV[3] == 'quiet', ARGV[4])
 end
 if redis.call('HGET', META, 'token') == ARGV[1] then
-  redis.call('HDEL', META, 'token', 'host', 'pid', 'user', 'note', 'acquired_ms', 'ttl_ms')
+  redis.call('HDEL', META, 'token', 'host', 'pid', 'user', 'note', 'acquired_ms', 'ttl_ms',
+    'expires_ms', 'released_ms')
 end
 return next

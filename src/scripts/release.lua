@@ -11,9 +11,14 @@
 -- The compare and the delete must be one atomic step: with two round trips the lock could expire
 -- between them and a new holder's lock would be deleted (the seed's "classic wrong release"). The
 -- hand-over to the first waiter is in the same step, so no newcomer can slip in between.
+--
+-- The holder record stays (it becomes the last holder's, for `status`), dated with the release.
 local current = redis.call('GET', LOCK)
 if not current then
   return {0}
+end
+if (current == ARGV[1] or ARGV[2] == 'force') and redis.call('HGET', META, 'token') == current then
+  redis.call('HSET', META, 'released_ms', now_ms())
 end
 if current == ARGV[1] then
   return {1, {}, pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])}
