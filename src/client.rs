@@ -18,6 +18,9 @@ pub struct Redis {
     con: Con,
     /// What we connected to, for messages (the password redacted).
     display: String,
+    /// The one server behind the connection (none for a cluster), to find out after a failure
+    /// what is wrong with it.
+    endpoint: Option<Endpoint>,
     config: Config,
     target: Target,
     /// A reconnect failed: the connection may still have a reply on its way, so the next call
@@ -78,24 +81,25 @@ impl Redis {
 
     fn open(config: &Config, target: Target) -> Result<Redis> {
         let started = Instant::now();
-        let (con, display) = match (&config.servers, &target) {
-            (_, Target::Fixed(ep)) => (Con::Plain(plain(config, ep)?), ep.display.clone()),
-            (Servers::One(ep), _) => (Con::Plain(plain(config, ep)?), ep.display.clone()),
-            (Servers::Quorum(eps), Target::Node(i)) => (
-                Con::Plain(plain(config, &eps[*i])?),
-                eps[*i].display.clone(),
-            ),
+        let endpoint = match (&config.servers, &target) {
+            (_, Target::Fixed(ep)) => Some(ep.as_ref().clone()),
+            (Servers::One(ep), _) => Some(ep.clone()),
+            (Servers::Quorum(eps), Target::Node(i)) => Some(eps[*i].clone()),
             (Servers::Quorum(_), Target::Main) => {
                 return Err(failure(
                     Kind::Protocol,
                     "internal error: a quorum has no single server to connect to",
                 ));
             }
-            (Servers::Cluster(seeds), _) => cluster(config, seeds)?,
+            (Servers::Cluster(_), _) => None,
             (Servers::Sentinel { master, sentinels }, _) => {
-                let ep = sentinel_master(config, master, sentinels)?;
-                (Con::Plain(plain(config, &ep)?), ep.display.clone())
+                Some(sentinel_master(config, master, sentinels)?)
             }
+        };
+        let (con, display) = match (&endpoint, &config.servers) {
+            (Some(ep), _) => (Con::Plain(plain(config, ep)?), ep.display.clone()),
+            (None, Servers::Cluster(seeds)) => cluster(config, seeds)?,
+            (None, _) => unreachable!("only a cluster has no single endpoint"),
         };
         if config.verbose {
             eprintln!(
@@ -106,6 +110,7 @@ impl Redis {
         Ok(Redis {
             con,
             display,
+            endpoint,
             config: config.clone(),
             target,
             stale: false,
@@ -150,7 +155,7 @@ impl Redis {
             Con::Cluster(cluster) => cluster.route_command(cmd, route),
             Con::Plain(con) => cmd.query(con),
         };
-        result.map_err(|e| command_error(&self.display, what, e))
+        result.map_err(|e| self.error(what, e))
     }
 
     /// Whether this is a Redis Cluster connection.
@@ -228,7 +233,12 @@ impl Redis {
                 started.elapsed()
             );
         }
-        result.map_err(|e| command_error(&self.display, what, e))
+        result.map_err(|e| self.error(what, e))
+    }
+
+    /// The error for a failed command, with what we can find out about its cause.
+    fn error(&self, what: &str, e: redis::RedisError) -> anyhow::Error {
+        command_error(&self.display, self.endpoint.as_ref(), &self.config, what, e)
     }
 
     /// Changes the read timeout, for blocking commands that wait longer than `--io-timeout`.
@@ -254,14 +264,14 @@ pub fn plain(config: &Config, ep: &Endpoint) -> Result<redis::Connection> {
     .map_err(|e| crate::error::usage(format!("invalid Redis URL {}: {e}", ep.display)))?;
     let mut con = client
         .get_connection_with_timeout(config.connect_timeout)
-        .map_err(|e| connect_error(&ep.display, config.connect_timeout, e))?;
+        .map_err(|e| connect_error(&ep.display, Some(ep), config, e))?;
     if ep.tls_handshake_pending() {
         // rustls shakes hands on the first read or write: do it now, under the connect
         // timeout, so that a certificate problem is reported as one.
         con.set_read_timeout(Some(config.connect_timeout))
             .and_then(|()| con.set_write_timeout(Some(config.connect_timeout)))
             .and_then(|()| redis::cmd("PING").query::<()>(&mut con))
-            .map_err(|e| command_error(&ep.display, "the TLS handshake", e))?;
+            .map_err(|e| command_error(&ep.display, Some(ep), config, "the TLS handshake", e))?;
     }
     con.set_read_timeout(Some(config.io_timeout))
         .and_then(|()| con.set_write_timeout(Some(config.io_timeout)))
@@ -305,7 +315,7 @@ fn cluster(config: &Config, seeds: &[Endpoint]) -> Result<(Con, String)> {
         .set_response_timeout(config.io_timeout);
     let con = client
         .get_connection_with_config(params)
-        .map_err(|e| connect_error(&display, config.connect_timeout, e))?;
+        .map_err(|e| connect_error(&display, None, config, e))?;
     con.set_read_timeout(Some(config.io_timeout))
         .and_then(|()| con.set_write_timeout(Some(config.io_timeout)))
         .with_context(|| format!("cannot set timeouts on {display}"))?;
@@ -321,7 +331,15 @@ fn sentinel_master(config: &Config, master: &str, sentinels: &[Endpoint]) -> Res
                 .arg("get-master-addr-by-name")
                 .arg(master)
                 .query::<Option<(String, u16)>>(&mut con)
-                .map_err(|e| command_error(&s.display, "SENTINEL get-master-addr-by-name", e))
+                .map_err(|e| {
+                    command_error(
+                        &s.display,
+                        Some(s),
+                        config,
+                        "SENTINEL get-master-addr-by-name",
+                        e,
+                    )
+                })
         });
         match reply {
             Ok(Some((host, port))) => {
@@ -381,7 +399,16 @@ fn bracket(host: &str) -> String {
     }
 }
 
-fn connect_error(display: &str, timeout: Duration, e: redis::RedisError) -> anyhow::Error {
+fn connect_error(
+    display: &str,
+    ep: Option<&Endpoint>,
+    config: &Config,
+    e: redis::RedisError,
+) -> anyhow::Error {
+    let timeout = config.connect_timeout;
+    if is_foreign_reply(&e) {
+        return not_redis(display, ep, config);
+    }
     let kind = redis_kind(&e);
     if kind == Kind::Auth {
         let detail = e.detail().unwrap_or("authentication failed").to_string();
@@ -409,7 +436,16 @@ fn connect_error(display: &str, timeout: Duration, e: redis::RedisError) -> anyh
     failure(kind, format!("cannot connect to {display} ({why}){hint}"))
 }
 
-fn command_error(display: &str, what: &str, e: redis::RedisError) -> anyhow::Error {
+fn command_error(
+    display: &str,
+    ep: Option<&Endpoint>,
+    config: &Config,
+    what: &str,
+    e: redis::RedisError,
+) -> anyhow::Error {
+    if is_foreign_reply(&e) {
+        return not_redis(display, ep, config);
+    }
     // One line, the cause said once: RedisError's Display already includes its detail.
     let text = e.to_string();
     if let Some(hint) = tls_hint(&text) {
@@ -446,6 +482,72 @@ fn command_error(display: &str, what: &str, e: redis::RedisError) -> anyhow::Err
             format!("{display} answered {what} with an error: {text}"),
         ),
     }
+}
+
+/// Whether the reply was not RESP at all: the server speaks another protocol. (A reply of the
+/// wrong Redis type is a Parse error too, but not a "Parse error at" the reader.)
+fn is_foreign_reply(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Parse && e.detail().is_some_and(|d| d.starts_with("Parse error"))
+}
+
+/// The error for a server that answered in another protocol (an HTTP server on the port, say),
+/// quoting the start of its answer.
+fn not_redis(display: &str, ep: Option<&Endpoint>, config: &Config) -> anyhow::Error {
+    let quote = ep
+        .and_then(|ep| first_bytes(ep.info.addr(), config.connect_timeout))
+        .map(|bytes| format!(" (it answered \"{}\")", quote_bytes(&bytes)))
+        .unwrap_or_default();
+    failure(
+        Kind::Unavailable,
+        format!(
+            "{display} does not speak the Redis protocol{quote}; check the host and port in \
+             --url / REDLOCK_URL"
+        ),
+    )
+}
+
+/// The first bytes a server sends back to a PING, on a connection of its own (plain TCP or a
+/// Unix socket; a TLS server is not probed). `None` when it sends nothing.
+fn first_bytes(addr: &redis::ConnectionAddr, timeout: Duration) -> Option<Vec<u8>> {
+    use std::io::{Read, Write};
+    fn exchange(mut s: impl Read + Write) -> Option<Vec<u8>> {
+        s.write_all(b"*1\r\n$4\r\nPING\r\n").ok()?;
+        let mut buf = vec![0u8; 64];
+        let n = s.read(&mut buf).ok().filter(|&n| n > 0)?;
+        buf.truncate(n);
+        Some(buf)
+    }
+    match addr {
+        redis::ConnectionAddr::Tcp(host, port) => {
+            use std::net::ToSocketAddrs;
+            let sa = (host.as_str(), *port).to_socket_addrs().ok()?.next()?;
+            let s = std::net::TcpStream::connect_timeout(&sa, timeout).ok()?;
+            s.set_read_timeout(Some(timeout)).ok()?;
+            s.set_write_timeout(Some(timeout)).ok()?;
+            exchange(s)
+        }
+        redis::ConnectionAddr::Unix(path) => {
+            let s = std::os::unix::net::UnixStream::connect(path).ok()?;
+            s.set_read_timeout(Some(timeout)).ok()?;
+            s.set_write_timeout(Some(timeout)).ok()?;
+            exchange(s)
+        }
+        _ => None,
+    }
+}
+
+/// The first line of `bytes` (at most 40 of them) as printable ASCII, escaped where needed.
+fn quote_bytes(bytes: &[u8]) -> String {
+    let line_end = bytes.iter().position(|&b| b == b'\n');
+    let end = line_end.unwrap_or(bytes.len()).min(40);
+    let more = if end + 1 < bytes.len() || (line_end.is_none() && end < bytes.len()) {
+        "…"
+    } else {
+        ""
+    };
+    let line = &bytes[..end];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    format!("{}{more}", line.escape_ascii())
 }
 
 /// The fix for a certificate problem, if `text` describes one.

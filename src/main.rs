@@ -15,7 +15,14 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("redlock: {err:#}");
+            // One line, whatever a cause's text holds (a driver's message may span several).
+            let message = format!("{err:#}");
+            let message: Vec<&str> = message
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            eprintln!("redlock: {}", message.join("; "));
             ExitCode::from(error::exit_code(&err))
         }
     }

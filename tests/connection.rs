@@ -603,3 +603,59 @@ fn cluster_and_sentinel_switches_from_the_environment() {
         );
     }
 }
+
+/// A loopback port where an HTTP server answers anything with a 400 response, then closes.
+fn http_port() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\n\
+                      Connection: close\r\n\r\n<html><body>Bad Request</body></html>\r\n",
+                );
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+                // Drain what the client still sends, so that closing does not reset.
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    port
+}
+
+/// A port that is not Redis (here an HTTP server): one line saying so, quoting what it answered,
+/// exit 69. Before: "Incompatible type - Parse error at 1" and two more lines, exit 70.
+#[test]
+fn a_server_that_does_not_speak_redis_exits_69_in_one_line() {
+    let port = http_port();
+    for url in [
+        format!("redis://127.0.0.1:{port}"),
+        // With a password, the AUTH of the connection setup meets the HTTP answer.
+        format!("redis://:{PASSWORD}@127.0.0.1:{port}"),
+    ] {
+        for args in [
+            vec!["status"],
+            vec!["acquire", "k"],
+            vec!["release", "k", "--force"],
+        ] {
+            let out = redlock().args(["--url", &url]).args(&args).run();
+            assert_eq!(out.status.code(), Some(69), "{url} {args:?}:\n{out}");
+            assert_one_error_line(&out);
+            assert_no_password(&out);
+            assert!(
+                out.stderr.contains(&format!(
+                    "127.0.0.1:{port} does not speak the Redis protocol"
+                )) && out
+                    .stderr
+                    .contains(r#"it answered "HTTP/1.1 400 Bad Request"#),
+                "{url} {args:?}:\n{out}"
+            );
+        }
+    }
+}
