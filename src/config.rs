@@ -263,6 +263,16 @@ pub fn parse_url(
     password: Option<String>,
     tls: Option<redis::TlsCertificates>,
 ) -> Result<Endpoint> {
+    if userinfo_cut_short(raw) {
+        // Whatever the parser would make of it, part of the password would end up in the host,
+        // port, path or fragment, and from there in messages: refuse it, naming the fix.
+        return Err(usage(format!(
+            "the user or password in Redis URL '{}' contains '#', '?' or '/', which end that \
+             part of a URL early; percent-encode them (# as %23, ? as %3F, / as %2F), or pass \
+             the password in REDLOCK_PASSWORD or --password-file",
+            redact_unparsed(raw)
+        )));
+    }
     let mut url = url::Url::parse(raw).map_err(|e| {
         usage(format!(
             "malformed Redis URL '{}': {e}; expected e.g. redis://127.0.0.1:6379",
@@ -327,6 +337,18 @@ pub fn parse_url(
     })
 }
 
+/// Whether a `redis://` or `rediss://` URL has an `@` after a `#`, `?` or `/` of its authority:
+/// a user or password with one of those characters, not percent-encoded.
+fn userinfo_cut_short(raw: &str) -> bool {
+    let lower = raw.get(..9).unwrap_or(raw).to_ascii_lowercase();
+    if !(lower.starts_with("redis://") || lower.starts_with("rediss://")) {
+        return false;
+    }
+    let rest = &raw[raw.find("://").map_or(0, |i| i + 3)..];
+    rest.rfind('@')
+        .is_some_and(|at| rest[..at].contains(['#', '?', '/']))
+}
+
 /// Hides anything between `://` and `@` in a string that did not parse as a URL.
 fn redact_unparsed(raw: &str) -> String {
     match (raw.find("://"), raw.rfind('@')) {
@@ -373,6 +395,31 @@ mod tests {
             assert_eq!(crate::error::exit_code(&err), crate::exit::USAGE, "{raw}");
             assert!(!format!("{err:#}").contains("pw"), "{err:#}");
         }
+    }
+
+    #[test]
+    fn a_password_that_cuts_the_url_short_is_refused_unprinted() {
+        for raw in [
+            "redis://user:1234#secret@127.0.0.1:6379",
+            "redis://:ab?secret@host",
+            "rediss://:ab/secret@host:6380/0",
+            "REDIS://:ab#secret@host",
+        ] {
+            let err = match parse_url(raw, None, None) {
+                Ok(_) => panic!("{raw} was accepted"),
+                Err(e) => format!("{e:#}"),
+            };
+            assert!(!err.contains("secret") && !err.contains("1234"), "{err}");
+            assert!(
+                err.contains("%23") && err.contains("REDLOCK_PASSWORD"),
+                "{err}"
+            );
+        }
+        // Encoded, they work; a '@' in a unix socket path is no password.
+        let ep = parse_url("redis://user:1234%23secret@127.0.0.1:6379", None, None).unwrap();
+        assert_eq!(ep.info.redis_settings().password(), Some("1234#secret"));
+        parse_url("unix:///tmp/a@b/redis.sock", None, None).unwrap();
+        parse_url("redis://:p@ss@host:6379", None, None).unwrap();
     }
 
     #[test]

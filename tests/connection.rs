@@ -659,3 +659,38 @@ fn a_server_that_does_not_speak_redis_exits_69_in_one_line() {
         }
     }
 }
+
+/// A password with `#` (or `?`, `/`) that is not percent-encoded ends the URL's host part early:
+/// never print any of it, and say how to pass it. Before, `redis://user:1234#rest@host` printed
+/// `user:1234#rest@host` as the address it could not resolve.
+#[test]
+fn a_password_that_breaks_the_url_is_not_printed_and_the_fix_is_named() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let port = redis.port();
+    for (user, password) in [
+        ("user", "1234#pw-rest-never-printed"),
+        ("", "pw-start#pw-rest-never-printed"),
+        ("", "pw-start?pw-rest-never-printed"),
+        ("default", "12/pw-rest-never-printed"),
+    ] {
+        let url = format!("redis://{user}:{password}@127.0.0.1:{port}");
+        let out = redlock().args(["--url", &url, "acquire", "k"]).run();
+        assert_eq!(out.status.code(), Some(2), "{password}:\n{out}");
+        assert_one_error_line(&out);
+        assert!(
+            !out.stderr.contains("pw-rest") && !out.stderr.contains("pw-start"),
+            "the password was printed:\n{out}"
+        );
+        assert!(!out.stderr.contains(":1234"), "{out}");
+        let redacted = format!("'redis://***@127.0.0.1:{port}'");
+        for needle in ["percent-encode", "%23", "REDLOCK_PASSWORD", &redacted] {
+            assert!(
+                out.stderr.contains(needle),
+                "{password}: no {needle:?}:\n{out}"
+            );
+        }
+    }
+    assert_eq!(redis.dbsize(), 0);
+}
