@@ -204,12 +204,10 @@ pub struct ReleaseArgs {
     /// Name of the lock
     pub key: String,
 
+    // Optional for clap (REDLOCK_TOKEN may stand in for it): without either, `release` says
+    // what is missing and where a token comes from, which clap's generic message cannot.
     /// Token printed by `acquire`
-    #[arg(
-        env = "REDLOCK_TOKEN",
-        hide_env_values = true,
-        required_unless_present = "force"
-    )]
+    #[arg(env = "REDLOCK_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 
     /// Delete the lock whoever holds it, and print the previous holder
@@ -222,9 +220,10 @@ pub struct ExtendArgs {
     /// Name of the lock
     pub key: String,
 
+    // Optional for clap, as for `release`.
     /// Token printed by `acquire`
     #[arg(env = "REDLOCK_TOKEN", hide_env_values = true)]
-    pub token: String,
+    pub token: Option<String>,
 
     /// New lifetime, counted from now
     #[arg(long, value_name = "DUR", value_parser = parse_ttl, allow_hyphen_values = true)]

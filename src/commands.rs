@@ -220,17 +220,20 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
             say(config, format!("'{}' was not held", keys.name));
             Ok(exit::OK)
         }
-        other => Err(lock::not_owner(&other)).context(format!("cannot release '{}'", keys.name)),
+        other => Err(lock::not_owner(&other, token.unwrap_or_default()))
+            .context(format!("cannot release '{}'", keys.name)),
     }
 }
 
 pub fn extend(config: &Config, args: &ExtendArgs) -> Result<u8> {
     let keys = Keys::new(&config.prefix, &args.key)?;
-    let token = token_arg(Some(&args.token))?;
+    let token = token_arg(args.token.as_deref())?;
     let mut store = store::open(config)?;
     match store.extend(&keys, token, args.ttl)? {
         Verdict::Done(_) => Ok(exit::OK),
-        other => Err(lock::not_owner(&other)).context(format!("cannot extend '{}'", keys.name)),
+        other => {
+            Err(lock::not_owner(&other, token)).context(format!("cannot extend '{}'", keys.name))
+        }
     }
 }
 

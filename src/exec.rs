@@ -156,7 +156,7 @@ fn release_after(
             format!(
                 "'{}' was no longer ours at release: {}",
                 lock.keys.name,
-                crate::lock::not_owner(&other)
+                crate::lock::not_owner(&other, &lock.token)
             ),
         ),
         Err(e) => eprintln!(

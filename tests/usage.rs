@@ -137,13 +137,72 @@ fn a_password_in_a_bad_url_is_not_echoed() {
 
 #[test]
 fn missing_tokens_are_usage_errors() {
+    // Without a token argument and without REDLOCK_TOKEN, the message says where a token comes
+    // from (before, clap's generic "required arguments were not provided: <TOKEN>").
     assert_usage_errors(&[
-        case(&["release", "k"], "token"),
-        case(&["release", "k", ""], "token"),
-        case(&["release", "k", "   "], "token"),
-        case(&["extend", "k", "--ttl", "5s"], "token"),
-        case(&["extend", "k", "", "--ttl", "5s"], "token"),
+        case(
+            &["release", "k"],
+            "missing token: pass the token printed by",
+        ),
+        case(&["release", "k", ""], "missing token"),
+        case(&["release", "k", "   "], "missing token"),
+        case(
+            &["extend", "k", "--ttl", "5s"],
+            "missing token: pass the token printed by",
+        ),
+        case(&["extend", "k", "", "--ttl", "5s"], "missing token"),
     ]);
+    // REDLOCK_TOKEN stands in for the argument, so the help shows it as optional.
+    for sub in ["release", "extend"] {
+        let out = redlock().args([sub, "--help"]).run().expect(0);
+        let usage = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("Usage:"))
+            .unwrap();
+        assert!(usage.ends_with("<KEY> [TOKEN]"), "{sub}: {usage}");
+        assert!(out.stdout.contains("[env: REDLOCK_TOKEN]"), "{out}");
+    }
+}
+
+/// The 8-character fingerprint `status` shows is not a token: say so, and where the token comes
+/// from (before: "held by ... with another token (<that same fingerprint>…)").
+#[test]
+fn a_fingerprint_is_recognised_and_not_taken_for_a_token() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = redis.redlock().args(["acquire", "k"]).run().ok();
+    let status = redis.redlock().args(["status", "k"]).run().ok();
+    let fingerprint = &token[..8];
+    assert!(status.contains(fingerprint), "{status}");
+    for args in [
+        vec!["release", "k", fingerprint],
+        vec!["extend", "k", fingerprint, "--ttl", "1m"],
+    ] {
+        let out = redis.redlock().args(&args).run().expect(3);
+        assert_one_error_line(&out);
+        for needle in ["fingerprint", "redlock acquire", "status --show-token"] {
+            assert!(
+                out.stderr.contains(needle),
+                "{args:?}: no {needle:?}:\n{out}"
+            );
+        }
+        assert!(!out.stderr.contains("another token"), "{args:?}:\n{out}");
+    }
+    assert_eq!(redis.get(&lock_key("k")), Some(token.clone()));
+    // A fingerprint-shaped argument for a free lock gets the hint too.
+    redis
+        .redlock()
+        .args(["release", "k", &token])
+        .run()
+        .expect(0);
+    let out = redis
+        .redlock()
+        .args(["release", "k", fingerprint])
+        .run()
+        .expect(3);
+    assert!(out.stderr.contains("fingerprint"), "{out}");
 }
 
 #[test]
