@@ -49,7 +49,8 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     };
     if argv.is_empty() || argv[0].is_empty() {
         return Err(crate::error::usage(
-            "no command to run: give it after --, or with -c 'shell command'",
+            "no command to run: give it after the key and -- (redlock exec KEY -- CMD [ARGS...]), \
+             or as a shell command with -c 'SHELL-COMMAND'",
         ));
     }
     let owner = owner::owner(std::process::id(), args.lock.note.as_deref(), || {

@@ -2,13 +2,11 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use clap::error::ErrorKind;
-use redlock::cli::Cli;
-use redlock::{error, exit, run};
+use redlock::{cli, error, exit, run};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match cli::parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };
@@ -53,6 +51,11 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         .collect();
     let line = first.join(" ");
     let line = line.strip_prefix("error: ").unwrap_or(&line);
-    eprintln!("redlock: {line} (see 'redlock --help')");
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let help = match cli::subcommand_in(&cli::command(), &args) {
+        Some(sub) => format!("redlock {sub} --help"),
+        None => "redlock --help".to_string(),
+    };
+    eprintln!("redlock: {line} (see '{help}')");
     ExitCode::from(exit::USAGE)
 }

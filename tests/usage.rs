@@ -205,6 +205,151 @@ fn a_fingerprint_is_recognised_and_not_taken_for_a_token() {
     assert!(out.stderr.contains("fingerprint"), "{out}");
 }
 
+/// Which help a usage error points to: the subcommand's own, when there is one.
+#[test]
+fn usage_errors_point_to_the_subcommands_help() {
+    for (args, help) in [
+        (
+            vec!["acquire", "k", "--frobnicate"],
+            "'redlock acquire --help'",
+        ),
+        (
+            vec!["-u", "redis://h", "acquire", "k", "--ttl", "x"],
+            "'redlock acquire --help'",
+        ),
+        (vec!["--prefix=p:", "release"], "'redlock release --help'"),
+        (vec!["extend", "k", "t"], "'redlock extend --help'"),
+        (vec!["status", "--jsn"], "'redlock status --help'"),
+        (
+            vec!["exec", "k", "-n", "-w", "1s", "--", "true"],
+            "'redlock exec --help'",
+        ),
+        (vec!["launch", "k"], "'redlock --help'"),
+        (vec!["--frobnicate"], "'redlock --help'"),
+        // The subcommand named is the context, even for a mistake made before it.
+        (vec!["-qv", "status"], "'redlock status --help'"),
+    ] {
+        let out = redlock().args(&args).run().expect(2);
+        assert_one_error_line(&out);
+        assert!(
+            out.stderr.trim_end().ends_with(&format!("(see {help})")),
+            "{args:?}: not pointing to {help}:\n{out}"
+        );
+    }
+}
+
+/// `exec` without a command says so, and its usage shows where the command goes.
+#[test]
+fn exec_without_a_command_says_so() {
+    for args in [
+        vec!["exec", "k"],
+        vec!["exec", "k", "--"],
+        vec!["exec", "k", "-n"],
+    ] {
+        let out = redlock().args(&args).run().expect(2);
+        assert_one_error_line(&out);
+        assert!(
+            out.stderr.contains("no command to run") && out.stderr.contains("-- CMD [ARGS...]"),
+            "{args:?}:\n{out}"
+        );
+    }
+    for flag in ["-h", "--help"] {
+        let out = redlock().args(["exec", flag]).run().expect(0);
+        assert!(
+            out.stdout
+                .contains("Usage: redlock exec [OPTIONS] <KEY> -- CMD [ARGS...]")
+                && out
+                    .stdout
+                    .contains("redlock exec [OPTIONS] <KEY> -c <SHELL-COMMAND>"),
+            "{out}"
+        );
+    }
+}
+
+/// A subcommand's help leads with its own options; the global ones are one pointer line.
+#[test]
+fn subcommand_help_does_not_bury_its_own_options() {
+    let root = redlock().arg("--help").run().expect(0).stdout;
+    for flag in [
+        "--password-file <FILE>",
+        "--connect-timeout <DUR>",
+        "--url <URL>",
+    ] {
+        assert!(root.contains(flag), "redlock --help lost {flag}:\n{root}");
+    }
+    for sub in ["acquire", "release", "extend", "status", "exec"] {
+        for flag in ["-h", "--help"] {
+            let help = redlock().args([sub, flag]).run().expect(0).stdout;
+            assert!(
+                !help.contains("--password-file <FILE>") && !help.contains("--tls-ca <FILE>"),
+                "{sub} {flag} repeats the global options:\n{help}"
+            );
+            assert!(
+                help.contains("Global options (-u/--url, ")
+                    && help.contains("see 'redlock --help'"),
+                "{sub} {flag}: no pointer to the global options:\n{help}"
+            );
+        }
+    }
+    let exec = redlock().args(["exec", "--help"]).run().expect(0).stdout;
+    assert!(exec.lines().count() <= 75, "exec --help is long:\n{exec}");
+    // The global options still work after the subcommand.
+    let out = redlock()
+        .args([
+            "status",
+            "--url",
+            "redis://127.0.0.1:1",
+            "--connect-timeout",
+            "1s",
+        ])
+        .run()
+        .expect(69);
+    assert!(out.stderr.contains("redis://127.0.0.1:1"), "{out}");
+}
+
+/// The exit table in `--help` keeps each entry whole: a wrapped entry continues indented under
+/// its meaning, never at the left margin where it reads like a new entry.
+#[test]
+fn the_exit_table_in_help_does_not_wrap_mid_entry() {
+    for columns in ["80", "100"] {
+        let out = redlock()
+            .arg("--help")
+            .env("COLUMNS", columns)
+            .run()
+            .expect(0);
+        let table: Vec<&str> = out
+            .stdout
+            .lines()
+            .skip_while(|l| !l.starts_with("Exit status:"))
+            .skip(1)
+            .take_while(|l| !l.trim().is_empty())
+            .collect();
+        assert!(
+            table.len() >= 10,
+            "COLUMNS={columns}: no exit table:\n{}",
+            out.stdout
+        );
+        let width: usize = columns.parse().unwrap();
+        let mut entries = 0;
+        for line in &table {
+            assert!(
+                line.chars().count() <= width,
+                "COLUMNS={columns}: too wide: {line:?}"
+            );
+            if line.starts_with("  ") && !line.starts_with("   ") {
+                entries += 1;
+            } else {
+                assert!(
+                    line.starts_with("            "),
+                    "COLUMNS={columns}: an entry wrapped to the margin: {line:?}\n{}",
+                    table.join("\n")
+                );
+            }
+        }
+        assert_eq!(entries, 10, "COLUMNS={columns}:\n{}", table.join("\n"));
+    }
+}
+
 #[test]
 fn bad_flags_are_usage_errors() {
     assert_usage_errors(&[
