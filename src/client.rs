@@ -271,7 +271,7 @@ pub fn plain(config: &Config, ep: &Endpoint) -> Result<redis::Connection> {
         con.set_read_timeout(Some(config.connect_timeout))
             .and_then(|()| con.set_write_timeout(Some(config.connect_timeout)))
             .and_then(|()| redis::cmd("PING").query::<()>(&mut con))
-            .map_err(|e| command_error(&ep.display, Some(ep), config, "the TLS handshake", e))?;
+            .map_err(|e| handshake_error(ep, config, e))?;
     }
     con.set_read_timeout(Some(config.io_timeout))
         .and_then(|()| con.set_write_timeout(Some(config.io_timeout)))
@@ -409,6 +409,9 @@ fn connect_error(
     if is_foreign_reply(&e) {
         return not_redis(display, ep, config);
     }
+    if let Some(found) = ep.and_then(|ep| diagnose(display, ep, config, &e)) {
+        return found;
+    }
     let kind = redis_kind(&e);
     if kind == Kind::Auth {
         let detail = e.detail().unwrap_or("authentication failed").to_string();
@@ -481,6 +484,157 @@ fn command_error(
             kind,
             format!("{display} answered {what} with an error: {text}"),
         ),
+    }
+}
+
+/// What a failed connection to one server says about its cause where the driver's error does
+/// not: a host name that does not resolve, a missing Unix socket, a database the server does not
+/// have, a password for a server that has none, TLS to a server without it. The probes run only
+/// after a failure, on connections of their own.
+fn diagnose(
+    display: &str,
+    ep: &Endpoint,
+    config: &Config,
+    e: &redis::RedisError,
+) -> Option<anyhow::Error> {
+    use redis::ConnectionAddr as A;
+    if redis_kind(e) == Kind::Auth {
+        let refusal = auth_refusal(ep, config)?;
+        return refusal
+            .contains("without any password configured")
+            .then(|| {
+                failure(
+                    Kind::Auth,
+                    format!(
+                        "{display} has no password set, but redlock sent one; remove the \
+                         password from the URL, REDLOCK_PASSWORD and --password-file (or give \
+                         the server one with requirepass)"
+                    ),
+                )
+            });
+    }
+    if e.to_string().contains("refused to switch database") {
+        let why = e.detail().unwrap_or("refused");
+        return Some(crate::error::usage(format!(
+            "{display} has no database {} ({why}); use a number below the server's \
+             'databases' setting (16 by default)",
+            ep.info.redis_settings().db()
+        )));
+    }
+    match ep.info.addr() {
+        A::Unix(path) if e.is_connection_refusal() => {
+            let p = path.display();
+            let why = if std::fs::symlink_metadata(path).is_err() {
+                format!(
+                    "{p} does not exist; start redis-server with --unixsocket {p}, or fix the path"
+                )
+            } else {
+                format!(
+                    "no server listens on {p} (connection refused); start redis-server with --unixsocket {p}"
+                )
+            };
+            return Some(failure(
+                Kind::Unavailable,
+                format!("cannot connect to {display}: {why} in --url / REDLOCK_URL"),
+            ));
+        }
+        A::Tcp(host, port) | A::TcpTls { host, port, .. }
+            if e.is_io_error()
+                && !e.is_timeout()
+                && !e.is_connection_refusal()
+                && host.parse::<std::net::IpAddr>().is_err() =>
+        {
+            use std::net::ToSocketAddrs;
+            if let Err(dns) = (host.as_str(), *port).to_socket_addrs() {
+                let dns = dns.to_string();
+                let why = dns
+                    .strip_prefix("failed to lookup address information: ")
+                    .unwrap_or(&dns);
+                return Some(failure(
+                    Kind::Unavailable,
+                    format!(
+                        "cannot connect to {display}: cannot resolve the host name '{host}' \
+                         ({why}); check the host in --url / REDLOCK_URL"
+                    ),
+                ));
+            }
+        }
+        _ => {}
+    }
+    if tls_hint(&e.to_string()).is_none() {
+        return not_tls(display, ep, config);
+    }
+    None
+}
+
+/// The error for a TLS handshake that failed, after the connection was made.
+fn handshake_error(ep: &Endpoint, config: &Config, e: redis::RedisError) -> anyhow::Error {
+    if tls_hint(&e.to_string()).is_none()
+        && let Some(plain) = not_tls(&ep.display, ep, config)
+    {
+        return plain;
+    }
+    if e.is_timeout() {
+        return failure(
+            Kind::Unavailable,
+            format!(
+                "{} did not complete the TLS handshake within --connect-timeout",
+                ep.display
+            ),
+        );
+    }
+    command_error(&ep.display, Some(ep), config, "the TLS handshake", e)
+}
+
+/// For a `rediss://` endpoint whose TLS failed: if a plain Redis answers on that port, the error
+/// that says so.
+fn not_tls(display: &str, ep: &Endpoint, config: &Config) -> Option<anyhow::Error> {
+    let redis::ConnectionAddr::TcpTls { host, port, .. } = ep.info.addr() else {
+        return None;
+    };
+    let plain = redis::ConnectionAddr::Tcp(host.clone(), *port);
+    let answer = first_bytes(&plain, config.connect_timeout)?;
+    // A RESP simple string or error (+PONG, -NOAUTH ...): a Redis without TLS.
+    if !matches!(answer.first(), Some(b'+' | b'-')) {
+        return None;
+    }
+    let url = ep.public.replacen("rediss://", "redis://", 1);
+    Some(failure(
+        Kind::Unavailable,
+        format!(
+            "{display} does not speak TLS: a Redis without TLS answers there; use {url} \
+             (no TLS), or the server's TLS port"
+        ),
+    ))
+}
+
+/// The server's answer to the AUTH that failed while connecting (the driver keeps only
+/// "authentication failed"), asked again on a connection without credentials. Never printed: it
+/// is only matched against known answers.
+fn auth_refusal(ep: &Endpoint, config: &Config) -> Option<String> {
+    let settings = ep.info.redis_settings();
+    let password = settings.password()?.to_string();
+    let bare = ep
+        .info
+        .clone()
+        .set_redis_settings(redis::RedisConnectionInfo::default().set_skip_set_lib_name());
+    let client = match &ep.tls {
+        Some(certs) => redis::Client::build_with_tls(bare, certs.clone()),
+        None => redis::Client::open(bare),
+    }
+    .ok()?;
+    let mut con = client
+        .get_connection_with_timeout(config.connect_timeout)
+        .ok()?;
+    con.set_read_timeout(Some(config.io_timeout)).ok()?;
+    con.set_write_timeout(Some(config.io_timeout)).ok()?;
+    let mut auth = redis::cmd("AUTH");
+    if let Some(user) = settings.username() {
+        auth.arg(user);
+    }
+    match auth.arg(password).query::<()>(&mut con) {
+        Ok(()) => None,
+        Err(e) => Some(e.to_string()),
     }
 }
 

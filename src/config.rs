@@ -305,6 +305,20 @@ pub fn parse_url(
             )));
         }
     }
+    let db = match scheme.as_str() {
+        "redis" | "rediss" => Some(url.path().trim_matches('/').to_string()),
+        _ => url
+            .query_pairs()
+            .find(|(k, _)| k == "db")
+            .map(|(_, v)| v.into_owned()),
+    };
+    if let Some(db) = db.filter(|d| !d.is_empty() && !d.bytes().all(|b| b.is_ascii_digit())) {
+        return Err(usage(format!(
+            "Redis URL '{}': '{db}' is not a database number; use e.g. /0 (the default) or \
+             ?db=0 for a socket",
+            redact_unparsed(raw)
+        )));
+    }
     if tls.is_some() && scheme != "rediss" {
         return Err(usage(
             "--tls-ca, --tls-cert and --tls-key need a rediss:// URL",

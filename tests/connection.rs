@@ -694,3 +694,143 @@ fn a_password_that_breaks_the_url_is_not_printed_and_the_fix_is_named() {
     }
     assert_eq!(redis.dbsize(), 0);
 }
+
+/// A host name that does not resolve: say so and name the host to check, not "start
+/// redis-server".
+#[test]
+fn a_host_that_does_not_resolve_is_named() {
+    // RFC 2606: .invalid never resolves.
+    let url = "redis://redlock-test.invalid:6379";
+    let out = redlock().args(["--url", url, "status"]).run().expect(69);
+    assert_one_error_line(&out);
+    assert!(
+        out.stderr
+            .contains("cannot resolve the host name 'redlock-test.invalid'")
+            && out.stderr.contains("check the host in --url / REDLOCK_URL"),
+        "{out}"
+    );
+    assert!(!out.stderr.contains("start redis-server"), "{out}");
+}
+
+/// A database that is not a number, or that the server does not have: a usage error that names
+/// the database, without Rust debug text.
+#[test]
+fn a_bad_database_index_is_a_usage_error_that_says_so() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("r.sock");
+    let Some(unix) = RedisServer::builder()
+        .arg("--unixsocket")
+        .arg(socket.to_str().unwrap())
+        .start()
+    else {
+        return;
+    };
+    let port = redis.port();
+    for (url, needle) in [
+        (
+            format!("redis://127.0.0.1:{port}/abc"),
+            "'abc' is not a database number",
+        ),
+        (
+            format!("redis://127.0.0.1:{port}/-1"),
+            "'-1' is not a database number",
+        ),
+        (format!("redis://127.0.0.1:{port}/99"), "has no database 99"),
+        (
+            format!("unix://{}?db=99", socket.display()),
+            "has no database 99",
+        ),
+    ] {
+        let out = redlock()
+            .args(["--url", &url, "acquire", "k"])
+            .run()
+            .expect(2);
+        assert_one_error_line(&out);
+        assert!(out.stderr.contains(needle), "{url}: no {needle:?}:\n{out}");
+        for debug in ["InvalidClientConfig", "ResponseError", "Server("] {
+            assert!(!out.stderr.contains(debug), "{url}: debug text:\n{out}");
+        }
+    }
+    assert_eq!(redis.dbsize(), 0);
+    assert_eq!(unix.dbsize(), 0);
+}
+
+/// A Unix socket path where no socket exists: say that, not "connection refused".
+#[test]
+fn a_missing_unix_socket_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.sock");
+    let url = format!("unix://{}", missing.display());
+    let out = redlock().args(["--url", &url, "status"]).run().expect(69);
+    assert_one_error_line(&out);
+    assert!(
+        out.stderr
+            .contains(&format!("{} does not exist", missing.display()))
+            && out.stderr.contains("--unixsocket"),
+        "{out}"
+    );
+    assert!(!out.stderr.contains("connection refused"), "{out}");
+
+    // A file that is there but no socket anyone listens on: refused, with its own fix.
+    let plain = dir.path().join("plain-file");
+    std::fs::write(&plain, "").unwrap();
+    let url = format!("unix://{}", plain.display());
+    let out = redlock().args(["--url", &url, "status"]).run().expect(69);
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains("no server listens"), "{out}");
+}
+
+/// A password sent to a server that has none: say that the server has no password and how to
+/// stop sending it (before: "refused the credentials ... check the password").
+#[test]
+fn a_password_for_a_server_without_one_is_named() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}", redis.port());
+    let out = redlock()
+        .args(["--url", &url, "acquire", "k"])
+        .run()
+        .expect(77);
+    assert_one_error_line(&out);
+    assert_no_password(&out);
+    assert!(
+        out.stderr.contains("has no password set") && out.stderr.contains("remove the password"),
+        "{out}"
+    );
+    let out = redis
+        .redlock()
+        .env("REDLOCK_PASSWORD", PASSWORD)
+        .args(["acquire", "k"])
+        .run()
+        .expect(77);
+    assert_no_password(&out);
+    assert!(out.stderr.contains("has no password set"), "{out}");
+    assert_eq!(redis.dbsize(), 0);
+}
+
+/// `rediss://` to a server that does not speak TLS: say so and suggest `redis://` (before: "did
+/// not answer the TLS handshake within --io-timeout").
+#[test]
+fn rediss_to_a_plain_server_says_it_is_not_tls() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let url = format!("rediss://127.0.0.1:{}", redis.port());
+    let out = redlock()
+        .args(["--url", &url, "--io-timeout", "500ms", "acquire", "k"])
+        .run()
+        .expect(69);
+    assert_one_error_line(&out);
+    assert!(
+        out.stderr.contains("does not speak TLS")
+            && out
+                .stderr
+                .contains(&format!("redis://127.0.0.1:{}", redis.port())),
+        "{out}"
+    );
+    assert_eq!(redis.dbsize(), 0);
+}
