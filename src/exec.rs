@@ -63,6 +63,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     let handled = signals::deliver(&watched, tx.clone(), wait::signal_event)?;
 
     crate::commands::check_lock_args(config, &args.lock)?;
+    crate::commands::warn_short_ttl(config, args.lock.ttl);
     let mut store = store::open(config)?;
     let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, &rx)? {
         ControlFlow::Continue(lock) => lock,

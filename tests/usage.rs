@@ -350,6 +350,68 @@ fn the_exit_table_in_help_does_not_wrap_mid_entry() {
     }
 }
 
+/// A TTL under a second is allowed (the behaviour is unchanged) but warned about, once, on
+/// stderr; `-q` silences the warning.
+#[test]
+fn a_ttl_under_a_second_warns() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = redis
+        .redlock()
+        .args(["acquire", "short", "--ttl", "800ms"])
+        .run()
+        .expect(0);
+    assert!(is_token(out.stdout.trim_end()), "{out}");
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert!(
+        lines.len() == 1
+            && lines[0].starts_with("redlock: warning: --ttl 800ms is under 1s")
+            && lines[0].contains("expire"),
+        "{out}"
+    );
+    let pttl = redis.pttl(&lock_key("short"));
+    assert!(
+        pttl == -2 || (0..=800).contains(&pttl),
+        "the TTL changed: {pttl}"
+    );
+
+    let out = redis
+        .redlock()
+        .args(["-q", "acquire", "quiet", "--ttl", "800ms"])
+        .run()
+        .expect(0);
+    assert_eq!(out.stderr, "", "-q:\n{out}");
+
+    let out = redis
+        .redlock()
+        .args(["acquire", "long", "--ttl", "1s"])
+        .run()
+        .expect(0);
+    assert_eq!(out.stderr, "", "1s is enough:\n{out}");
+    let token = out.stdout.trim_end().to_string();
+
+    let out = redis
+        .redlock()
+        .args(["extend", "long", &token, "--ttl", "10ms"])
+        .run()
+        .expect(0);
+    assert!(
+        out.stderr.starts_with("redlock: warning: --ttl 10ms"),
+        "{out}"
+    );
+
+    let out = redis
+        .redlock()
+        .args(["exec", "ex", "--ttl", "900ms", "--", "true"])
+        .run()
+        .expect(0);
+    assert!(
+        out.stderr.lines().count() == 1 && out.stderr.starts_with("redlock: warning: --ttl 900ms"),
+        "{out}"
+    );
+}
+
 #[test]
 fn bad_flags_are_usage_errors() {
     assert_usage_errors(&[
