@@ -214,6 +214,25 @@ impl Redis {
         what: &str,
         f: impl FnOnce(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
     ) -> Result<T> {
+        self.logged_call(what, false, f)
+    }
+
+    /// [`call`](Self::call) for a blocking command whose read timeout is the end of the wait: a
+    /// timeout is still an error for the caller, but `-v` logs it as the wake-up it is.
+    pub fn call_waiting<T>(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        self.logged_call(what, true, f)
+    }
+
+    fn logged_call<T>(
+        &mut self,
+        what: &str,
+        waiting: bool,
+        f: impl FnOnce(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
+    ) -> Result<T> {
         if self.stale {
             self.reconnect()?;
         }
@@ -225,6 +244,7 @@ impl Redis {
         if self.config.verbose {
             let outcome = match &result {
                 Ok(_) => "ok".to_string(),
+                Err(e) if waiting && e.is_timeout() => "no wake-up; looking again".to_string(),
                 Err(e) => format!("error: {e}"),
             };
             eprintln!(

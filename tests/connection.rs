@@ -834,3 +834,28 @@ fn rediss_to_a_plain_server_says_it_is_not_tls() {
     );
     assert_eq!(redis.dbsize(), 0);
 }
+
+/// `-v` logs a waiter's wake-up at the holder's expiry as what it is, not as an error.
+#[test]
+fn verbose_does_not_call_a_waiters_wake_up_an_error() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis
+        .redlock()
+        .args(["acquire", "k", "--ttl", "1500ms"])
+        .run()
+        .ok();
+    // The waiter sleeps until the holder's TTL runs out, then looks again and takes the lock.
+    let out = redis
+        .redlock()
+        .args(["-v", "acquire", "k", "-w", "30s"])
+        .run()
+        .expect(0);
+    assert!(out.stderr.contains("wait on"), "{out}");
+    assert!(
+        !out.stderr.contains("error") && !out.stderr.contains("temporarily unavailable"),
+        "{out}"
+    );
+    assert!(out.stderr.contains("no wake-up"), "{out}");
+}
