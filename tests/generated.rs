@@ -710,7 +710,10 @@ fn root_sections(r: &mut Roff) {
         [
             roman("The Redis password. It overrides a password in the URL; "),
             bold("--password-file"),
-            roman(" overrides it. A password is never printed."),
+            roman(
+                " overrides it. A password is never printed. In a URL, a password's #, ? and / \
+                 must be percent-encoded (%23, %3F, %2F); here they need not be.",
+            ),
         ],
     );
     item(
