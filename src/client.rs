@@ -744,3 +744,28 @@ pub fn unexpected_reply(what: &str, detail: impl std::fmt::Display) -> anyhow::E
         format!("unexpected reply to {what}: {detail}"),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_foreign_answer_is_quoted_by_its_first_line() {
+        for (bytes, quoted) in [
+            (
+                &b"HTTP/1.1 400 Bad Request\r\nServer: x\r\n"[..],
+                "HTTP/1.1 400 Bad Request…",
+            ),
+            (b"SSH-2.0-OpenSSH_9.6\r\n", "SSH-2.0-OpenSSH_9.6"),
+            (b"<!DOCTYPE HTML>\n<html>", "<!DOCTYPE HTML>…"),
+            (
+                b"\x15\x03\x03\x00\x02\x02\x46",
+                r"\x15\x03\x03\x00\x02\x02F",
+            ),
+            (b"say \"hi\"", r#"say \"hi\""#),
+            (&[b'a'; 64][..], &format!("{}…", "a".repeat(40))),
+        ] {
+            assert_eq!(quote_bytes(bytes), quoted, "{bytes:?}");
+        }
+    }
+}
