@@ -613,7 +613,7 @@ fn not_tls(display: &str, ep: &Endpoint, config: &Config) -> Option<anyhow::Erro
         return None;
     };
     let plain = redis::ConnectionAddr::Tcp(host.clone(), *port);
-    let answer = first_bytes(&plain, config.connect_timeout)?;
+    let answer = first_bytes(&plain, probe_timeout(config))?;
     // A RESP simple string or error (+PONG, -NOAUTH ...): a Redis without TLS.
     if !matches!(answer.first(), Some(b'+' | b'-')) {
         return None;
@@ -668,7 +668,7 @@ fn is_foreign_reply(e: &redis::RedisError) -> bool {
 /// quoting the start of its answer.
 fn not_redis(display: &str, ep: Option<&Endpoint>, config: &Config) -> anyhow::Error {
     let quote = ep
-        .and_then(|ep| first_bytes(ep.info.addr(), config.connect_timeout))
+        .and_then(|ep| first_bytes(ep.info.addr(), probe_timeout(config)))
         .map(|bytes| format!(" (it answered \"{}\")", quote_bytes(&bytes)))
         .unwrap_or_default();
     failure(
@@ -678,6 +678,12 @@ fn not_redis(display: &str, ep: Option<&Endpoint>, config: &Config) -> anyhow::E
              --url / REDLOCK_URL"
         ),
     )
+}
+
+/// How long a probe after a failure may take: a server that answers at all answers a PING well
+/// within a second, and a silent one must not double the time to the error.
+fn probe_timeout(config: &Config) -> Duration {
+    config.connect_timeout.min(Duration::from_secs(1))
 }
 
 /// The first bytes a server sends back to a PING, on a connection of its own (plain TCP or a
