@@ -245,7 +245,7 @@ impl Redis {
             let outcome = match &result {
                 Ok(_) => "ok".to_string(),
                 Err(e) if waiting && e.is_timeout() => "no wake-up; looking again".to_string(),
-                Err(e) => format!("error: {e}"),
+                Err(e) => format!("error: {}", crate::error::redis_text(e)),
             };
             eprintln!(
                 "redlock: {what} on {}: {outcome} ({:.1?})",
@@ -281,7 +281,13 @@ pub fn plain(config: &Config, ep: &Endpoint) -> Result<redis::Connection> {
         Some(certs) => redis::Client::build_with_tls(ep.info.clone(), certs.clone()),
         None => redis::Client::open(ep.info.clone()),
     }
-    .map_err(|e| crate::error::usage(format!("invalid Redis URL {}: {e}", ep.display)))?;
+    .map_err(|e| {
+        crate::error::usage(format!(
+            "invalid Redis URL {}: {}",
+            ep.display,
+            crate::error::redis_text(&e)
+        ))
+    })?;
     let mut con = client
         .get_connection_with_timeout(config.connect_timeout)
         .map_err(|e| connect_error(&ep.display, Some(ep), config, e))?;
@@ -327,9 +333,12 @@ fn cluster(config: &Config, seeds: &[Endpoint]) -> Result<(Con, String)> {
     if let Some(certs) = &first.tls {
         builder = builder.certs(certs.clone());
     }
-    let client = builder
-        .build()
-        .map_err(|e| crate::error::usage(format!("invalid cluster URLs: {e}")))?;
+    let client = builder.build().map_err(|e| {
+        crate::error::usage(format!(
+            "invalid cluster URLs: {}",
+            crate::error::redis_text(&e)
+        ))
+    })?;
     let params = redis::cluster::ClusterConfig::new()
         .set_connection_timeout(config.connect_timeout)
         .set_response_timeout(config.io_timeout);
@@ -448,7 +457,7 @@ fn connect_error(
     } else if e.is_connection_refusal() {
         "connection refused".to_string()
     } else {
-        e.to_string()
+        crate::error::redis_text(&e)
     };
     let hint = tls_hint(&why).unwrap_or("; start redis-server or set --url / REDLOCK_URL");
     let kind = if kind == Kind::Protocol {
@@ -470,7 +479,7 @@ fn command_error(
         return not_redis(display, ep, config);
     }
     // One line, the cause said once: RedisError's Display already includes its detail.
-    let text = e.to_string();
+    let text = crate::error::redis_text(&e);
     if let Some(hint) = tls_hint(&text) {
         return failure(
             Kind::Unavailable,

@@ -324,10 +324,13 @@ pub fn parse_url(
             "--tls-ca, --tls-cert and --tls-key need a rediss:// URL",
         ));
     }
-    let mut info = url
-        .as_str()
-        .into_connection_info()
-        .map_err(|e| usage(format!("invalid Redis URL '{}': {e}", redact_unparsed(raw))))?;
+    let mut info = url.as_str().into_connection_info().map_err(|e| {
+        usage(format!(
+            "invalid Redis URL '{}': {}",
+            redact_unparsed(raw),
+            crate::error::redis_text(&e)
+        ))
+    })?;
     let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
     if let Some(pw) = password {
         settings = settings.set_password(pw);

@@ -437,3 +437,21 @@ fn help_and_version_go_to_stdout() {
     let out = redlock().arg("--version").run().expect(0);
     assert!(out.stdout.starts_with("redlock "), "{out}");
 }
+
+/// A driver error keeps its words and loses the Rust debug name of its kind (before: "Invalid
+/// protocol version - InvalidClientConfig: bogus").
+#[test]
+fn driver_errors_carry_no_rust_debug_text() {
+    for url in [
+        "redis://127.0.0.1:6379/?protocol=bogus",
+        "unix:///tmp/redlock-test.sock?protocol=bogus",
+    ] {
+        let out = redlock().args(["--url", url, "status"]).run().expect(2);
+        assert_one_error_line(&out);
+        assert!(
+            out.stderr.contains("Invalid protocol version: bogus"),
+            "{url}:\n{out}"
+        );
+        assert!(!out.stderr.contains("InvalidClientConfig"), "{url}:\n{out}");
+    }
+}
