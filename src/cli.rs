@@ -9,7 +9,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum, ValueHint};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum, ValueHint};
 
 const ABOUT: &str = "A distributed lock for shell scripts, cron jobs and CI, backed by Redis";
 
@@ -21,15 +21,117 @@ Lua compare-and-delete / compare-and-PEXPIRE), hands out a strictly increasing f
 every acquisition, and records who holds each lock so that 'redlock status' can show it.";
 
 /// The text after `--help`: the duration syntax and the exit table from `exit::TABLE`.
+///
+/// Each entry is wrapped here, under its meaning, to fit 80 columns: clap would wrap a longer
+/// line back to the margin, where its rest reads like another entry.
 fn after_help() -> String {
     let mut s = String::from(
         "Durations are humantime values (500ms, 30s, 1m30s); a bare number means seconds.\n\n\
          Exit status:\n",
     );
+    const INDENT: usize = 12;
     for (code, meaning) in crate::exit::TABLE {
-        s.push_str(&format!("  {code:<9} {meaning}\n"));
+        let mut line = format!("  {code:<9} ");
+        for word in meaning.split(' ') {
+            if line.len() > INDENT && line.chars().count() + 1 + word.chars().count() > 78 {
+                s.push_str(line.trim_end());
+                s.push('\n');
+                line = " ".repeat(INDENT);
+            } else if line.len() > INDENT {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        s.push_str(&line);
+        s.push('\n');
     }
     s
+}
+
+/// The command line as `redlock` parses it: [`Cli`], except that a subcommand's help leaves out
+/// the global options (they are still accepted there) for one line that names them and points
+/// to `redlock --help`, so that the subcommand's own options come first and stay few.
+pub fn command() -> clap::Command {
+    let globals = GlobalArgs::augment_args(clap::Command::new("globals"));
+    let ids: Vec<clap::Id> = globals
+        .get_arguments()
+        .map(|a| a.get_id().clone())
+        .collect();
+    let names: Vec<String> = globals
+        .get_arguments()
+        .filter_map(|a| match (a.get_short(), a.get_long()) {
+            (Some(s), Some(l)) => Some(format!("-{s}/--{l}")),
+            (None, Some(l)) => Some(format!("--{l}")),
+            _ => None,
+        })
+        .collect();
+    let pointer = format!(
+        "Global options ({}), before or after the subcommand: see 'redlock --help'.",
+        names.join(", ")
+    );
+    let mut cmd = Cli::command();
+    // Building copies the global options into every subcommand; only then can they be hidden.
+    cmd.build();
+    cmd.mut_subcommands(|sub| {
+        if sub.get_name() == "help" {
+            return sub;
+        }
+        let after = match sub.get_after_help() {
+            Some(text) => format!("{pointer}\n\n{text}"),
+            None => pointer.clone(),
+        };
+        sub.mut_args(|a| {
+            let hide = ids.contains(a.get_id()) || a.is_hide_set();
+            a.hide(hide)
+        })
+        .after_help(after)
+    })
+}
+
+/// Parses the process's command line with [`command`].
+pub fn parse() -> Result<Cli, clap::Error> {
+    let mut cmd = command();
+    let matches = cmd.try_get_matches_from_mut(std::env::args_os())?;
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
+}
+
+/// The subcommand named on the command line `args` (without the program name), found as clap
+/// finds it: past the global options and their values. `None` before a subcommand is named.
+pub fn subcommand_in(cmd: &clap::Command, args: &[OsString]) -> Option<String> {
+    let takes_value = |a: &clap::Arg| a.get_action().takes_values();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let arg = arg.to_str()?;
+        if arg == "--" {
+            return None;
+        }
+        if let Some(long) = arg.strip_prefix("--") {
+            let value_follows = !long.contains('=')
+                && cmd
+                    .get_arguments()
+                    .any(|a| a.get_long() == Some(long) && takes_value(a));
+            if value_follows {
+                args.next();
+            }
+        } else if let Some(shorts) = arg.strip_prefix('-').filter(|s| !s.is_empty()) {
+            // Bundled flags (-qv); an option that takes a value ends the bundle, and takes the
+            // next argument unless its value is attached (-uURL).
+            for (i, c) in shorts.char_indices() {
+                if cmd
+                    .get_arguments()
+                    .any(|a| a.get_short() == Some(c) && takes_value(a))
+                {
+                    if i + c.len_utf8() == shorts.len() {
+                        args.next();
+                    }
+                    break;
+                }
+            }
+        } else {
+            return cmd.find_subcommand(arg).map(|s| s.get_name().to_string());
+        }
+    }
+    None
 }
 
 #[derive(Debug, Parser)]
@@ -141,10 +243,14 @@ pub enum Command {
     Status(StatusArgs),
 
     /// Take a lock, run a command while renewing it, release it when the command exits
-    #[command(after_help = "Examples:\n  \
+    #[command(
+        override_usage = "redlock exec [OPTIONS] <KEY> -- CMD [ARGS...]\n       \
+                          redlock exec [OPTIONS] <KEY> -c <SHELL-COMMAND>",
+        after_help = "Examples:\n  \
         redlock exec nightly-backup -n -- ./backup.sh\n  \
         redlock exec deploy-prod --wait 30m -- ./deploy.sh\n  \
-        redlock exec report -c 'make report && mail -s done ops < report.txt'")]
+        redlock exec report -c 'make report && mail -s done ops < report.txt'"
+    )]
     Exec(ExecArgs),
 }
 
@@ -204,12 +310,10 @@ pub struct ReleaseArgs {
     /// Name of the lock
     pub key: String,
 
+    // Optional for clap (REDLOCK_TOKEN may stand in for it): without either, `release` says
+    // what is missing and where a token comes from, which clap's generic message cannot.
     /// Token printed by `acquire`
-    #[arg(
-        env = "REDLOCK_TOKEN",
-        hide_env_values = true,
-        required_unless_present = "force"
-    )]
+    #[arg(env = "REDLOCK_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 
     /// Delete the lock whoever holds it, and print the previous holder
@@ -222,9 +326,10 @@ pub struct ExtendArgs {
     /// Name of the lock
     pub key: String,
 
+    // Optional for clap, as for `release`.
     /// Token printed by `acquire`
     #[arg(env = "REDLOCK_TOKEN", hide_env_values = true)]
-    pub token: String,
+    pub token: Option<String>,
 
     /// New lifetime, counted from now
     #[arg(long, value_name = "DUR", value_parser = parse_ttl, allow_hyphen_values = true)]
@@ -270,12 +375,13 @@ pub struct ExecArgs {
     )]
     pub shell_command: Option<String>,
 
-    /// The command to run, and its arguments
+    // Optional for clap: without it and without -c, `exec` says that the command is missing and
+    // where it goes, which clap's generic message cannot.
+    /// The command to run, and its arguments (after --)
     #[arg(
         value_name = "CMD",
         trailing_var_arg = true,
-        value_hint = ValueHint::CommandWithArguments,
-        required_unless_present = "shell_command"
+        value_hint = ValueHint::CommandWithArguments
     )]
     pub cmd: Vec<OsString>,
 }

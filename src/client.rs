@@ -18,6 +18,9 @@ pub struct Redis {
     con: Con,
     /// What we connected to, for messages (the password redacted).
     display: String,
+    /// The one server behind the connection (none for a cluster), to find out after a failure
+    /// what is wrong with it.
+    endpoint: Option<Endpoint>,
     config: Config,
     target: Target,
     /// A reconnect failed: the connection may still have a reply on its way, so the next call
@@ -78,24 +81,25 @@ impl Redis {
 
     fn open(config: &Config, target: Target) -> Result<Redis> {
         let started = Instant::now();
-        let (con, display) = match (&config.servers, &target) {
-            (_, Target::Fixed(ep)) => (Con::Plain(plain(config, ep)?), ep.display.clone()),
-            (Servers::One(ep), _) => (Con::Plain(plain(config, ep)?), ep.display.clone()),
-            (Servers::Quorum(eps), Target::Node(i)) => (
-                Con::Plain(plain(config, &eps[*i])?),
-                eps[*i].display.clone(),
-            ),
+        let endpoint = match (&config.servers, &target) {
+            (_, Target::Fixed(ep)) => Some(ep.as_ref().clone()),
+            (Servers::One(ep), _) => Some(ep.clone()),
+            (Servers::Quorum(eps), Target::Node(i)) => Some(eps[*i].clone()),
             (Servers::Quorum(_), Target::Main) => {
                 return Err(failure(
                     Kind::Protocol,
                     "internal error: a quorum has no single server to connect to",
                 ));
             }
-            (Servers::Cluster(seeds), _) => cluster(config, seeds)?,
+            (Servers::Cluster(_), _) => None,
             (Servers::Sentinel { master, sentinels }, _) => {
-                let ep = sentinel_master(config, master, sentinels)?;
-                (Con::Plain(plain(config, &ep)?), ep.display.clone())
+                Some(sentinel_master(config, master, sentinels)?)
             }
+        };
+        let (con, display) = match (&endpoint, &config.servers) {
+            (Some(ep), _) => (Con::Plain(plain(config, ep)?), ep.display.clone()),
+            (None, Servers::Cluster(seeds)) => cluster(config, seeds)?,
+            (None, _) => unreachable!("only a cluster has no single endpoint"),
         };
         if config.verbose {
             eprintln!(
@@ -106,6 +110,7 @@ impl Redis {
         Ok(Redis {
             con,
             display,
+            endpoint,
             config: config.clone(),
             target,
             stale: false,
@@ -150,7 +155,7 @@ impl Redis {
             Con::Cluster(cluster) => cluster.route_command(cmd, route),
             Con::Plain(con) => cmd.query(con),
         };
-        result.map_err(|e| command_error(&self.display, what, e))
+        result.map_err(|e| self.error(what, e))
     }
 
     /// Whether this is a Redis Cluster connection.
@@ -209,6 +214,25 @@ impl Redis {
         what: &str,
         f: impl FnOnce(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
     ) -> Result<T> {
+        self.logged_call(what, false, f)
+    }
+
+    /// [`call`](Self::call) for a blocking command whose read timeout is the end of the wait: a
+    /// timeout is still an error for the caller, but `-v` logs it as the wake-up it is.
+    pub fn call_waiting<T>(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        self.logged_call(what, true, f)
+    }
+
+    fn logged_call<T>(
+        &mut self,
+        what: &str,
+        waiting: bool,
+        f: impl FnOnce(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
+    ) -> Result<T> {
         if self.stale {
             self.reconnect()?;
         }
@@ -220,7 +244,8 @@ impl Redis {
         if self.config.verbose {
             let outcome = match &result {
                 Ok(_) => "ok".to_string(),
-                Err(e) => format!("error: {e}"),
+                Err(e) if waiting && e.is_timeout() => "no wake-up; looking again".to_string(),
+                Err(e) => format!("error: {}", crate::error::redis_text(e)),
             };
             eprintln!(
                 "redlock: {what} on {}: {outcome} ({:.1?})",
@@ -228,7 +253,12 @@ impl Redis {
                 started.elapsed()
             );
         }
-        result.map_err(|e| command_error(&self.display, what, e))
+        result.map_err(|e| self.error(what, e))
+    }
+
+    /// The error for a failed command, with what we can find out about its cause.
+    fn error(&self, what: &str, e: redis::RedisError) -> anyhow::Error {
+        command_error(&self.display, self.endpoint.as_ref(), &self.config, what, e)
     }
 
     /// Changes the read timeout, for blocking commands that wait longer than `--io-timeout`.
@@ -251,17 +281,23 @@ pub fn plain(config: &Config, ep: &Endpoint) -> Result<redis::Connection> {
         Some(certs) => redis::Client::build_with_tls(ep.info.clone(), certs.clone()),
         None => redis::Client::open(ep.info.clone()),
     }
-    .map_err(|e| crate::error::usage(format!("invalid Redis URL {}: {e}", ep.display)))?;
+    .map_err(|e| {
+        crate::error::usage(format!(
+            "invalid Redis URL {}: {}",
+            ep.display,
+            crate::error::redis_text(&e)
+        ))
+    })?;
     let mut con = client
         .get_connection_with_timeout(config.connect_timeout)
-        .map_err(|e| connect_error(&ep.display, config.connect_timeout, e))?;
+        .map_err(|e| connect_error(&ep.display, Some(ep), config, e))?;
     if ep.tls_handshake_pending() {
         // rustls shakes hands on the first read or write: do it now, under the connect
         // timeout, so that a certificate problem is reported as one.
         con.set_read_timeout(Some(config.connect_timeout))
             .and_then(|()| con.set_write_timeout(Some(config.connect_timeout)))
             .and_then(|()| redis::cmd("PING").query::<()>(&mut con))
-            .map_err(|e| command_error(&ep.display, "the TLS handshake", e))?;
+            .map_err(|e| handshake_error(ep, config, e))?;
     }
     con.set_read_timeout(Some(config.io_timeout))
         .and_then(|()| con.set_write_timeout(Some(config.io_timeout)))
@@ -297,15 +333,18 @@ fn cluster(config: &Config, seeds: &[Endpoint]) -> Result<(Con, String)> {
     if let Some(certs) = &first.tls {
         builder = builder.certs(certs.clone());
     }
-    let client = builder
-        .build()
-        .map_err(|e| crate::error::usage(format!("invalid cluster URLs: {e}")))?;
+    let client = builder.build().map_err(|e| {
+        crate::error::usage(format!(
+            "invalid cluster URLs: {}",
+            crate::error::redis_text(&e)
+        ))
+    })?;
     let params = redis::cluster::ClusterConfig::new()
         .set_connection_timeout(config.connect_timeout)
         .set_response_timeout(config.io_timeout);
     let con = client
         .get_connection_with_config(params)
-        .map_err(|e| connect_error(&display, config.connect_timeout, e))?;
+        .map_err(|e| connect_error(&display, None, config, e))?;
     con.set_read_timeout(Some(config.io_timeout))
         .and_then(|()| con.set_write_timeout(Some(config.io_timeout)))
         .with_context(|| format!("cannot set timeouts on {display}"))?;
@@ -321,7 +360,15 @@ fn sentinel_master(config: &Config, master: &str, sentinels: &[Endpoint]) -> Res
                 .arg("get-master-addr-by-name")
                 .arg(master)
                 .query::<Option<(String, u16)>>(&mut con)
-                .map_err(|e| command_error(&s.display, "SENTINEL get-master-addr-by-name", e))
+                .map_err(|e| {
+                    command_error(
+                        &s.display,
+                        Some(s),
+                        config,
+                        "SENTINEL get-master-addr-by-name",
+                        e,
+                    )
+                })
         });
         match reply {
             Ok(Some((host, port))) => {
@@ -381,7 +428,19 @@ fn bracket(host: &str) -> String {
     }
 }
 
-fn connect_error(display: &str, timeout: Duration, e: redis::RedisError) -> anyhow::Error {
+fn connect_error(
+    display: &str,
+    ep: Option<&Endpoint>,
+    config: &Config,
+    e: redis::RedisError,
+) -> anyhow::Error {
+    let timeout = config.connect_timeout;
+    if is_foreign_reply(&e) {
+        return not_redis(display, ep, config);
+    }
+    if let Some(found) = ep.and_then(|ep| diagnose(display, ep, config, &e)) {
+        return found;
+    }
     let kind = redis_kind(&e);
     if kind == Kind::Auth {
         let detail = e.detail().unwrap_or("authentication failed").to_string();
@@ -398,7 +457,7 @@ fn connect_error(display: &str, timeout: Duration, e: redis::RedisError) -> anyh
     } else if e.is_connection_refusal() {
         "connection refused".to_string()
     } else {
-        e.to_string()
+        crate::error::redis_text(&e)
     };
     let hint = tls_hint(&why).unwrap_or("; start redis-server or set --url / REDLOCK_URL");
     let kind = if kind == Kind::Protocol {
@@ -409,9 +468,18 @@ fn connect_error(display: &str, timeout: Duration, e: redis::RedisError) -> anyh
     failure(kind, format!("cannot connect to {display} ({why}){hint}"))
 }
 
-fn command_error(display: &str, what: &str, e: redis::RedisError) -> anyhow::Error {
+fn command_error(
+    display: &str,
+    ep: Option<&Endpoint>,
+    config: &Config,
+    what: &str,
+    e: redis::RedisError,
+) -> anyhow::Error {
+    if is_foreign_reply(&e) {
+        return not_redis(display, ep, config);
+    }
     // One line, the cause said once: RedisError's Display already includes its detail.
-    let text = e.to_string();
+    let text = crate::error::redis_text(&e);
     if let Some(hint) = tls_hint(&text) {
         return failure(
             Kind::Unavailable,
@@ -448,6 +516,229 @@ fn command_error(display: &str, what: &str, e: redis::RedisError) -> anyhow::Err
     }
 }
 
+/// What a failed connection to one server says about its cause where the driver's error does
+/// not: a host name that does not resolve, a missing Unix socket, a database the server does not
+/// have, a password for a server that has none, TLS to a server without it. The probes run only
+/// after a failure, on connections of their own.
+fn diagnose(
+    display: &str,
+    ep: &Endpoint,
+    config: &Config,
+    e: &redis::RedisError,
+) -> Option<anyhow::Error> {
+    use redis::ConnectionAddr as A;
+    if redis_kind(e) == Kind::Auth {
+        let refusal = auth_refusal(ep, config)?;
+        return refusal
+            .contains("without any password configured")
+            .then(|| {
+                failure(
+                    Kind::Auth,
+                    format!(
+                        "{display} has no password set, but redlock sent one; remove the \
+                         password from the URL, REDLOCK_PASSWORD and --password-file (or give \
+                         the server one with requirepass)"
+                    ),
+                )
+            });
+    }
+    if e.to_string().contains("refused to switch database") {
+        let why = e.detail().unwrap_or("refused");
+        return Some(crate::error::usage(format!(
+            "{display} has no database {} ({why}); use a number below the server's \
+             'databases' setting (16 by default)",
+            ep.info.redis_settings().db()
+        )));
+    }
+    match ep.info.addr() {
+        A::Unix(path) if e.is_connection_refusal() => {
+            let p = path.display();
+            let why = if std::fs::symlink_metadata(path).is_err() {
+                format!(
+                    "{p} does not exist; start redis-server with --unixsocket {p}, or fix the path"
+                )
+            } else {
+                format!(
+                    "no server listens on {p} (connection refused); start redis-server with --unixsocket {p}"
+                )
+            };
+            return Some(failure(
+                Kind::Unavailable,
+                format!("cannot connect to {display}: {why} in --url / REDLOCK_URL"),
+            ));
+        }
+        A::Tcp(host, port) | A::TcpTls { host, port, .. }
+            if e.is_io_error()
+                && !e.is_timeout()
+                && !e.is_connection_refusal()
+                && host.parse::<std::net::IpAddr>().is_err() =>
+        {
+            use std::net::ToSocketAddrs;
+            if let Err(dns) = (host.as_str(), *port).to_socket_addrs() {
+                let dns = dns.to_string();
+                let why = dns
+                    .strip_prefix("failed to lookup address information: ")
+                    .unwrap_or(&dns);
+                return Some(failure(
+                    Kind::Unavailable,
+                    format!(
+                        "cannot connect to {display}: cannot resolve the host name '{host}' \
+                         ({why}); check the host in --url / REDLOCK_URL"
+                    ),
+                ));
+            }
+        }
+        _ => {}
+    }
+    if tls_hint(&e.to_string()).is_none() {
+        return not_tls(display, ep, config);
+    }
+    None
+}
+
+/// The error for a TLS handshake that failed, after the connection was made.
+fn handshake_error(ep: &Endpoint, config: &Config, e: redis::RedisError) -> anyhow::Error {
+    if tls_hint(&e.to_string()).is_none()
+        && let Some(plain) = not_tls(&ep.display, ep, config)
+    {
+        return plain;
+    }
+    if e.is_timeout() {
+        return failure(
+            Kind::Unavailable,
+            format!(
+                "{} did not complete the TLS handshake within --connect-timeout",
+                ep.display
+            ),
+        );
+    }
+    command_error(&ep.display, Some(ep), config, "the TLS handshake", e)
+}
+
+/// For a `rediss://` endpoint whose TLS failed: if a plain Redis answers on that port, the error
+/// that says so.
+fn not_tls(display: &str, ep: &Endpoint, config: &Config) -> Option<anyhow::Error> {
+    let redis::ConnectionAddr::TcpTls { host, port, .. } = ep.info.addr() else {
+        return None;
+    };
+    let plain = redis::ConnectionAddr::Tcp(host.clone(), *port);
+    let answer = first_bytes(&plain, probe_timeout(config))?;
+    // A RESP simple string or error (+PONG, -NOAUTH ...): a Redis without TLS.
+    if !matches!(answer.first(), Some(b'+' | b'-')) {
+        return None;
+    }
+    let url = ep.public.replacen("rediss://", "redis://", 1);
+    Some(failure(
+        Kind::Unavailable,
+        format!(
+            "{display} does not speak TLS: a Redis without TLS answers there; use {url} \
+             (no TLS), or the server's TLS port"
+        ),
+    ))
+}
+
+/// The server's answer to the AUTH that failed while connecting (the driver keeps only
+/// "authentication failed"), asked again on a connection without credentials. Never printed: it
+/// is only matched against known answers.
+fn auth_refusal(ep: &Endpoint, config: &Config) -> Option<String> {
+    let settings = ep.info.redis_settings();
+    let password = settings.password()?.to_string();
+    let bare = ep
+        .info
+        .clone()
+        .set_redis_settings(redis::RedisConnectionInfo::default().set_skip_set_lib_name());
+    let client = match &ep.tls {
+        Some(certs) => redis::Client::build_with_tls(bare, certs.clone()),
+        None => redis::Client::open(bare),
+    }
+    .ok()?;
+    let mut con = client
+        .get_connection_with_timeout(config.connect_timeout)
+        .ok()?;
+    con.set_read_timeout(Some(config.io_timeout)).ok()?;
+    con.set_write_timeout(Some(config.io_timeout)).ok()?;
+    let mut auth = redis::cmd("AUTH");
+    if let Some(user) = settings.username() {
+        auth.arg(user);
+    }
+    match auth.arg(password).query::<()>(&mut con) {
+        Ok(()) => None,
+        Err(e) => Some(e.to_string()),
+    }
+}
+
+/// Whether the reply was not RESP at all: the server speaks another protocol. (A reply of the
+/// wrong Redis type is a Parse error too, but not a "Parse error at" the reader.)
+fn is_foreign_reply(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Parse && e.detail().is_some_and(|d| d.starts_with("Parse error"))
+}
+
+/// The error for a server that answered in another protocol (an HTTP server on the port, say),
+/// quoting the start of its answer.
+fn not_redis(display: &str, ep: Option<&Endpoint>, config: &Config) -> anyhow::Error {
+    let quote = ep
+        .and_then(|ep| first_bytes(ep.info.addr(), probe_timeout(config)))
+        .map(|bytes| format!(" (it answered \"{}\")", quote_bytes(&bytes)))
+        .unwrap_or_default();
+    failure(
+        Kind::Unavailable,
+        format!(
+            "{display} does not speak the Redis protocol{quote}; check the host and port in \
+             --url / REDLOCK_URL"
+        ),
+    )
+}
+
+/// How long a probe after a failure may take: a server that answers at all answers a PING well
+/// within a second, and a silent one must not double the time to the error.
+fn probe_timeout(config: &Config) -> Duration {
+    config.connect_timeout.min(Duration::from_secs(1))
+}
+
+/// The first bytes a server sends back to a PING, on a connection of its own (plain TCP or a
+/// Unix socket; a TLS server is not probed). `None` when it sends nothing.
+fn first_bytes(addr: &redis::ConnectionAddr, timeout: Duration) -> Option<Vec<u8>> {
+    use std::io::{Read, Write};
+    fn exchange(mut s: impl Read + Write) -> Option<Vec<u8>> {
+        s.write_all(b"*1\r\n$4\r\nPING\r\n").ok()?;
+        let mut buf = vec![0u8; 64];
+        let n = s.read(&mut buf).ok().filter(|&n| n > 0)?;
+        buf.truncate(n);
+        Some(buf)
+    }
+    match addr {
+        redis::ConnectionAddr::Tcp(host, port) => {
+            use std::net::ToSocketAddrs;
+            let sa = (host.as_str(), *port).to_socket_addrs().ok()?.next()?;
+            let s = std::net::TcpStream::connect_timeout(&sa, timeout).ok()?;
+            s.set_read_timeout(Some(timeout)).ok()?;
+            s.set_write_timeout(Some(timeout)).ok()?;
+            exchange(s)
+        }
+        redis::ConnectionAddr::Unix(path) => {
+            let s = std::os::unix::net::UnixStream::connect(path).ok()?;
+            s.set_read_timeout(Some(timeout)).ok()?;
+            s.set_write_timeout(Some(timeout)).ok()?;
+            exchange(s)
+        }
+        _ => None,
+    }
+}
+
+/// The first line of `bytes` (at most 40 of them) as printable ASCII, escaped where needed.
+fn quote_bytes(bytes: &[u8]) -> String {
+    let line_end = bytes.iter().position(|&b| b == b'\n');
+    let end = line_end.unwrap_or(bytes.len()).min(40);
+    let more = if end + 1 < bytes.len() || (line_end.is_none() && end < bytes.len()) {
+        "…"
+    } else {
+        ""
+    };
+    let line = &bytes[..end];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    format!("{}{more}", line.escape_ascii())
+}
+
 /// The fix for a certificate problem, if `text` describes one.
 fn tls_hint(text: &str) -> Option<&'static str> {
     let certificate = [
@@ -467,4 +758,29 @@ pub fn unexpected_reply(what: &str, detail: impl std::fmt::Display) -> anyhow::E
         Kind::Protocol,
         format!("unexpected reply to {what}: {detail}"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_foreign_answer_is_quoted_by_its_first_line() {
+        for (bytes, quoted) in [
+            (
+                &b"HTTP/1.1 400 Bad Request\r\nServer: x\r\n"[..],
+                "HTTP/1.1 400 Bad Request…",
+            ),
+            (b"SSH-2.0-OpenSSH_9.6\r\n", "SSH-2.0-OpenSSH_9.6"),
+            (b"<!DOCTYPE HTML>\n<html>", "<!DOCTYPE HTML>…"),
+            (
+                b"\x15\x03\x03\x00\x02\x02\x46",
+                r"\x15\x03\x03\x00\x02\x02F",
+            ),
+            (b"say \"hi\"", r#"say \"hi\""#),
+            (&[b'a'; 64][..], &format!("{}…", "a".repeat(40))),
+        ] {
+            assert_eq!(quote_bytes(bytes), quoted, "{bytes:?}");
+        }
+    }
 }

@@ -26,6 +26,25 @@ pub fn say(config: &Config, message: impl std::fmt::Display) {
     }
 }
 
+/// A TTL under this is allowed but warned about: a lock that short can expire before its holder
+/// has used it (a round trip and a process start take milliseconds, a loaded machine far more),
+/// and `exec`'s renewals, every TTL/3, would have to arrive within scheduling noise.
+pub const SHORT_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Warns (unless `-q`) about a `--ttl` under [`SHORT_TTL`]; the lock is taken as asked.
+pub fn warn_short_ttl(config: &Config, ttl: std::time::Duration) {
+    if ttl < SHORT_TTL {
+        say(
+            config,
+            format!(
+                "warning: --ttl {} is under 1s: the lock can expire before its holder has used \
+                 it (or exec has renewed it); 1s or more is safer",
+                humantime::format_duration(ttl)
+            ),
+        );
+    }
+}
+
 impl LockArgs {
     pub fn wait(&self) -> Wait {
         match (self.no_wait, self.wait) {
@@ -125,6 +144,7 @@ pub fn check_lock_args(config: &Config, args: &LockArgs) -> Result<()> {
 pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     check_lock_args(config, &args.lock)?;
     let keys = Keys::new(&config.prefix, &args.key)?;
+    warn_short_ttl(config, args.lock.ttl);
     if !stdout_is_open() {
         return Err(usage(
             "stdout is closed, so the token would be lost; redirect it instead of closing it",
@@ -220,17 +240,21 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
             say(config, format!("'{}' was not held", keys.name));
             Ok(exit::OK)
         }
-        other => Err(lock::not_owner(&other)).context(format!("cannot release '{}'", keys.name)),
+        other => Err(lock::not_owner(&other, token.unwrap_or_default()))
+            .context(format!("cannot release '{}'", keys.name)),
     }
 }
 
 pub fn extend(config: &Config, args: &ExtendArgs) -> Result<u8> {
     let keys = Keys::new(&config.prefix, &args.key)?;
-    let token = token_arg(Some(&args.token))?;
+    let token = token_arg(args.token.as_deref())?;
+    warn_short_ttl(config, args.ttl);
     let mut store = store::open(config)?;
     match store.extend(&keys, token, args.ttl)? {
         Verdict::Done(_) => Ok(exit::OK),
-        other => Err(lock::not_owner(&other)).context(format!("cannot extend '{}'", keys.name)),
+        other => {
+            Err(lock::not_owner(&other, token)).context(format!("cannot extend '{}'", keys.name))
+        }
     }
 }
 

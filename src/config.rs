@@ -263,6 +263,16 @@ pub fn parse_url(
     password: Option<String>,
     tls: Option<redis::TlsCertificates>,
 ) -> Result<Endpoint> {
+    if userinfo_cut_short(raw) {
+        // Whatever the parser would make of it, part of the password would end up in the host,
+        // port, path or fragment, and from there in messages: refuse it, naming the fix.
+        return Err(usage(format!(
+            "the user or password in Redis URL '{}' contains '#', '?' or '/', which end that \
+             part of a URL early; percent-encode them (# as %23, ? as %3F, / as %2F), or pass \
+             the password in REDLOCK_PASSWORD or --password-file",
+            redact_unparsed(raw)
+        )));
+    }
     let mut url = url::Url::parse(raw).map_err(|e| {
         usage(format!(
             "malformed Redis URL '{}': {e}; expected e.g. redis://127.0.0.1:6379",
@@ -295,15 +305,32 @@ pub fn parse_url(
             )));
         }
     }
+    let db = match scheme.as_str() {
+        "redis" | "rediss" => Some(url.path().trim_matches('/').to_string()),
+        _ => url
+            .query_pairs()
+            .find(|(k, _)| k == "db")
+            .map(|(_, v)| v.into_owned()),
+    };
+    if let Some(db) = db.filter(|d| !d.is_empty() && !d.bytes().all(|b| b.is_ascii_digit())) {
+        return Err(usage(format!(
+            "Redis URL '{}': '{db}' is not a database number; use e.g. /0 (the default) or \
+             ?db=0 for a socket",
+            redact_unparsed(raw)
+        )));
+    }
     if tls.is_some() && scheme != "rediss" {
         return Err(usage(
             "--tls-ca, --tls-cert and --tls-key need a rediss:// URL",
         ));
     }
-    let mut info = url
-        .as_str()
-        .into_connection_info()
-        .map_err(|e| usage(format!("invalid Redis URL '{}': {e}", redact_unparsed(raw))))?;
+    let mut info = url.as_str().into_connection_info().map_err(|e| {
+        usage(format!(
+            "invalid Redis URL '{}': {}",
+            redact_unparsed(raw),
+            crate::error::redis_text(&e)
+        ))
+    })?;
     let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
     if let Some(pw) = password {
         settings = settings.set_password(pw);
@@ -325,6 +352,18 @@ pub fn parse_url(
         public,
         tls,
     })
+}
+
+/// Whether a `redis://` or `rediss://` URL has an `@` after a `#`, `?` or `/` of its authority:
+/// a user or password with one of those characters, not percent-encoded.
+fn userinfo_cut_short(raw: &str) -> bool {
+    let lower = raw.get(..9).unwrap_or(raw).to_ascii_lowercase();
+    if !(lower.starts_with("redis://") || lower.starts_with("rediss://")) {
+        return false;
+    }
+    let rest = &raw[raw.find("://").map_or(0, |i| i + 3)..];
+    rest.rfind('@')
+        .is_some_and(|at| rest[..at].contains(['#', '?', '/']))
 }
 
 /// Hides anything between `://` and `@` in a string that did not parse as a URL.
@@ -373,6 +412,31 @@ mod tests {
             assert_eq!(crate::error::exit_code(&err), crate::exit::USAGE, "{raw}");
             assert!(!format!("{err:#}").contains("pw"), "{err:#}");
         }
+    }
+
+    #[test]
+    fn a_password_that_cuts_the_url_short_is_refused_unprinted() {
+        for raw in [
+            "redis://user:1234#secret@127.0.0.1:6379",
+            "redis://:ab?secret@host",
+            "rediss://:ab/secret@host:6380/0",
+            "REDIS://:ab#secret@host",
+        ] {
+            let err = match parse_url(raw, None, None) {
+                Ok(_) => panic!("{raw} was accepted"),
+                Err(e) => format!("{e:#}"),
+            };
+            assert!(!err.contains("secret") && !err.contains("1234"), "{err}");
+            assert!(
+                err.contains("%23") && err.contains("REDLOCK_PASSWORD"),
+                "{err}"
+            );
+        }
+        // Encoded, they work; a '@' in a unix socket path is no password.
+        let ep = parse_url("redis://user:1234%23secret@127.0.0.1:6379", None, None).unwrap();
+        assert_eq!(ep.info.redis_settings().password(), Some("1234#secret"));
+        parse_url("unix:///tmp/a@b/redis.sock", None, None).unwrap();
+        parse_url("redis://:p@ss@host:6379", None, None).unwrap();
     }
 
     #[test]

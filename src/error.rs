@@ -95,6 +95,13 @@ pub fn redis_kind(err: &redis::RedisError) -> Kind {
     }
 }
 
+/// A driver error in words: its Display puts the Rust debug name of its kind in the middle
+/// ("Invalid database number - InvalidClientConfig"), which means nothing to a user.
+pub fn redis_text(err: &redis::RedisError) -> String {
+    let text = err.to_string();
+    text.replacen(&format!(" - {:?}", err.kind()), "", 1)
+}
+
 /// The exit status for an error.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     match kind_of(err) {
@@ -133,6 +140,41 @@ mod tests {
         assert_eq!(exit_code(&anyhow::Error::new(auth)), exit::AUTH);
         let other: redis::RedisError = (redis::ErrorKind::UnexpectedReturnType, "bad").into();
         assert_eq!(exit_code(&anyhow::Error::new(other)), exit::INTERNAL);
+    }
+
+    #[test]
+    fn driver_errors_lose_the_debug_name_of_their_kind() {
+        use redis::ErrorKind as R;
+        for (err, text) in [
+            (
+                redis::RedisError::from((R::InvalidClientConfig, "Invalid database number")),
+                "Invalid database number",
+            ),
+            (
+                (
+                    R::InvalidClientConfig,
+                    "Invalid protocol version",
+                    "x".to_string(),
+                )
+                    .into(),
+                "Invalid protocol version: x",
+            ),
+            (
+                (
+                    redis::ServerErrorKind::ResponseError.into(),
+                    "Redis server refused to switch database",
+                    "DB index is out of range".to_string(),
+                )
+                    .into(),
+                "Redis server refused to switch database: DB index is out of range",
+            ),
+            (
+                std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused").into(),
+                "refused",
+            ),
+        ] {
+            assert_eq!(redis_text(&err), text);
+        }
     }
 
     #[test]

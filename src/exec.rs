@@ -49,7 +49,8 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     };
     if argv.is_empty() || argv[0].is_empty() {
         return Err(crate::error::usage(
-            "no command to run: give it after --, or with -c 'shell command'",
+            "no command to run: give it after the key and -- (redlock exec KEY -- CMD [ARGS...]), \
+             or as a shell command with -c 'SHELL-COMMAND'",
         ));
     }
     let owner = owner::owner(std::process::id(), args.lock.note.as_deref(), || {
@@ -62,6 +63,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     let handled = signals::deliver(&watched, tx.clone(), wait::signal_event)?;
 
     crate::commands::check_lock_args(config, &args.lock)?;
+    crate::commands::warn_short_ttl(config, args.lock.ttl);
     let mut store = store::open(config)?;
     let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, &rx)? {
         ControlFlow::Continue(lock) => lock,
@@ -156,7 +158,7 @@ fn release_after(
             format!(
                 "'{}' was no longer ours at release: {}",
                 lock.keys.name,
-                crate::lock::not_owner(&other)
+                crate::lock::not_owner(&other, &lock.token)
             ),
         ),
         Err(e) => eprintln!(

@@ -12,7 +12,8 @@ pub const BUSY: u8 = 1;
 pub const USAGE: u8 = 2;
 /// `release`/`extend` with a token that does not hold the lock.
 pub const NOT_OWNER: u8 = 3;
-/// Redis unavailable: cannot connect, timed out, connection lost (sysexits EX_UNAVAILABLE).
+/// Redis unavailable: cannot connect, timed out, connection lost, or the server does not speak
+/// Redis (sysexits EX_UNAVAILABLE).
 pub const UNAVAILABLE: u8 = 69;
 /// Internal or protocol error, unexpected reply (sysexits EX_SOFTWARE).
 pub const INTERNAL: u8 = 70;
@@ -47,7 +48,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
     (
         "69",
-        "Redis unavailable: cannot connect, timed out, connection lost",
+        "Redis unavailable: cannot connect, timed out, connection lost, not a Redis server",
     ),
     ("70", "internal or protocol error (unexpected reply)"),
     ("75", "exec only: the lock was lost while the command ran"),

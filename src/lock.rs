@@ -173,7 +173,15 @@ impl Holder {
 }
 
 pub fn fingerprint(token: &str) -> String {
-    token.chars().take(8).collect()
+    token.chars().take(FINGERPRINT_LEN).collect()
+}
+
+/// How many characters of a token `status` shows.
+const FINGERPRINT_LEN: usize = 8;
+
+/// Whether `s` has the shape of a fingerprint (8 hex digits), which no token has (32).
+pub fn looks_like_fingerprint(s: &str) -> bool {
+    s.len() == FINGERPRINT_LEN && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The state of one lock, read in one atomic snapshot.
@@ -668,8 +676,25 @@ fn verdict(what: &str, reply: &[Value]) -> Result<Verdict> {
     }
 }
 
-/// Turns a non-`Done` verdict into the "not the owner" error, naming who holds the lock.
-pub fn not_owner(verdict: &Verdict) -> anyhow::Error {
+/// Turns a non-`Done` verdict for `token` into the "not the owner" error, naming who holds the
+/// lock. A fingerprint passed for a token (copied from `status`) is recognised and explained.
+pub fn not_owner(verdict: &Verdict, token: &str) -> anyhow::Error {
+    if looks_like_fingerprint(token) {
+        let whose = match verdict {
+            Verdict::HeldByOther(Some(h)) if h.fingerprint() == token => {
+                "the fingerprint of the holder's token"
+            }
+            _ => "a fingerprint",
+        };
+        return failure(
+            Kind::NotOwner,
+            format!(
+                "not the owner: '{token}' is {whose} as 'redlock status' shows it, not a token; \
+                 pass the whole token that 'redlock acquire' printed (or that 'redlock status \
+                 --show-token' shows)"
+            ),
+        );
+    }
     let why = match verdict {
         Verdict::Free => "the lock is free (it expired or was released)".to_string(),
         Verdict::HeldByOther(Some(h)) => format!(

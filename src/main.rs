@@ -2,22 +2,27 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use clap::error::ErrorKind;
-use redlock::cli::Cli;
-use redlock::{error, exit, run};
+use redlock::{cli, error, exit, run};
 
 fn main() -> ExitCode {
     // A shell asking for completions (REDLOCK_COMPLETE set) is answered here, and we exit.
     redlock::complete::answer_shell();
-    let cli = match Cli::try_parse() {
+    let cli = match cli::parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("redlock: {err:#}");
+            // One line, whatever a cause's text holds (a driver's message may span several).
+            let message = format!("{err:#}");
+            let message: Vec<&str> = message
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            eprintln!("redlock: {}", message.join("; "));
             ExitCode::from(error::exit_code(&err))
         }
     }
@@ -48,6 +53,11 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         .collect();
     let line = first.join(" ");
     let line = line.strip_prefix("error: ").unwrap_or(&line);
-    eprintln!("redlock: {line} (see 'redlock --help')");
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let help = match cli::subcommand_in(&cli::command(), &args) {
+        Some(sub) => format!("redlock {sub} --help"),
+        None => "redlock --help".to_string(),
+    };
+    eprintln!("redlock: {line} (see '{help}')");
     ExitCode::from(exit::USAGE)
 }

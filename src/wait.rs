@@ -187,7 +187,7 @@ fn blpop(redis: &mut Redis, key: &str, timeout: Duration) -> Result<bool> {
     let wait = timeout.max(Duration::from_millis(1));
     let server_secs = (wait + SERVER_SLACK).as_secs_f64();
     redis.set_read_timeout(wait)?;
-    let popped: Option<(String, String)> = redis.call("wait", |c| {
+    let popped: Option<(String, String)> = redis.call_waiting("wait", |c| {
         redis::cmd("BLPOP").arg(key).arg(server_secs).query(c)
     })?;
     redis.restore_read_timeout()?;

@@ -603,3 +603,259 @@ fn cluster_and_sentinel_switches_from_the_environment() {
         );
     }
 }
+
+/// A loopback port where an HTTP server answers anything with a 400 response, then closes.
+fn http_port() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\n\
+                      Connection: close\r\n\r\n<html><body>Bad Request</body></html>\r\n",
+                );
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+                // Drain what the client still sends, so that closing does not reset.
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    port
+}
+
+/// A port that is not Redis (here an HTTP server): one line saying so, quoting what it answered,
+/// exit 69. Before: "Incompatible type - Parse error at 1" and two more lines, exit 70.
+#[test]
+fn a_server_that_does_not_speak_redis_exits_69_in_one_line() {
+    let port = http_port();
+    for url in [
+        format!("redis://127.0.0.1:{port}"),
+        // With a password, the AUTH of the connection setup meets the HTTP answer.
+        format!("redis://:{PASSWORD}@127.0.0.1:{port}"),
+    ] {
+        for args in [
+            vec!["status"],
+            vec!["acquire", "k"],
+            vec!["release", "k", "--force"],
+        ] {
+            let out = redlock().args(["--url", &url]).args(&args).run();
+            assert_eq!(out.status.code(), Some(69), "{url} {args:?}:\n{out}");
+            assert_one_error_line(&out);
+            assert_no_password(&out);
+            assert!(
+                out.stderr.contains(&format!(
+                    "127.0.0.1:{port} does not speak the Redis protocol"
+                )) && out
+                    .stderr
+                    .contains(r#"it answered "HTTP/1.1 400 Bad Request"#),
+                "{url} {args:?}:\n{out}"
+            );
+        }
+    }
+}
+
+/// A password with `#` (or `?`, `/`) that is not percent-encoded ends the URL's host part early:
+/// never print any of it, and say how to pass it. Before, `redis://user:1234#rest@host` printed
+/// `user:1234#rest@host` as the address it could not resolve.
+#[test]
+fn a_password_that_breaks_the_url_is_not_printed_and_the_fix_is_named() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let port = redis.port();
+    for (user, password) in [
+        ("user", "1234#pw-rest-never-printed"),
+        ("", "pw-start#pw-rest-never-printed"),
+        ("", "pw-start?pw-rest-never-printed"),
+        ("default", "12/pw-rest-never-printed"),
+    ] {
+        let url = format!("redis://{user}:{password}@127.0.0.1:{port}");
+        let out = redlock().args(["--url", &url, "acquire", "k"]).run();
+        assert_eq!(out.status.code(), Some(2), "{password}:\n{out}");
+        assert_one_error_line(&out);
+        assert!(
+            !out.stderr.contains("pw-rest") && !out.stderr.contains("pw-start"),
+            "the password was printed:\n{out}"
+        );
+        assert!(!out.stderr.contains(":1234"), "{out}");
+        let redacted = format!("'redis://***@127.0.0.1:{port}'");
+        for needle in ["percent-encode", "%23", "REDLOCK_PASSWORD", &redacted] {
+            assert!(
+                out.stderr.contains(needle),
+                "{password}: no {needle:?}:\n{out}"
+            );
+        }
+    }
+    assert_eq!(redis.dbsize(), 0);
+}
+
+/// A host name that does not resolve: say so and name the host to check, not "start
+/// redis-server".
+#[test]
+fn a_host_that_does_not_resolve_is_named() {
+    // RFC 2606: .invalid never resolves.
+    let url = "redis://redlock-test.invalid:6379";
+    let out = redlock().args(["--url", url, "status"]).run().expect(69);
+    assert_one_error_line(&out);
+    assert!(
+        out.stderr
+            .contains("cannot resolve the host name 'redlock-test.invalid'")
+            && out.stderr.contains("check the host in --url / REDLOCK_URL"),
+        "{out}"
+    );
+    assert!(!out.stderr.contains("start redis-server"), "{out}");
+}
+
+/// A database that is not a number, or that the server does not have: a usage error that names
+/// the database, without Rust debug text.
+#[test]
+fn a_bad_database_index_is_a_usage_error_that_says_so() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("r.sock");
+    let Some(unix) = RedisServer::builder()
+        .arg("--unixsocket")
+        .arg(socket.to_str().unwrap())
+        .start()
+    else {
+        return;
+    };
+    let port = redis.port();
+    for (url, needle) in [
+        (
+            format!("redis://127.0.0.1:{port}/abc"),
+            "'abc' is not a database number",
+        ),
+        (
+            format!("redis://127.0.0.1:{port}/-1"),
+            "'-1' is not a database number",
+        ),
+        (format!("redis://127.0.0.1:{port}/99"), "has no database 99"),
+        (
+            format!("unix://{}?db=99", socket.display()),
+            "has no database 99",
+        ),
+    ] {
+        let out = redlock()
+            .args(["--url", &url, "acquire", "k"])
+            .run()
+            .expect(2);
+        assert_one_error_line(&out);
+        assert!(out.stderr.contains(needle), "{url}: no {needle:?}:\n{out}");
+        for debug in ["InvalidClientConfig", "ResponseError", "Server("] {
+            assert!(!out.stderr.contains(debug), "{url}: debug text:\n{out}");
+        }
+    }
+    assert_eq!(redis.dbsize(), 0);
+    assert_eq!(unix.dbsize(), 0);
+}
+
+/// A Unix socket path where no socket exists: say that, not "connection refused".
+#[test]
+fn a_missing_unix_socket_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.sock");
+    let url = format!("unix://{}", missing.display());
+    let out = redlock().args(["--url", &url, "status"]).run().expect(69);
+    assert_one_error_line(&out);
+    assert!(
+        out.stderr
+            .contains(&format!("{} does not exist", missing.display()))
+            && out.stderr.contains("--unixsocket"),
+        "{out}"
+    );
+    assert!(!out.stderr.contains("connection refused"), "{out}");
+
+    // A file that is there but no socket anyone listens on: refused, with its own fix.
+    let plain = dir.path().join("plain-file");
+    std::fs::write(&plain, "").unwrap();
+    let url = format!("unix://{}", plain.display());
+    let out = redlock().args(["--url", &url, "status"]).run().expect(69);
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains("no server listens"), "{out}");
+}
+
+/// A password sent to a server that has none: say that the server has no password and how to
+/// stop sending it (before: "refused the credentials ... check the password").
+#[test]
+fn a_password_for_a_server_without_one_is_named() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}", redis.port());
+    let out = redlock()
+        .args(["--url", &url, "acquire", "k"])
+        .run()
+        .expect(77);
+    assert_one_error_line(&out);
+    assert_no_password(&out);
+    assert!(
+        out.stderr.contains("has no password set") && out.stderr.contains("remove the password"),
+        "{out}"
+    );
+    let out = redis
+        .redlock()
+        .env("REDLOCK_PASSWORD", PASSWORD)
+        .args(["acquire", "k"])
+        .run()
+        .expect(77);
+    assert_no_password(&out);
+    assert!(out.stderr.contains("has no password set"), "{out}");
+    assert_eq!(redis.dbsize(), 0);
+}
+
+/// `rediss://` to a server that does not speak TLS: say so and suggest `redis://` (before: "did
+/// not answer the TLS handshake within --io-timeout").
+#[test]
+fn rediss_to_a_plain_server_says_it_is_not_tls() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let url = format!("rediss://127.0.0.1:{}", redis.port());
+    let out = redlock()
+        .args(["--url", &url, "--io-timeout", "500ms", "acquire", "k"])
+        .run()
+        .expect(69);
+    assert_one_error_line(&out);
+    assert!(
+        out.stderr.contains("does not speak TLS")
+            && out
+                .stderr
+                .contains(&format!("redis://127.0.0.1:{}", redis.port())),
+        "{out}"
+    );
+    assert_eq!(redis.dbsize(), 0);
+}
+
+/// `-v` logs a waiter's wake-up at the holder's expiry as what it is, not as an error.
+#[test]
+fn verbose_does_not_call_a_waiters_wake_up_an_error() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis
+        .redlock()
+        .args(["acquire", "k", "--ttl", "1500ms"])
+        .run()
+        .ok();
+    // The waiter sleeps until the holder's TTL runs out, then looks again and takes the lock.
+    let out = redis
+        .redlock()
+        .args(["-v", "acquire", "k", "-w", "30s"])
+        .run()
+        .expect(0);
+    assert!(out.stderr.contains("wait on"), "{out}");
+    assert!(
+        !out.stderr.contains("error") && !out.stderr.contains("temporarily unavailable"),
+        "{out}"
+    );
+    assert!(out.stderr.contains("no wake-up"), "{out}");
+}

@@ -51,6 +51,8 @@ fn blessing() -> bool {
 #[test]
 fn cli_definition_is_consistent() {
     cli::Cli::command().debug_assert();
+    // The parser `redlock` runs: the same, with the global options hidden in subcommand help.
+    cli::command().debug_assert();
 }
 
 #[test]
@@ -128,6 +130,38 @@ fn every_subcommand_has_a_man_page_with_examples() {
             assert!(page.contains(heading), "{name} has no {heading}");
         }
     }
+}
+
+/// SYNOPSIS shows what each option takes, and where `exec`'s command goes (clap_mangen's own
+/// synopsis lists bare option names, without their arguments or `--`).
+#[test]
+fn man_synopsis_shows_option_arguments_and_the_command() {
+    let files = generated_files();
+    let page = |name: &str| {
+        let (_, text) = files.iter().find(|(p, _)| p == name).unwrap();
+        let start = text.find(".SH SYNOPSIS").unwrap();
+        let end = start + 1 + text[start + 1..].find(".SH ").unwrap();
+        text[start..end].to_string()
+    };
+    let exec = page("man/redlock-exec.1");
+    for needle in [
+        r"[\fB\-\-ttl\fR \fIDUR\fR]",
+        r"[\fB\-w\fR|\fB\-\-wait\fR \fIDUR\fR | \fB\-n\fR|\fB\-\-no\-wait\fR]",
+        r"\fIKEY\fR \fB\-\-\fR \fICMD\fR [\fIARGS\fR...]",
+        r"\fIKEY\fR \fB\-c\fR|\fB\-\-command\fR \fISHELL\-COMMAND\fR",
+    ] {
+        assert!(exec.contains(needle), "no {needle} in\n{exec}");
+    }
+    let extend = page("man/redlock-extend.1");
+    assert!(
+        extend.contains(r"\fB\-\-ttl\fR \fIDUR\fR \fIKEY\fR [\fITOKEN\fR]"),
+        "{extend}"
+    );
+    let root = page("man/redlock.1");
+    assert!(
+        root.contains(r"[\fB\-u\fR|\fB\-\-url\fR \fIURL\fR]..."),
+        "{root}"
+    );
 }
 
 /// Describes where `new` first departs from `old`, so the failure says more than "differs".
@@ -263,7 +297,10 @@ fn man_page(cmd: &clap::Command, hand_written: fn(&mut Roff), see_also_pages: &[
         out.extend_from_slice(text.strip_prefix(&preamble).unwrap_or(&text).as_bytes());
     };
     section(&|w| man.render_name_section(w));
-    section(&|w| man.render_synopsis_section(w));
+    // clap_mangen's SYNOPSIS lists bare option names, without what they take or `--`.
+    let mut roff = Roff::new();
+    synopsis(&mut roff, cmd);
+    section(&|w| roff.to_writer(w));
     section(&|w| man.render_description_section(w));
     section(&|w| man.render_options_section(w));
     if cmd.has_subcommands() {
@@ -280,6 +317,179 @@ fn man_page(cmd: &clap::Command, hand_written: fn(&mut Roff), see_also_pages: &[
     section(&|w| roff.to_writer(w));
 
     String::from_utf8(out).unwrap()
+}
+
+/// SYNOPSIS from the clap definition: every option with its argument (alternatives that exclude
+/// each other in one bracket), the positionals, and for `exec` the two ways to give the command
+/// (`-- CMD [ARGS...]` or `-c SHELL-COMMAND`). A subcommand's page shows the global options as
+/// one placeholder; they are listed under OPTIONS and in redlock(1).
+fn synopsis(r: &mut Roff, cmd: &clap::Command) {
+    heading(r, "SYNOPSIS");
+    let is_root = cmd.has_subcommands();
+    let visible = |a: &&clap::Arg| {
+        !a.is_hide_set()
+            && !matches!(a.get_id().as_str(), "help" | "version")
+            && (is_root || !a.is_global_set())
+    };
+    // A positional that takes a command line, and the options that stand in for it.
+    let command_arg = cmd
+        .get_positionals()
+        .find(|a| a.get_value_hint() == clap::ValueHint::CommandWithArguments);
+    let instead: Vec<&clap::Arg> = command_arg
+        .map(|c| {
+            cmd.get_arguments()
+                .filter(|a| !a.is_positional())
+                .filter(|a| {
+                    cmd.get_arg_conflicts_with(a)
+                        .iter()
+                        .any(|b| b.get_id() == c.get_id())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+
+    let mut groups: Vec<Vec<&clap::Arg>> = Vec::new();
+    for arg in cmd
+        .get_arguments()
+        .filter(|a| !a.is_positional())
+        .filter(visible)
+    {
+        if instead.iter().any(|a| a.get_id() == arg.get_id()) {
+            continue;
+        }
+        // clap records a conflict on the side that declared it: look both ways.
+        let excludes = |a: &clap::Arg, b: &clap::Arg| {
+            cmd.get_arg_conflicts_with(a)
+                .iter()
+                .any(|c| c.get_id() == b.get_id())
+        };
+        match groups
+            .iter_mut()
+            .find(|g| g.iter().any(|b| excludes(arg, b) || excludes(b, arg)))
+        {
+            Some(group) => group.push(arg),
+            None => groups.push(vec![arg]),
+        }
+    }
+    let mut options = Vec::new();
+    for group in &groups {
+        let required = group.len() == 1 && group[0].is_required_set();
+        if !required {
+            options.push(roman("["));
+        }
+        for (i, arg) in group.iter().enumerate() {
+            if i > 0 {
+                options.push(roman(" | "));
+            }
+            options.extend(option_inlines(arg));
+        }
+        if !required {
+            options.push(roman("]"));
+        }
+        if group.len() == 1 && group[0].get_action().takes_values() && repeats(group[0]) {
+            options.push(roman("..."));
+        }
+        options.push(roman(" "));
+    }
+
+    let mut name = vec![bold("redlock"), roman(" ")];
+    if !is_root {
+        name.extend([
+            roman("["),
+            italic("GLOBAL OPTIONS"),
+            roman("] "),
+            bold(cmd.get_name()),
+            roman(" "),
+        ]);
+    }
+    let mut positionals = Vec::new();
+    for arg in cmd.get_positionals().filter(visible) {
+        if command_arg.is_some_and(|c| c.get_id() == arg.get_id()) {
+            continue;
+        }
+        let value = value_name(arg);
+        match (arg.is_required_set(), repeats(arg)) {
+            (true, _) => positionals.push(italic(value)),
+            (false, false) => positionals.extend([roman("["), italic(value), roman("]")]),
+            (false, true) => positionals.extend([roman("["), italic(value), roman("...]")]),
+        }
+        positionals.push(roman(" "));
+    }
+    if is_root {
+        positionals.extend([italic("COMMAND"), roman(" ["), italic("ARGS"), roman("]")]);
+    }
+
+    let line = |tail: Vec<Inline>| {
+        let mut all = name.clone();
+        all.extend(options.iter().cloned());
+        all.extend(positionals.iter().cloned());
+        all.extend(tail);
+        if matches!(all.last(), Some(Inline::Roman(s)) if s == " ") {
+            all.pop();
+        }
+        all
+    };
+    match command_arg {
+        Some(c) => {
+            r.text(line(vec![
+                bold("--"),
+                roman(" "),
+                italic(value_name(c)),
+                roman(" ["),
+                italic("ARGS"),
+                roman("...]"),
+            ]));
+            for alternative in &instead {
+                r.control("br", []);
+                r.text(line(option_inlines(alternative)));
+            }
+        }
+        None => {
+            r.text(line(Vec::new()));
+        }
+    }
+}
+
+/// `-s|--long VALUE` (or the possible values, `a|b|c`) as roff inlines.
+fn option_inlines(arg: &clap::Arg) -> Vec<Inline> {
+    let mut out = Vec::new();
+    if let Some(s) = arg.get_short() {
+        out.push(bold(format!("-{s}")));
+    }
+    if let Some(l) = arg.get_long() {
+        if !out.is_empty() {
+            out.push(roman("|"));
+        }
+        out.push(bold(format!("--{l}")));
+    }
+    if arg.get_action().takes_values() {
+        out.push(roman(" "));
+        let possible: Vec<String> = arg
+            .get_possible_values()
+            .iter()
+            .filter(|v| !v.is_hide_set())
+            .map(|v| v.get_name().to_string())
+            .collect();
+        if possible.is_empty() || arg.get_value_names().is_some() {
+            out.push(italic(value_name(arg)));
+        } else {
+            out.push(roman(possible.join("|")));
+        }
+    }
+    out
+}
+
+fn value_name(arg: &clap::Arg) -> String {
+    arg.get_value_names()
+        .and_then(|v| v.first())
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| arg.get_id().as_str().to_uppercase())
+}
+
+/// Whether the option or positional may be given more than once (or take several values).
+fn repeats(arg: &clap::Arg) -> bool {
+    matches!(arg.get_action(), clap::ArgAction::Append)
+        || arg.get_num_args().is_some_and(|n| n.max_values() > 1)
 }
 
 fn heading(r: &mut Roff, title: &str) {
@@ -500,7 +710,10 @@ fn root_sections(r: &mut Roff) {
         [
             roman("The Redis password. It overrides a password in the URL; "),
             bold("--password-file"),
-            roman(" overrides it. A password is never printed."),
+            roman(
+                " overrides it. A password is never printed. In a URL, a password's #, ? and / \
+                 must be percent-encoded (%23, %3F, %2F); here they need not be.",
+            ),
         ],
     );
     item(

@@ -137,13 +137,279 @@ fn a_password_in_a_bad_url_is_not_echoed() {
 
 #[test]
 fn missing_tokens_are_usage_errors() {
+    // Without a token argument and without REDLOCK_TOKEN, the message says where a token comes
+    // from (before, clap's generic "required arguments were not provided: <TOKEN>").
     assert_usage_errors(&[
-        case(&["release", "k"], "token"),
-        case(&["release", "k", ""], "token"),
-        case(&["release", "k", "   "], "token"),
-        case(&["extend", "k", "--ttl", "5s"], "token"),
-        case(&["extend", "k", "", "--ttl", "5s"], "token"),
+        case(
+            &["release", "k"],
+            "missing token: pass the token printed by",
+        ),
+        case(&["release", "k", ""], "missing token"),
+        case(&["release", "k", "   "], "missing token"),
+        case(
+            &["extend", "k", "--ttl", "5s"],
+            "missing token: pass the token printed by",
+        ),
+        case(&["extend", "k", "", "--ttl", "5s"], "missing token"),
     ]);
+    // REDLOCK_TOKEN stands in for the argument, so the help shows it as optional.
+    for sub in ["release", "extend"] {
+        let out = redlock().args([sub, "--help"]).run().expect(0);
+        let usage = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("Usage:"))
+            .unwrap();
+        assert!(usage.ends_with("<KEY> [TOKEN]"), "{sub}: {usage}");
+        assert!(out.stdout.contains("[env: REDLOCK_TOKEN]"), "{out}");
+    }
+}
+
+/// The 8-character fingerprint `status` shows is not a token: say so, and where the token comes
+/// from (before: "held by ... with another token (<that same fingerprint>…)").
+#[test]
+fn a_fingerprint_is_recognised_and_not_taken_for_a_token() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = redis.redlock().args(["acquire", "k"]).run().ok();
+    let status = redis.redlock().args(["status", "k"]).run().ok();
+    let fingerprint = &token[..8];
+    assert!(status.contains(fingerprint), "{status}");
+    for args in [
+        vec!["release", "k", fingerprint],
+        vec!["extend", "k", fingerprint, "--ttl", "1m"],
+    ] {
+        let out = redis.redlock().args(&args).run().expect(3);
+        assert_one_error_line(&out);
+        for needle in ["fingerprint", "redlock acquire", "status --show-token"] {
+            assert!(
+                out.stderr.contains(needle),
+                "{args:?}: no {needle:?}:\n{out}"
+            );
+        }
+        assert!(!out.stderr.contains("another token"), "{args:?}:\n{out}");
+    }
+    assert_eq!(redis.get(&lock_key("k")), Some(token.clone()));
+    // A fingerprint-shaped argument for a free lock gets the hint too.
+    redis
+        .redlock()
+        .args(["release", "k", &token])
+        .run()
+        .expect(0);
+    let out = redis
+        .redlock()
+        .args(["release", "k", fingerprint])
+        .run()
+        .expect(3);
+    assert!(out.stderr.contains("fingerprint"), "{out}");
+}
+
+/// Which help a usage error points to: the subcommand's own, when there is one.
+#[test]
+fn usage_errors_point_to_the_subcommands_help() {
+    for (args, help) in [
+        (
+            vec!["acquire", "k", "--frobnicate"],
+            "'redlock acquire --help'",
+        ),
+        (
+            vec!["-u", "redis://h", "acquire", "k", "--ttl", "x"],
+            "'redlock acquire --help'",
+        ),
+        (vec!["--prefix=p:", "release"], "'redlock release --help'"),
+        (vec!["extend", "k", "t"], "'redlock extend --help'"),
+        (vec!["status", "--jsn"], "'redlock status --help'"),
+        (
+            vec!["exec", "k", "-n", "-w", "1s", "--", "true"],
+            "'redlock exec --help'",
+        ),
+        (vec!["launch", "k"], "'redlock --help'"),
+        (vec!["--frobnicate"], "'redlock --help'"),
+        // The subcommand named is the context, even for a mistake made before it.
+        (vec!["-qv", "status"], "'redlock status --help'"),
+    ] {
+        let out = redlock().args(&args).run().expect(2);
+        assert_one_error_line(&out);
+        assert!(
+            out.stderr.trim_end().ends_with(&format!("(see {help})")),
+            "{args:?}: not pointing to {help}:\n{out}"
+        );
+    }
+}
+
+/// `exec` without a command says so, and its usage shows where the command goes.
+#[test]
+fn exec_without_a_command_says_so() {
+    for args in [
+        vec!["exec", "k"],
+        vec!["exec", "k", "--"],
+        vec!["exec", "k", "-n"],
+    ] {
+        let out = redlock().args(&args).run().expect(2);
+        assert_one_error_line(&out);
+        assert!(
+            out.stderr.contains("no command to run") && out.stderr.contains("-- CMD [ARGS...]"),
+            "{args:?}:\n{out}"
+        );
+    }
+    for flag in ["-h", "--help"] {
+        let out = redlock().args(["exec", flag]).run().expect(0);
+        assert!(
+            out.stdout
+                .contains("Usage: redlock exec [OPTIONS] <KEY> -- CMD [ARGS...]")
+                && out
+                    .stdout
+                    .contains("redlock exec [OPTIONS] <KEY> -c <SHELL-COMMAND>"),
+            "{out}"
+        );
+    }
+}
+
+/// A subcommand's help leads with its own options; the global ones are one pointer line.
+#[test]
+fn subcommand_help_does_not_bury_its_own_options() {
+    let root = redlock().arg("--help").run().expect(0).stdout;
+    for flag in [
+        "--password-file <FILE>",
+        "--connect-timeout <DUR>",
+        "--url <URL>",
+    ] {
+        assert!(root.contains(flag), "redlock --help lost {flag}:\n{root}");
+    }
+    for sub in ["acquire", "release", "extend", "status", "exec"] {
+        for flag in ["-h", "--help"] {
+            let help = redlock().args([sub, flag]).run().expect(0).stdout;
+            assert!(
+                !help.contains("--password-file <FILE>") && !help.contains("--tls-ca <FILE>"),
+                "{sub} {flag} repeats the global options:\n{help}"
+            );
+            assert!(
+                help.contains("Global options (-u/--url, ")
+                    && help.contains("see 'redlock --help'"),
+                "{sub} {flag}: no pointer to the global options:\n{help}"
+            );
+        }
+    }
+    let exec = redlock().args(["exec", "--help"]).run().expect(0).stdout;
+    assert!(exec.lines().count() <= 75, "exec --help is long:\n{exec}");
+    // The global options still work after the subcommand.
+    let out = redlock()
+        .args([
+            "status",
+            "--url",
+            "redis://127.0.0.1:1",
+            "--connect-timeout",
+            "1s",
+        ])
+        .run()
+        .expect(69);
+    assert!(out.stderr.contains("redis://127.0.0.1:1"), "{out}");
+}
+
+/// The exit table in `--help` keeps each entry whole: a wrapped entry continues indented under
+/// its meaning, never at the left margin where it reads like a new entry.
+#[test]
+fn the_exit_table_in_help_does_not_wrap_mid_entry() {
+    for columns in ["80", "100"] {
+        let out = redlock()
+            .arg("--help")
+            .env("COLUMNS", columns)
+            .run()
+            .expect(0);
+        let table: Vec<&str> = out
+            .stdout
+            .lines()
+            .skip_while(|l| !l.starts_with("Exit status:"))
+            .skip(1)
+            .take_while(|l| !l.trim().is_empty())
+            .collect();
+        assert!(
+            table.len() >= 10,
+            "COLUMNS={columns}: no exit table:\n{}",
+            out.stdout
+        );
+        let width: usize = columns.parse().unwrap();
+        let mut entries = 0;
+        for line in &table {
+            assert!(
+                line.chars().count() <= width,
+                "COLUMNS={columns}: too wide: {line:?}"
+            );
+            if line.starts_with("  ") && !line.starts_with("   ") {
+                entries += 1;
+            } else {
+                assert!(
+                    line.starts_with("            "),
+                    "COLUMNS={columns}: an entry wrapped to the margin: {line:?}\n{}",
+                    table.join("\n")
+                );
+            }
+        }
+        assert_eq!(entries, 10, "COLUMNS={columns}:\n{}", table.join("\n"));
+    }
+}
+
+/// A TTL under a second is allowed (the behaviour is unchanged) but warned about, once, on
+/// stderr; `-q` silences the warning.
+#[test]
+fn a_ttl_under_a_second_warns() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = redis
+        .redlock()
+        .args(["acquire", "short", "--ttl", "800ms"])
+        .run()
+        .expect(0);
+    assert!(is_token(out.stdout.trim_end()), "{out}");
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert!(
+        lines.len() == 1
+            && lines[0].starts_with("redlock: warning: --ttl 800ms is under 1s")
+            && lines[0].contains("expire"),
+        "{out}"
+    );
+    let pttl = redis.pttl(&lock_key("short"));
+    assert!(
+        pttl == -2 || (0..=800).contains(&pttl),
+        "the TTL changed: {pttl}"
+    );
+
+    let out = redis
+        .redlock()
+        .args(["-q", "acquire", "quiet", "--ttl", "800ms"])
+        .run()
+        .expect(0);
+    assert_eq!(out.stderr, "", "-q:\n{out}");
+
+    let out = redis
+        .redlock()
+        .args(["acquire", "long", "--ttl", "1s"])
+        .run()
+        .expect(0);
+    assert_eq!(out.stderr, "", "1s is enough:\n{out}");
+    let token = out.stdout.trim_end().to_string();
+
+    let out = redis
+        .redlock()
+        .args(["extend", "long", &token, "--ttl", "10ms"])
+        .run()
+        .expect(0);
+    assert!(
+        out.stderr.starts_with("redlock: warning: --ttl 10ms"),
+        "{out}"
+    );
+
+    let out = redis
+        .redlock()
+        .args(["exec", "ex", "--ttl", "900ms", "--", "true"])
+        .run()
+        .expect(0);
+    assert!(
+        out.stderr.lines().count() == 1 && out.stderr.starts_with("redlock: warning: --ttl 900ms"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -170,4 +436,22 @@ fn help_and_version_go_to_stdout() {
     );
     let out = redlock().arg("--version").run().expect(0);
     assert!(out.stdout.starts_with("redlock "), "{out}");
+}
+
+/// A driver error keeps its words and loses the Rust debug name of its kind (before: "Invalid
+/// protocol version - InvalidClientConfig: bogus").
+#[test]
+fn driver_errors_carry_no_rust_debug_text() {
+    for url in [
+        "redis://127.0.0.1:6379/?protocol=bogus",
+        "unix:///tmp/redlock-test.sock?protocol=bogus",
+    ] {
+        let out = redlock().args(["--url", url, "status"]).run().expect(2);
+        assert_one_error_line(&out);
+        assert!(
+            out.stderr.contains("Invalid protocol version: bogus"),
+            "{url}:\n{out}"
+        );
+        assert!(!out.stderr.contains("InvalidClientConfig"), "{url}:\n{out}");
+    }
 }
