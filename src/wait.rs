@@ -179,6 +179,20 @@ impl Park for Parker<'_> {
     fn interrupted(&mut self) -> Option<i32> {
         self.events.try_iter().find_map(|e| stop_signal(&e))
     }
+
+    fn outage(&mut self, keys: &Keys, error: &anyhow::Error, forever: bool) {
+        if !self.config.quiet {
+            let until = if forever {
+                "until Redis answers again (no --wait limit)"
+            } else {
+                "until the wait runs out"
+            };
+            eprintln!(
+                "redlock: waiting for '{}': {error:#}; retrying {until}",
+                keys.name
+            );
+        }
+    }
 }
 
 /// One BLPOP on `key` that ends after `timeout` by our clock: the read timeout is the wait, and
