@@ -94,6 +94,12 @@ impl Keys {
         format!("{}:w:{token}", self.lock)
     }
 
+    /// The pub/sub channel where taking the lock away from its holder is announced (see
+    /// `notify.rs`); it shares the lock's hash tag.
+    pub fn events(&self) -> String {
+        format!("{}:events", self.lock)
+    }
+
     /// The keys in the order every script declares them.
     fn all(&self) -> [&str; 4] {
         [&self.lock, &self.meta, &self.queue, &self.leases]
@@ -885,6 +891,7 @@ mod tests {
         assert_eq!(k.lock, "redlock:{deploy}");
         assert_eq!(k.meta, "redlock:{deploy}:meta");
         assert_eq!(k.wake("t"), "redlock:{deploy}:w:t");
+        assert_eq!(k.events(), "redlock:{deploy}:events");
         for aux in [&k.meta, &k.queue, &k.leases, &k.wake("t")] {
             assert_eq!(Keys::name_of("redlock:", aux), None, "{aux}");
         }

@@ -36,6 +36,11 @@ pub enum Event {
     RenewFailed(String),
     /// `exec`: a renewal found another token or no key: the lock is gone.
     Lost(String),
+    /// `exec`: the lock of `token` was taken away from its holder, for `why` (see `notify.rs`).
+    TakenAway {
+        token: String,
+        why: &'static str,
+    },
 }
 
 /// What the signal thread needs to end a wait: where to leave which queue.

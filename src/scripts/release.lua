@@ -11,6 +11,7 @@
 -- The compare and the delete must be one atomic step: with two round trips the lock could expire
 -- between them and a new holder's lock would be deleted (the seed's "classic wrong release"). The
 -- hand-over to the first waiter is in the same step, so no newcomer can slip in between.
+-- With 'force', the evicted holder's token is published on KEYS[1] .. ':events' as 'forced:TOKEN'.
 local current = redis.call('GET', LOCK)
 if not current then
   return {0}
@@ -20,6 +21,12 @@ if current == ARGV[1] then
 end
 if ARGV[2] == 'force' then
   local record = holder(current)
+  -- Tell the holder now rather than at its next renewal (`exec` listens on this channel; see
+  -- notify.rs). Fire-and-forget: a holder not listening at this instant learns it by renewing.
+  -- A reservation ('~' .. waiter) has no holder to tell.
+  if string.sub(current, 1, 1) ~= '~' then
+    redis.call('PUBLISH', LOCK .. ':events', 'forced:' .. current)
+  end
   return {1, record, pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])}
 end
 return {-1, holder(current)}
