@@ -18,6 +18,7 @@ use anyhow::Result;
 
 use crate::client;
 use crate::config::Config;
+use crate::error::{Kind, kind_of};
 use crate::lock::Keys;
 use crate::wait::Event;
 
@@ -44,6 +45,11 @@ pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>) -> Receiver<()> {
                     Ok(Listening::Dropped(e)) | Err(e) => {
                         if config.verbose {
                             eprintln!("redlock: not listening on {channel}: {e:#}");
+                        }
+                        // Refused (an ACL user without the channel: Redis 7 gives new users
+                        // none) or not understood: trying again cannot help.
+                        if kind_of(&e) != Kind::Unavailable {
+                            return;
                         }
                     }
                 }

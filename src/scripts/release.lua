@@ -23,9 +23,10 @@ if ARGV[2] == 'force' then
   local record = holder(current)
   -- Tell the holder now rather than at its next renewal (`exec` listens on this channel; see
   -- notify.rs). Fire-and-forget: a holder not listening at this instant learns it by renewing.
-  -- A reservation ('~' .. waiter) has no holder to tell.
+  -- A reservation ('~' .. waiter) has no holder to tell. pcall: an ACL user without the channel
+  -- (Redis 7 gives new users none) still releases; its holder learns it by renewing.
   if string.sub(current, 1, 1) ~= '~' then
-    redis.call('PUBLISH', LOCK .. ':events', 'forced:' .. current)
+    redis.pcall('PUBLISH', LOCK .. ':events', 'forced:' .. current)
   end
   return {1, record, pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])}
 end
