@@ -64,8 +64,10 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
 
     crate::commands::check_lock_args(config, &args.lock)?;
     let mut store = store::open(config)?;
-    // Subscribed while we take the lock, so that it rarely adds to the start-up time.
-    let listening_by = Instant::now() + config.connect_timeout + config.io_timeout;
+    // Subscribed while we take the lock, so that it rarely adds to the start-up time. A frozen
+    // server (a quorum's queue node: the others gave us the lock) holds the command back by at
+    // most a quarter of --io-timeout, as a slow quorum node does.
+    let listening_by = Instant::now() + config.io_timeout / 4;
     let listening = notify::listen(config, &keys, tx.clone());
     let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, &rx)? {
         ControlFlow::Continue(lock) => lock,
