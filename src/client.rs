@@ -305,6 +305,29 @@ pub fn plain(config: &Config, ep: &Endpoint) -> Result<redis::Connection> {
     Ok(con)
 }
 
+/// A connection of its own for SUBSCRIBE (see `notify.rs`), to where a lock's announcements are
+/// published: the server, Sentinel's master, a quorum's queue node (the first URL), or the first
+/// seed of a Cluster that answers (a Cluster passes PUBLISH on to every node).
+pub fn subscriber(config: &Config) -> Result<redis::Connection> {
+    match &config.servers {
+        Servers::One(ep) => plain(config, ep),
+        Servers::Quorum(eps) => plain(config, &eps[0]),
+        Servers::Sentinel { master, sentinels } => {
+            plain(config, &sentinel_master(config, master, sentinels)?)
+        }
+        Servers::Cluster(seeds) => {
+            let mut last = None;
+            for seed in seeds {
+                match plain(config, seed) {
+                    Ok(con) => return Ok(con),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(last.unwrap_or_else(|| crate::error::usage("no cluster URL")))
+        }
+    }
+}
+
 /// Connects to a Redis Cluster through its seed nodes.
 fn cluster(config: &Config, seeds: &[Endpoint]) -> Result<(Con, String)> {
     let display = format!(

@@ -32,6 +32,7 @@ use crate::config::{Config, Servers};
 use crate::error::{Kind, failure};
 use crate::exit;
 use crate::lock::{Keys, Lock, Verdict, human_ms};
+use crate::notify;
 use crate::owner;
 use crate::signals::{self, Signal};
 use crate::spawn::{self, Child, SpawnError};
@@ -65,10 +66,18 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     crate::commands::check_lock_args(config, &args.lock)?;
     crate::commands::warn_short_ttl(config, args.lock.ttl);
     let mut store = store::open(config)?;
+    // Subscribed while we take the lock, so that it rarely adds to the start-up time. A frozen
+    // server (a quorum's queue node: the others gave us the lock) holds the command back by at
+    // most a quarter of --io-timeout, as a slow quorum node does.
+    let listening_by = Instant::now() + config.io_timeout / 4;
+    let listening = notify::listen(config, &keys, tx.clone());
     let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, &rx)? {
         ControlFlow::Continue(lock) => lock,
         ControlFlow::Break(code) => return Ok(code),
     };
+    // The command starts once we listen (or cannot: then the renewal alone finds a loss), so that
+    // a forced release while it runs reaches us.
+    let _ = listening.recv_timeout(listening_by.saturating_duration_since(Instant::now()));
 
     // From here on the lock is ours: every way out goes through `release_after`.
     if let Some(sig) = pending_stop(&rx) {
@@ -378,6 +387,11 @@ impl Supervisor<'_> {
                 Ok(Event::Lost(why)) => {
                     if self.lost.is_none() {
                         self.lose(why);
+                    }
+                }
+                Ok(Event::TakenAway { token, why }) => {
+                    if self.lost.is_none() && token == self.lock.token {
+                        self.lose(why.to_string());
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}

@@ -12,6 +12,7 @@ pub mod error;
 mod exec;
 pub mod exit;
 pub mod lock;
+mod notify;
 pub mod output;
 mod owner;
 pub mod quorum;

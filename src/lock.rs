@@ -26,6 +26,10 @@
 //! - A waiter that gives up runs `leave.lua` (and passes on a reservation made for it). One that
 //!   dies is dropped when its lease runs out; if its turn comes first, the reservation expires
 //!   unclaimed after [`CLAIM_WINDOW`] and the next waiter, whose wait is capped, takes over.
+//! - A waiter that loses Redis (refused, reset, timed out) keeps waiting while its wait lasts: it
+//!   looks again with backoff and then goes on with the same token, so its queue entry keeps its
+//!   place if its lease is still live (or nobody looked at the queue meanwhile); otherwise it
+//!   queues again. See [`ride_out`].
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -34,7 +38,7 @@ use anyhow::{Context, Result};
 use redis::Value;
 
 use crate::client::{Redis, unexpected_reply};
-use crate::error::{Kind, failure, usage};
+use crate::error::{Kind, failure, kind_of, usage};
 use crate::scripts;
 use crate::store::Store;
 
@@ -88,6 +92,12 @@ impl Keys {
     /// The list a waiter with `token` blocks on (the scripts derive the same name).
     pub fn wake(&self, token: &str) -> String {
         format!("{}:w:{token}", self.lock)
+    }
+
+    /// The pub/sub channel where taking the lock away from its holder is announced (see
+    /// `notify.rs`); it shares the lock's hash tag.
+    pub fn events(&self) -> String {
+        format!("{}:events", self.lock)
     }
 
     /// The keys in the order every script declares them.
@@ -375,6 +385,9 @@ pub trait Park {
     fn sleep(&mut self, timeout: Duration) -> Result<Parked>;
     /// A stop signal that arrived since the last look, without blocking.
     fn interrupted(&mut self) -> Option<i32>;
+    /// Says (once per wait: the caller makes sure) that Redis stopped answering and that we go on
+    /// trying until the wait runs out (`forever`: until Redis answers again).
+    fn outage(&mut self, keys: &Keys, error: &anyhow::Error, forever: bool);
 }
 
 /// How long a reservation for the first waiter lasts before the next waiter gets its turn.
@@ -383,6 +396,10 @@ pub const CLAIM_WINDOW: Duration = Duration::from_secs(2);
 pub const BLOCK_CAP: Duration = Duration::from_secs(3);
 /// How long past its expected wake-up a silent waiter still counts as alive.
 pub const LEASE_MARGIN: Duration = Duration::from_secs(2);
+/// The first pause before a waiter that lost Redis tries again; it doubles up to
+/// [`OUTAGE_RETRY_CAP`], so a short outage costs little and a long one few connection attempts.
+pub const OUTAGE_RETRY: Duration = Duration::from_millis(100);
+pub const OUTAGE_RETRY_CAP: Duration = Duration::from_secs(2);
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -458,6 +475,9 @@ pub fn try_acquire(
 /// [`BLOCK_CAP`] passes. A stop signal ends the wait at once. On every way out that does not
 /// return the lock, we leave the queue (and pass on a reservation made for us), so nothing of
 /// ours stays in Redis; a lock taken in the same instant as a signal is released again.
+///
+/// Once Redis has answered an attempt (we are a waiter), losing it does not end the wait: see
+/// [`ride_out`]. Before that, an unreachable server is an error at once (most likely a wrong URL).
 pub fn acquire(
     store: &mut dyn Store,
     keys: &Keys,
@@ -475,32 +495,53 @@ pub fn acquire(
     };
     let join = wait != Wait::No;
     let mut queued = false;
+    // Redis answered a busy attempt that queued us: from then on an outage does not end the wait.
+    let mut waiting = false;
+    let mut outage = Outage::default();
     let outcome = (|| -> Result<Acquired> {
+        let mut first = true;
         loop {
+            if !first && store.fresh_token_per_attempt() {
+                prev = Some(std::mem::replace(&mut token, new_token()));
+            }
+            first = false;
             if let Some(sig) = park.interrupted() {
                 return Ok(Acquired::Interrupted(sig));
             }
-            let pttl_ms =
-                match store.try_acquire(keys, &token, prev.as_deref(), ttl, owner, join)? {
-                    Attempt::Acquired(lock) => {
-                        queued = false;
-                        if let Some(sig) = park.interrupted() {
-                            store
-                                .release(keys, Some(&lock.token))
-                                .context("interrupted right after acquiring; releasing failed")?;
-                            return Ok(Acquired::Interrupted(sig));
-                        }
-                        return Ok(Acquired::Held(lock));
+            let attempt = match store.try_acquire(keys, &token, prev.as_deref(), ttl, owner, join) {
+                Ok(attempt) => attempt,
+                Err(e) if waiting => {
+                    // The same token again once Redis is back: our queue entry (if still there)
+                    // keeps our place, and an attempt whose reply was lost finds its own grant.
+                    match ride_out(store, keys, park, deadline, e, &mut outage)? {
+                        Some(sig) => return Ok(Acquired::Interrupted(sig)),
+                        None => continue,
                     }
-                    Attempt::Busy {
-                        pttl_ms,
-                        queued: in_queue,
-                        ..
-                    } => {
-                        queued = in_queue;
-                        pttl_ms
+                }
+                Err(e) => return Err(e),
+            };
+            outage.pause = OUTAGE_RETRY;
+            let pttl_ms = match attempt {
+                Attempt::Acquired(lock) => {
+                    queued = false;
+                    if let Some(sig) = park.interrupted() {
+                        store
+                            .release(keys, Some(&lock.token))
+                            .context("interrupted right after acquiring; releasing failed")?;
+                        return Ok(Acquired::Interrupted(sig));
                     }
-                };
+                    return Ok(Acquired::Held(lock));
+                }
+                Attempt::Busy {
+                    pttl_ms,
+                    queued: in_queue,
+                    ..
+                } => {
+                    queued = in_queue;
+                    waiting = join;
+                    pttl_ms
+                }
+            };
             let remaining = match (wait, deadline) {
                 (Wait::No, _) => Duration::ZERO,
                 (Wait::For(_), Some(d)) => d.saturating_duration_since(Instant::now()),
@@ -514,14 +555,20 @@ pub fn acquire(
             // when the holder's TTL has run out, or after the cap.
             let parking = if queued { store.parking() } else { None };
             let parked = match parking {
-                Some(redis) => park.park(redis, keys, &token, timeout)?,
-                None => park.sleep(timeout)?,
+                Some(redis) => park.park(redis, keys, &token, timeout),
+                None => park.sleep(timeout),
+            };
+            let parked = match parked {
+                Ok(parked) => parked,
+                // The block failed and no fresh connection could be made: Redis is gone.
+                Err(e) if waiting => match ride_out(store, keys, park, deadline, e, &mut outage)? {
+                    Some(sig) => Parked::Interrupted(sig),
+                    None => Parked::TimedOut,
+                },
+                Err(e) => return Err(e),
             };
             if let Parked::Interrupted(sig) = parked {
                 return Ok(Acquired::Interrupted(sig));
-            }
-            if store.fresh_token_per_attempt() {
-                prev = Some(std::mem::replace(&mut token, new_token()));
             }
         }
     })();
@@ -534,6 +581,11 @@ pub fn acquire(
     }
     match &outcome {
         Ok(Acquired::Held(_)) => {}
+        // A signal in the middle of an outage: leave if Redis is back, else our lease runs out
+        // by itself (within BLOCK_CAP + LEASE_MARGIN) and the queue goes on without us.
+        Ok(_) if outage.down => {
+            let _ = store.recover().and_then(|()| store.leave(keys, &token));
+        }
         Ok(_) if queued => store
             .leave(keys, &token)
             .with_context(|| format!("cannot leave the queue of '{}'", keys.name))?,
@@ -548,6 +600,87 @@ pub fn acquire(
         // Who holds it, for the message: read after leaving, so we are not among the waiters.
         Ok(Acquired::Busy(None)) => Ok(Acquired::Busy(store.inspect(keys).ok())),
         other => other,
+    }
+}
+
+/// A waiter's view of a Redis outage.
+struct Outage {
+    /// The notice was printed (once per wait).
+    told: bool,
+    /// Redis has not answered since the outage began.
+    down: bool,
+    /// The next pause before looking again; back to [`OUTAGE_RETRY`] after an answered attempt.
+    pause: Duration,
+}
+
+impl Default for Outage {
+    fn default() -> Self {
+        Outage {
+            told: false,
+            down: false,
+            pause: OUTAGE_RETRY,
+        }
+    }
+}
+
+/// Rides out a failure that leaves a waiter without Redis (refused, reset, timed out: what
+/// [`Kind::Unavailable`] covers). Pauses with capped exponential backoff (a stop signal ends the
+/// pause) and looks again, read-only, until Redis answers: `Ok(None)`, and the caller goes on.
+/// `Ok(Some(signal))` when a stop signal came. Gives up with the last error when the wait runs
+/// out, and at once for any other kind of error (credentials, protocol: waiting cannot help).
+///
+/// The look is a status read, not a new attempt: an attempt sent to a frozen server would run
+/// when it thaws, perhaps after we gave up, and take the lock for a token nobody knows.
+fn ride_out(
+    store: &mut dyn Store,
+    keys: &Keys,
+    park: &mut dyn Park,
+    deadline: Option<Instant>,
+    error: anyhow::Error,
+    outage: &mut Outage,
+) -> Result<Option<i32>> {
+    let mut error = error;
+    outage.down = true;
+    loop {
+        if kind_of(&error) != Kind::Unavailable {
+            return Err(error);
+        }
+        let left = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        if left.is_zero() {
+            return Err(error);
+        }
+        if !outage.told {
+            park.outage(keys, &error, deadline.is_none());
+            outage.told = true;
+        }
+        if let Parked::Interrupted(sig) = park.sleep(outage.pause.min(left))? {
+            return Ok(Some(sig));
+        }
+        outage.pause = (outage.pause * 2).min(OUTAGE_RETRY_CAP);
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(error);
+        }
+        match store.recover().and_then(|()| store.inspect(keys)) {
+            // A quorum's look succeeds with fewer than a majority answering: not back yet.
+            Ok(state)
+                if state
+                    .quorum
+                    .as_ref()
+                    .is_some_and(|q| q.verdict == "unknown") =>
+            {
+                error = failure(
+                    Kind::Unavailable,
+                    format!("no quorum for '{}': too few servers answered", keys.name),
+                );
+            }
+            Ok(_) => {
+                outage.down = false;
+                return Ok(None);
+            }
+            Err(e) => error = e,
+        }
     }
 }
 
@@ -864,6 +997,7 @@ mod tests {
         assert_eq!(k.lock, "redlock:{deploy}");
         assert_eq!(k.meta, "redlock:{deploy}:meta");
         assert_eq!(k.wake("t"), "redlock:{deploy}:w:t");
+        assert_eq!(k.events(), "redlock:{deploy}:events");
         for aux in [&k.meta, &k.queue, &k.leases, &k.wake("t")] {
             assert_eq!(Keys::name_of("redlock:", aux), None, "{aux}");
         }

@@ -36,6 +36,11 @@ pub enum Event {
     RenewFailed(String),
     /// `exec`: a renewal found another token or no key: the lock is gone.
     Lost(String),
+    /// `exec`: the lock of `token` was taken away from its holder, for `why` (see `notify.rs`).
+    TakenAway {
+        token: String,
+        why: &'static str,
+    },
 }
 
 /// What the signal thread needs to end a wait: where to leave which queue.
@@ -178,6 +183,20 @@ impl Park for Parker<'_> {
 
     fn interrupted(&mut self) -> Option<i32> {
         self.events.try_iter().find_map(|e| stop_signal(&e))
+    }
+
+    fn outage(&mut self, keys: &Keys, error: &anyhow::Error, forever: bool) {
+        if !self.config.quiet {
+            let until = if forever {
+                "until Redis answers again (no --wait limit)"
+            } else {
+                "until the wait runs out"
+            };
+            eprintln!(
+                "redlock: waiting for '{}': {error:#}; retrying {until}",
+                keys.name
+            );
+        }
     }
 }
 

@@ -413,3 +413,32 @@ fn wait_replicas_counts_the_replicas_of_the_locks_master() {
         "not released:\n{out}"
     );
 }
+
+/// `release --force` of a lock on another master than the seed: the announcement reaches the
+/// `exec` holder (subscribed on the seed: a Cluster passes PUBLISH on to every node) at once.
+#[test]
+fn a_forced_release_stops_an_exec_holder_at_once() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let name = cluster.names_on_each_node("forced")[2].clone();
+    let node = &cluster.nodes()[2];
+    let mut holder = cluster
+        .redlock()
+        .env("D", node.dir())
+        .args(["exec", &name, "--ttl", "30s", "-c", &waiter()])
+        .spawn_proc();
+    wait_ready(node, &mut holder);
+    let forced = Instant::now();
+    cluster
+        .redlock()
+        .args(["release", &name, "--force"])
+        .run()
+        .expect(0);
+    holder.wait_for_stderr("force-released", EVENT);
+    let took = forced.elapsed();
+    done(node);
+    let out = holder.finish(EVENT).expect(75);
+    assert!(took < Duration::from_secs(5), "took {took:?}:\n{out}");
+    assert!(out.stderr.contains("lost the lock"), "{out}");
+}

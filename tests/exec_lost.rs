@@ -223,3 +223,76 @@ fn a_frozen_redis_stops_the_child_by_the_locks_deadline() {
         "the lock outlived its holder"
     );
 }
+
+/// `release --force` while `exec` holds the lock: the holder hears of it at once (not at its next
+/// renewal, which with a 30s TTL is 10s away), stops its command and exits 75 saying why; the
+/// next holder takes the lock meanwhile and keeps it.
+#[test]
+fn a_forced_release_stops_the_holder_at_once() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut proc = exec(&redis)
+        .args(["k", "--ttl", "30s", "-c", &trapper()])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    let forced = Instant::now();
+    let out = redis
+        .redlock()
+        .args(["release", "k", "--force"])
+        .run()
+        .expect(0);
+    assert!(out.stderr.contains("force-released"), "{out}");
+    let next = redis
+        .redlock()
+        .args(["acquire", "k", "-n", "--ttl", "60s"])
+        .run()
+        .ok();
+    let out = proc.finish(EVENT).expect(LOST);
+    let took = forced.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "took {took:?} to notice (a renewal comes every 10s):\n{out}"
+    );
+    assert_eq!(out.stdout, "got TERM\n", "the child gets SIGTERM:\n{out}");
+    assert!(out.stderr.contains("lost the lock 'k'"), "{out}");
+    assert!(out.stderr.contains("force-released"), "says why:\n{out}");
+    assert_eq!(redis.get(&lock_key("k")).as_deref(), Some(next.as_str()));
+    assert!(redis.pttl(&lock_key("k")) > 50_000, "the next holder's TTL");
+}
+
+/// The holder's subscription dropped (here by `CLIENT KILL TYPE pubsub`) is made again, so a
+/// later forced release still reaches it at once; the command runs on meanwhile.
+#[test]
+fn a_dropped_subscription_is_made_again() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let channel = format!("{}:events", lock_key("k"));
+    let subscribers = || -> i64 {
+        let (_, n): (String, i64) = redis.query(&["PUBSUB", "NUMSUB", &channel]);
+        n
+    };
+    let mut proc = exec(&redis)
+        .args(["k", "--ttl", "30s", "-c", &trapper()])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    assert_eq!(subscribers(), 1, "the holder listens from the start");
+    let killed: i64 = redis.query(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_eq!(killed, 1);
+    assert!(
+        wait_for(|| subscribers() == 1, EVENT),
+        "not subscribed again"
+    );
+    assert!(proc.running(), "{}", proc.stderr());
+    let forced = Instant::now();
+    redis
+        .redlock()
+        .args(["release", "k", "--force"])
+        .run()
+        .expect(0);
+    let out = proc.finish(EVENT).expect(LOST);
+    let took = forced.elapsed();
+    assert!(took < Duration::from_secs(5), "took {took:?}:\n{out}");
+    assert!(out.stderr.contains("force-released"), "{out}");
+}

@@ -1040,7 +1040,10 @@ fn exec_sections(r: &mut Roff) {
             bold("ignore"),
             roman(
                 " a command that succeeds still yields 0. A lost lock is not released: it may \
-                 belong to someone else by then.",
+                 belong to someone else by then. A forced release (redlock release --force) is \
+                 announced to the holder, which stops its command at once rather than at its \
+                 next renewal; a holder that misses the announcement (its connection for it \
+                 dropped at that instant) finds the loss at its next renewal.",
             ),
         ],
     );

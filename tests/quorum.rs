@@ -1487,3 +1487,28 @@ fn one_server_under_two_names_is_refused() {
     }
     assert!(!nodes.dir().join("ran").exists(), "exec ran its command");
 }
+
+/// `release --force` on a quorum: each node announces it, and the `exec` holder, subscribed on
+/// the queue node (the first URL), stops at once rather than at its next renewal.
+#[test]
+fn a_forced_release_stops_an_exec_holder_at_once() {
+    let Some(nodes) = Nodes::start(3) else {
+        return;
+    };
+    let mut proc = exec(&nodes)
+        .args(["k", "--ttl", "30s", "-c", &trapper()])
+        .spawn_proc();
+    wait_ready(&nodes, &mut proc);
+    let forced = Instant::now();
+    let out = nodes
+        .redlock()
+        .args(["release", "k", "--force"])
+        .run()
+        .expect(0);
+    assert!(out.stderr.contains("force-released"), "{out}");
+    let out = proc.finish(EVENT).expect(LOST);
+    let took = forced.elapsed();
+    assert!(took < Duration::from_secs(5), "took {took:?}:\n{out}");
+    assert_eq!(out.stdout, "got TERM\n", "{out}");
+    assert!(out.stderr.contains("force-released"), "says why:\n{out}");
+}

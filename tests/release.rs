@@ -320,3 +320,39 @@ fn extend_never_revives_an_expired_lock() {
         .expect(3);
     assert!(out.stderr.contains("free"), "{out}");
 }
+
+/// Fails if `release --force` needs more than the keys: the announcement to the holder is best
+/// effort, so an ACL user without pub/sub channels (Redis 7's default for new users) can still
+/// force a release, and `exec` under such a user runs its command (relying on its renewal).
+#[test]
+fn force_release_and_exec_work_without_channel_permissions() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis.query::<()>(&[
+        "ACL",
+        "SETUSER",
+        "locker",
+        "on",
+        ">lockerpw",
+        "~*",
+        "+@all",
+        "resetchannels",
+    ]);
+    let url = format!("redis://locker:lockerpw@127.0.0.1:{}", redis.port());
+    redlock()
+        .args(["--url", &url, "acquire", "k", "-n"])
+        .run()
+        .ok();
+    let out = redlock()
+        .args(["--url", &url, "release", "k", "--force"])
+        .run()
+        .expect(0);
+    assert!(out.stderr.contains("force-released"), "{out}");
+    assert_eq!(redis.get(&lock_key("k")), None, "{out}");
+    let out = redlock()
+        .args(["--url", &url, "exec", "k", "-n", "--", "echo", "ran"])
+        .run()
+        .expect(0);
+    assert_eq!(out.stdout, "ran\n", "{out}");
+}

@@ -7,6 +7,8 @@
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::topology::{Replicated, role};
 use common::*;
 
@@ -217,4 +219,35 @@ fn a_command_under_exec_reaches_the_master_through_its_environment() {
     let ttl = v[0]["ttl_ms"].as_i64().unwrap_or(0);
     assert!(ttl > 60_000, "not extended:\n{out}");
     assert_eq!(group.first_master().keys(), [meta_key("k")], "{out}");
+}
+
+/// `release --force` through the sentinel reaches an `exec` holder at once: it listens on the
+/// master the sentinel named, where the release announces it.
+#[test]
+fn a_forced_release_stops_an_exec_holder_at_once() {
+    let Some(group) = Replicated::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let script = format!("touch '{}'; exec sleep 60", started.display());
+    let holder = group
+        .redlock()
+        .args(["exec", "k", "--ttl", "30s", "-c", &script])
+        .spawn_proc();
+    assert!(
+        wait_for(|| started.exists(), Duration::from_secs(10)),
+        "{}",
+        holder.stderr()
+    );
+    let forced = Instant::now();
+    group
+        .redlock()
+        .args(["release", "k", "--force"])
+        .run()
+        .expect(0);
+    let out = holder.finish(Duration::from_secs(10)).expect(75);
+    let took = forced.elapsed();
+    assert!(took < Duration::from_secs(5), "took {took:?}:\n{out}");
+    assert!(out.stderr.contains("force-released"), "{out}");
 }

@@ -5,7 +5,8 @@
 -- KEYS[2] meta   hash, never expires: fence counter, ticket counter, the last holder's record
 -- KEYS[3] queue  zset: waiter token -> ticket (arrival order)
 -- KEYS[4] leases hash: waiter token -> server time (ms) after which the waiter counts as dead
--- Wake lists KEYS[1] .. ':w:' .. token are derived from KEYS[1]: same hash tag, same slot.
+-- Wake lists KEYS[1] .. ':w:' .. token are derived from KEYS[1]: same hash tag, same slot. So is
+-- the pub/sub channel KEYS[1] .. ':events', where a lock taken away from its holder is announced.
 local LOCK, META, QUEUE, LEASES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 local function now_ms()

@@ -13,6 +13,7 @@
 -- hand-over to the first waiter is in the same step, so no newcomer can slip in between.
 --
 -- The holder record stays (it becomes the last holder's, for `status`), dated with the release.
+-- With 'force', the evicted holder's token is published on KEYS[1] .. ':events' as 'forced:TOKEN'.
 local current = redis.call('GET', LOCK)
 if not current then
   return {0}
@@ -25,6 +26,13 @@ if current == ARGV[1] then
 end
 if ARGV[2] == 'force' then
   local record = holder(current)
+  -- Tell the holder now rather than at its next renewal (`exec` listens on this channel; see
+  -- notify.rs). Fire-and-forget: a holder not listening at this instant learns it by renewing.
+  -- A reservation ('~' .. waiter) has no holder to tell. pcall: an ACL user without the channel
+  -- (Redis 7 gives new users none) still releases; its holder learns it by renewing.
+  if string.sub(current, 1, 1) ~= '~' then
+    redis.pcall('PUBLISH', LOCK .. ':events', 'forced:' .. current)
+  end
   return {1, record, pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])}
 end
 return {-1, holder(current)}

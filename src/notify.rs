@@ -1,0 +1,131 @@
+//! Telling a holder at once that its lock was taken away, rather than at its next renewal.
+//!
+//! The script that takes a lock from its holder (`release --force` today; preemption later)
+//! publishes `REASON:TOKEN` on the lock's channel `PREFIX{NAME}:events` ([`Keys::events`]) in the
+//! same atomic step. `exec` listens there on a connection and thread of its own, started before
+//! it takes the lock, and treats a message naming its token as the loss of the lock.
+//!
+//! Pub/sub is fire-and-forget: a listener that is not subscribed at that instant (its connection
+//! dropped, or it had not subscribed yet) misses the message, and the renewal finds the loss
+//! instead, within TTL/3. So the listener decides nothing alone, and when it cannot listen, the
+//! command runs on as before. It costs one connection per `exec` and no polling: it blocks on its
+//! subscription, and reconnects (with backoff) only after losing it.
+
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::client;
+use crate::config::Config;
+use crate::error::{Kind, kind_of};
+use crate::lock::Keys;
+use crate::wait::Event;
+
+/// The first pause before subscribing again after losing the subscription; doubles up to
+/// [`RESUBSCRIBE_CAP`].
+const RESUBSCRIBE: Duration = Duration::from_millis(100);
+const RESUBSCRIBE_CAP: Duration = Duration::from_secs(5);
+
+/// Listens for announcements about `keys` and sends each as [`Event::TakenAway`] on `tx`, until
+/// `tx` is closed. The returned channel gets `()` once the first subscription is made, and is
+/// closed without it when that fails (the thread keeps trying).
+pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>) -> Receiver<()> {
+    let (ready_tx, ready) = mpsc::channel();
+    let verbose = config.verbose;
+    let (config, channel) = (config.clone(), keys.events());
+    let spawned = std::thread::Builder::new()
+        .name("notify".into())
+        .spawn(move || {
+            let mut ready = Some(ready_tx);
+            let mut pause = RESUBSCRIBE;
+            loop {
+                match subscribe(&config, &channel, &mut ready, &tx) {
+                    Ok(Listening::Stopped) => return,
+                    Ok(Listening::Dropped(e)) | Err(e) => {
+                        if config.verbose {
+                            eprintln!("redlock: not listening on {channel}: {e:#}");
+                        }
+                        // Refused (an ACL user without the channel: Redis 7 gives new users
+                        // none) or not understood: trying again cannot help.
+                        if kind_of(&e) != Kind::Unavailable {
+                            return;
+                        }
+                    }
+                }
+                // Nobody waits for the first subscription any longer.
+                ready = None;
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(RESUBSCRIBE_CAP);
+            }
+        });
+    if let Err(e) = spawned {
+        // The renewal still finds a loss.
+        if verbose {
+            eprintln!("redlock: cannot start the notification thread: {e}");
+        }
+    }
+    ready
+}
+
+enum Listening {
+    /// `tx` is closed: nobody needs us any more.
+    Stopped,
+    /// The subscription was made and then lost.
+    Dropped(anyhow::Error),
+}
+
+/// Subscribes to `channel` and passes on what arrives, until the connection fails.
+fn subscribe(
+    config: &Config,
+    channel: &str,
+    ready: &mut Option<Sender<()>>,
+    tx: &Sender<Event>,
+) -> Result<Listening> {
+    let mut con = client::subscriber(config)?;
+    let mut pubsub = con.as_pubsub();
+    pubsub.subscribe(channel)?;
+    // A quiet channel is the normal case: wait for as long as it takes. A frozen server or a
+    // dead link leave us blocked here harmlessly; the renewal notices those.
+    pubsub.set_read_timeout(None)?;
+    if let Some(ready) = ready.take() {
+        let _ = ready.send(());
+    }
+    loop {
+        let msg = match pubsub.get_message() {
+            Ok(msg) => msg,
+            Err(e) => return Ok(Listening::Dropped(e.into())),
+        };
+        if let Some((token, why)) = parse(msg.get_payload_bytes())
+            && tx.send(Event::TakenAway { token, why }).is_err()
+        {
+            return Ok(Listening::Stopped);
+        }
+    }
+}
+
+/// The token and the reason in an announcement; `None` for anything else (a reason this version
+/// does not know is ignored: the renewal still finds the loss).
+fn parse(payload: &[u8]) -> Option<(String, &'static str)> {
+    let (reason, token) = std::str::from_utf8(payload).ok()?.split_once(':')?;
+    let why = match reason {
+        "forced" => "it was force-released (`redlock release --force`)",
+        _ => return None,
+    };
+    Some((token.to_string(), why))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn announcements_name_a_token_and_a_known_reason() {
+        let (token, why) = parse(b"forced:0123abcd").unwrap();
+        assert_eq!(token, "0123abcd");
+        assert!(why.contains("force-released"), "{why}");
+        assert_eq!(parse(b"preempted:0123abcd"), None);
+        assert_eq!(parse(b"0123abcd"), None);
+        assert_eq!(parse(b"forced:\xff"), None);
+    }
+}

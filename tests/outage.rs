@@ -1,0 +1,242 @@
+//! Waiting across a Redis outage: a waiter whose server restarts or freezes while it waits keeps
+//! waiting (with the same token, so its queue entry keeps its place while it lasts), says so once
+//! on stderr, and gets the lock after the release. When its `--wait` runs out during the outage,
+//! it exits 69 with the connection error. What never talked to Redis still fails at once.
+//!
+//! Every test synchronises on events: the notice on stderr, `-v`'s log of the attempt that
+//! follows the outage, the queue in Redis, exits. Bounds are generous.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// A bound for anything that should happen promptly; reaching it means a hang.
+const EVENT: Duration = Duration::from_secs(15);
+
+/// What a waiter prints once when it loses the server and goes on trying.
+const NOTICE: &str = "retrying until the wait runs out";
+
+fn queue(redis: &RedisServer, name: &str) -> Vec<String> {
+    redis.query(&["ZRANGE", &format!("{}:q", lock_key(name)), "0", "-1"])
+}
+
+/// Takes `name` for a minute; returns the token.
+fn hold(redis: &RedisServer, name: &str) -> String {
+    redis
+        .redlock()
+        .args(["acquire", name, "--ttl", "60s"])
+        .run()
+        .ok()
+}
+
+fn release(redis: &RedisServer, name: &str, token: &str) {
+    redis
+        .redlock()
+        .args(["release", name, token])
+        .run()
+        .expect(0);
+}
+
+/// A server whose data survives kill -9 (an fsynced append-only file).
+fn persistent() -> Option<RedisServer> {
+    RedisServer::builder()
+        .arg("--appendonly")
+        .arg("yes")
+        .arg("--appendfsync")
+        .arg("always")
+        .start()
+}
+
+/// `redlock -v acquire NAME --wait 30s` (plus `extra` global options), started and queued;
+/// returns it with its token.
+#[track_caller]
+fn waiter(redis: &RedisServer, name: &str, extra: &[&str]) -> (Proc, String) {
+    let before = queue(redis, name);
+    let mut proc = redis
+        .redlock()
+        .arg("-v")
+        .args(extra)
+        .args(["acquire", name, "--wait", "30s"])
+        .spawn_proc();
+    let mut token = None;
+    let queued = wait_for(
+        || {
+            token = queue(redis, name).into_iter().find(|t| !before.contains(t));
+            token.is_some()
+        },
+        EVENT,
+    );
+    assert!(
+        queued,
+        "not queued (running: {})\n--- stderr:\n{}",
+        proc.running(),
+        proc.stderr()
+    );
+    (proc, token.unwrap())
+}
+
+/// Waits until `proc` has made an attempt that Redis answered after it printed the notice: it
+/// is back in the queue (`-v` logs each round trip).
+#[track_caller]
+fn wait_back(proc: &mut Proc) {
+    let back = |stderr: &str| {
+        stderr.split_once(NOTICE).is_some_and(|(_, after)| {
+            after
+                .lines()
+                .any(|l| l.contains("acquire on") && l.contains(": ok"))
+        })
+    };
+    if !wait_for(|| back(&proc.stderr()), EVENT) {
+        panic!(
+            "not back after the outage (running: {})\n--- stderr:\n{}",
+            proc.running(),
+            proc.stderr()
+        );
+    }
+}
+
+#[track_caller]
+fn assert_one_notice(out: &Output) {
+    assert_eq!(out.stderr.matches(NOTICE).count(), 1, "one notice:\n{out}");
+}
+
+/// Fails if a waiter exits 69 when its server restarts: it must wait on across the restart,
+/// keep its queue entry (the data survives), and get the lock with the same token.
+#[test]
+fn a_waiter_rides_out_a_restart_and_keeps_its_place() {
+    let Some(mut redis) = persistent() else {
+        return;
+    };
+    let holder = hold(&redis, "k");
+    let (mut w, token) = waiter(&redis, "k", &[]);
+    redis.kill();
+    w.wait_for_stderr(NOTICE, EVENT);
+    assert!(w.running(), "gave up:\n{}", w.stderr());
+    redis.restart();
+    wait_back(&mut w);
+    assert_eq!(queue(&redis, "k"), [token.as_str()], "{}", w.stderr());
+    release(&redis, "k", &holder);
+    let out = w.finish(EVENT).expect(0);
+    assert_eq!(out.stdout.trim_end(), token, "the same token:\n{out}");
+    assert_one_notice(&out);
+    assert_eq!(redis.get(&lock_key("k")).as_deref(), Some(token.as_str()));
+}
+
+/// Fails if a freeze of the server (SIGSTOP: connections time out) ends a wait, or if two
+/// waiters come out of it in another order than they queued.
+#[test]
+fn waiters_ride_out_a_freeze_in_their_order() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let holder = hold(&redis, "k");
+    let fast = ["--io-timeout", "500ms", "--connect-timeout", "500ms"];
+    let (mut w1, t1) = waiter(&redis, "k", &fast);
+    let (mut w2, t2) = waiter(&redis, "k", &fast);
+    redis.pause();
+    // A waiter notices when its block (at most 3s) ends and the next attempt times out.
+    let noticed = wait_for(
+        || w1.stderr().contains(NOTICE) && w2.stderr().contains(NOTICE),
+        EVENT,
+    );
+    let (r1, r2) = (w1.running(), w2.running());
+    redis.resume();
+    assert!(
+        noticed && r1 && r2,
+        "--- W1:\n{}--- W2:\n{}",
+        w1.stderr(),
+        w2.stderr()
+    );
+    wait_back(&mut w1);
+    wait_back(&mut w2);
+    assert_eq!(queue(&redis, "k"), [t1.as_str(), t2.as_str()]);
+
+    release(&redis, "k", &holder);
+    let out = w1.finish(EVENT).expect(0);
+    assert_eq!(out.stdout.trim_end(), t1, "W1 first:\n{out}");
+    assert_one_notice(&out);
+    assert!(w2.running(), "W2 got in too:\n{}", w2.stderr());
+    release(&redis, "k", &t1);
+    let out = w2.finish(EVENT).expect(0);
+    assert_eq!(out.stdout.trim_end(), t2, "then W2:\n{out}");
+    assert_one_notice(&out);
+}
+
+/// Fails if a waiter cannot get the lock after a restart that lost every key (its queue entry
+/// included): it queues again, with its token, and takes the lock.
+#[test]
+fn a_waiter_queues_again_after_a_restart_without_data() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    hold(&redis, "k");
+    let (mut w, token) = waiter(&redis, "k", &[]);
+    redis.kill();
+    w.wait_for_stderr(NOTICE, EVENT);
+    redis.restart();
+    let out = w.finish(EVENT).expect(0);
+    assert_eq!(out.stdout.trim_end(), token, "{out}");
+    assert_one_notice(&out);
+    assert_eq!(redis.get(&lock_key("k")).as_deref(), Some(token.as_str()));
+}
+
+/// Fails if a waiter whose `--wait` runs out while the server is down says "busy", exits with
+/// anything but 69, or takes much longer than its wait; `-q` leaves only the error.
+#[test]
+fn a_wait_that_runs_out_during_an_outage_exits_69() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    hold(&redis, "k");
+    let start = |quiet: bool| {
+        let mut cmd = redis.redlock();
+        if quiet {
+            cmd.arg("-q");
+        }
+        let before = queue(&redis, "k").len();
+        let proc = cmd.args(["acquire", "k", "--wait", "3s"]).spawn_proc();
+        assert!(wait_for(|| queue(&redis, "k").len() > before, EVENT));
+        proc
+    };
+    let (loud, quiet) = (start(false), start(true));
+    redis.kill();
+    for (proc, quiet) in [(loud, false), (quiet, true)] {
+        let out = proc.finish(EVENT).expect(69);
+        assert!(!out.stderr.contains("busy"), "{out}");
+        assert!(
+            out.elapsed >= Duration::from_millis(2900) && out.elapsed < Duration::from_secs(8),
+            "--wait 3s:\n{out}"
+        );
+        let last = out.stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("redlock: ") && last.contains(&redis.url()),
+            "the connection error last:\n{out}"
+        );
+        if quiet {
+            assert_one_error_line(&out);
+        } else {
+            assert_one_notice(&out);
+            assert_eq!(out.stderr.lines().count(), 2, "{out}");
+        }
+    }
+}
+
+/// Not a waiter yet, or not waiting at all: an unreachable server is an error at once, as before.
+#[test]
+fn no_wait_or_no_server_still_fails_at_once() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    redis.kill();
+    for args in [
+        &["acquire", "k", "-n"][..],
+        &["acquire", "k", "--wait", "30s"],
+        &["exec", "k", "--", "true"],
+    ] {
+        let out = redis.redlock().args(args).run().expect(69);
+        assert_one_error_line(&out);
+        assert!(out.elapsed < Duration::from_secs(3), "{args:?}:\n{out}");
+    }
+}
