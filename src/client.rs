@@ -102,7 +102,7 @@ impl Redis {
             (None, _) => unreachable!("only a cluster has no single endpoint"),
         };
         if config.verbose {
-            eprintln!(
+            crate::eline!(
                 "redlock: connected to {display} in {:.1?}",
                 started.elapsed()
             );
@@ -247,7 +247,7 @@ impl Redis {
                 Err(e) if waiting && e.is_timeout() => "no wake-up; looking again".to_string(),
                 Err(e) => format!("error: {}", crate::error::redis_text(e)),
             };
-            eprintln!(
+            crate::eline!(
                 "redlock: {what} on {}: {outcome} ({:.1?})",
                 self.display,
                 started.elapsed()

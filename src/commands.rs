@@ -22,7 +22,7 @@ use crate::wait::{self, Event, Parker};
 /// Prints a message for humans on stderr unless `--quiet`.
 pub fn say(config: &Config, message: impl std::fmt::Display) {
     if !config.quiet {
-        eprintln!("redlock: {message}");
+        crate::eline!("redlock: {message}");
     }
 }
 
@@ -171,7 +171,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     {
         // Nobody received the token, so nobody could ever release this lock: give it back.
         store.release(&keys, Some(&lock.token))?;
-        eprintln!(
+        crate::eline!(
             "redlock: cannot print the token ({e}); released '{}' again",
             keys.name
         );
@@ -232,7 +232,7 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
                     })
                     .unwrap_or_else(|| "an unknown client".to_string());
                 // The previous owner is the point of --force's output: print it even with -q.
-                eprintln!("redlock: force-released '{}', held by {who}", keys.name);
+                crate::eline!("redlock: force-released '{}', held by {who}", keys.name);
             }
             Ok(exit::OK)
         }

@@ -92,7 +92,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         Err(e) => return release_after(config, store.as_mut(), &lock, Err(e)),
     };
     if config.verbose {
-        eprintln!(
+        crate::eline!(
             "redlock: holding '{}' (fence {}); started pid {}",
             keys.name,
             lock.fence,
@@ -170,7 +170,7 @@ fn release_after(
                 crate::lock::not_owner(&other, &lock.token)
             ),
         ),
-        Err(e) => eprintln!(
+        Err(e) => crate::eline!(
             "redlock: cannot release '{}': {e:#}; it expires within {}",
             lock.keys.name,
             human_ms(lock.ttl)
@@ -277,7 +277,7 @@ fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Even
         });
     if let Err(e) = spawned {
         // Without renewal the deadline check still stops the child when the TTL runs out.
-        eprintln!("redlock: cannot start the renewal thread: {e}");
+        crate::eline!("redlock: cannot start the renewal thread: {e}");
     }
 }
 
@@ -445,7 +445,7 @@ impl Supervisor<'_> {
             OnLost::Kill => "killing the command".to_string(),
             OnLost::Ignore => "letting the command run unprotected (--on-lost ignore)".to_string(),
         };
-        eprintln!(
+        crate::eline!(
             "redlock: lost the lock '{}' at {} after holding it {}: {why}; {action}",
             self.lock.keys.name,
             humantime::format_rfc3339_seconds(SystemTime::now()),

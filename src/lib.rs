@@ -3,6 +3,17 @@
 //! The binary (`main.rs`) parses the command line and calls [`run`]; everything else lives here so
 //! that tests can use the lock protocol directly.
 
+/// `eprintln!` that never panics: every line for humans goes to stderr through here, and a
+/// closed or broken stderr (the reader of a pipe went away) must not turn an outcome into a
+/// crash, or a held lock into one that is never released.
+#[macro_export]
+macro_rules! eline {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 pub mod cli;
 pub mod client;
 mod commands;

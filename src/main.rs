@@ -22,7 +22,7 @@ fn main() -> ExitCode {
                 .map(str::trim)
                 .filter(|l| !l.is_empty())
                 .collect();
-            eprintln!("redlock: {}", message.join("; "));
+            redlock::eline!("redlock: {}", message.join("; "));
             ExitCode::from(error::exit_code(&err))
         }
     }
@@ -58,6 +58,6 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         Some(sub) => format!("redlock {sub} --help"),
         None => "redlock --help".to_string(),
     };
-    eprintln!("redlock: {line} (see '{help}')");
+    redlock::eline!("redlock: {line} (see '{help}')");
     ExitCode::from(exit::USAGE)
 }

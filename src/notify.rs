@@ -44,7 +44,7 @@ pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>) -> Receiver<()> {
                     Ok(Listening::Stopped) => return,
                     Ok(Listening::Dropped(e)) | Err(e) => {
                         if config.verbose {
-                            eprintln!("redlock: not listening on {channel}: {e:#}");
+                            crate::eline!("redlock: not listening on {channel}: {e:#}");
                         }
                         // Refused (an ACL user without the channel: Redis 7 gives new users
                         // none) or not understood: trying again cannot help.
@@ -62,7 +62,7 @@ pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>) -> Receiver<()> {
     if let Err(e) = spawned {
         // The renewal still finds a loss.
         if verbose {
-            eprintln!("redlock: cannot start the notification thread: {e}");
+            crate::eline!("redlock: cannot start the notification thread: {e}");
         }
     }
     ready

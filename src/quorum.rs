@@ -245,7 +245,7 @@ impl Nodes {
         };
         if before != now && !self.reported[i] {
             self.reported[i] = true;
-            eprintln!(
+            crate::eline!(
                 "redlock: {} restarted while '{}' was held (its run_id changed); without \
                  appendonly + appendfsync always it may have forgotten the lock",
                 self.endpoints[i].display, keys.name
@@ -590,7 +590,7 @@ impl Store for Nodes {
         let done = verdicts.iter().find(|v| matches!(v, Verdict::Done(_)));
         if let Some(done) = done {
             if !failed.is_empty() && !self.config.quiet {
-                eprintln!(
+                crate::eline!(
                     "redlock: released '{}' where it was held; {}: the lock expires there by \
                      its TTL",
                     keys.name,

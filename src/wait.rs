@@ -79,7 +79,7 @@ fn end_parked_wait(signal: &Signal) {
     // Holding the mutex: the main thread cannot leave its BLPOP to take the lock meanwhile.
     let left = crate::store::open(&on.config).and_then(|mut s| s.leave(&on.keys, &on.token));
     if !on.config.quiet {
-        eprintln!(
+        crate::eline!(
             "redlock: {} while waiting for '{}'; gave up",
             signals::name(signal.signo),
             on.keys.name
@@ -87,7 +87,7 @@ fn end_parked_wait(signal: &Signal) {
     }
     if let Err(e) = left {
         // The lease runs out by itself; the queue goes on without us.
-        eprintln!(
+        crate::eline!(
             "redlock: cannot leave the queue of '{}': {e:#}",
             on.keys.name
         );
@@ -192,7 +192,7 @@ impl Park for Parker<'_> {
             } else {
                 "until the wait runs out"
             };
-            eprintln!(
+            crate::eline!(
                 "redlock: waiting for '{}': {error:#}; retrying {until}",
                 keys.name
             );

@@ -455,3 +455,40 @@ fn driver_errors_carry_no_rust_debug_text() {
         assert!(!out.stderr.contains("InvalidClientConfig"), "{url}:\n{out}");
     }
 }
+
+/// Fails if redlock panics (exit 101, or 134 in a release build) when its stderr is a pipe whose
+/// reader has gone: the message is lost, the documented exit status is not. An `exec` with a
+/// broken stderr still runs its command and releases the lock.
+#[test]
+fn a_broken_stderr_is_not_a_panic() {
+    let broken = || {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        std::process::Stdio::from(writer)
+    };
+    let usage = redlock()
+        .args(["acquire", "k", "--ttl", "soon"])
+        .stderr(broken())
+        .status()
+        .unwrap();
+    assert_eq!(usage.code(), Some(2), "a usage error: {usage:?}");
+    let unreachable = redlock()
+        .args(["--url", &format!("redis://127.0.0.1:{}", closed_port())])
+        .args(["status", "k"])
+        .stderr(broken())
+        .status()
+        .unwrap();
+    assert_eq!(unreachable.code(), Some(69), "no server: {unreachable:?}");
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // `-v` logs every round trip to the broken stderr.
+    let exec = redis
+        .redlock()
+        .args(["-v", "exec", "k", "--", "sh", "-c", "exit 7"])
+        .stderr(broken())
+        .status()
+        .unwrap();
+    assert_eq!(exec.code(), Some(7), "exec: {exec:?}");
+    assert_eq!(redis.keys(), [meta_key("k")], "the lock was not released");
+}
