@@ -34,7 +34,7 @@ complete -c redlock -n "__fish_redlock_needs_command" -l prefix -d 'Namespace fo
 complete -c redlock -n "__fish_redlock_needs_command" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
-complete -c redlock -n "__fish_redlock_needs_command" -s q -l quiet -d 'Print nothing on stderr except errors'
+complete -c redlock -n "__fish_redlock_needs_command" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
 complete -c redlock -n "__fish_redlock_needs_command" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_needs_command" -s V -l version -d 'Print version'
@@ -44,13 +44,13 @@ complete -c redlock -n "__fish_redlock_needs_command" -f -a "extend" -d 'Reset t
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "status" -d 'Show who holds locks: the named KEYs, or every lock under the prefix'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "exec" -d 'Take a lock, run a command while renewing it, release it when the command exits'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l ttl -d 'Lock lifetime; the lock frees itself this long after the last renewal' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l ttl -d 'Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every TTL/3) or extended (`redlock extend`)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l note -d 'Describe the holder in \'redlock status\' (default: the command line)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l wait-replicas -d 'After acquiring, wait (up to --io-timeout) until N replicas have the lock; fewer is a failure' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l format -d 'What to print on stdout' -r -f -a "token\t'The token alone, for T=$(redlock acquire KEY)'
-env\t'REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines, for eval'
+env\t'REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines, for v=$(...) || exit; eval "$v"'
 json\t'One JSON object'"
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD' -r -F
@@ -63,7 +63,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l connect-time
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s n -l no-wait -d 'Do not wait: fail at once if the lock is busy'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s q -l quiet -d 'Print nothing on stderr except errors'
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s V -l version -d 'Print version'
@@ -78,7 +78,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand release" -l connect-time
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l force -d 'Delete the lock whoever holds it, and print the previous holder'
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
-complete -c redlock -n "__fish_redlock_using_subcommand release" -s q -l quiet -d 'Print nothing on stderr except errors'
+complete -c redlock -n "__fish_redlock_using_subcommand release" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
 complete -c redlock -n "__fish_redlock_using_subcommand release" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand release" -s V -l version -d 'Print version'
@@ -93,7 +93,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand extend" -l prefix -d 'Na
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
-complete -c redlock -n "__fish_redlock_using_subcommand extend" -s q -l quiet -d 'Print nothing on stderr except errors'
+complete -c redlock -n "__fish_redlock_using_subcommand extend" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -s V -l version -d 'Print version'
@@ -109,11 +109,11 @@ complete -c redlock -n "__fish_redlock_using_subcommand status" -l io-timeout -d
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l json -d 'Print JSON instead of a table'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l show-token -d 'Show whole tokens instead of fingerprints'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
-complete -c redlock -n "__fish_redlock_using_subcommand status" -s q -l quiet -d 'Print nothing on stderr except errors'
+complete -c redlock -n "__fish_redlock_using_subcommand status" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s V -l version -d 'Print version'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l ttl -d 'Lock lifetime; the lock frees itself this long after the last renewal' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l ttl -d 'Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every TTL/3) or extended (`redlock extend`)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l note -d 'Describe the holder in \'redlock status\' (default: the command line)' -r
@@ -134,7 +134,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand exec" -l connect-timeout
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s n -l no-wait -d 'Do not wait: fail at once if the lock is busy'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -s q -l quiet -d 'Print nothing on stderr except errors'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s V -l version -d 'Print version'

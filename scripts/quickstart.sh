@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MIN_RUST=1.88
-PORT=6379
+PORT=${PORT:-6379} # PORT=6380 scripts/quickstart.sh when 6379 is taken by something else
 RUSTUP='curl --proto '\''=https'\'' --tlsv1.2 -sSf https://sh.rustup.rs | sh'
 
 say() { echo "quickstart: $*" >&2; }
@@ -53,6 +53,8 @@ if ((${#need[@]})); then
     sudo=(sudo)
   fi
   say "installing ${need[*]}"
+  installed_redis=
+  [[ " ${need[*]} " == *" redis-server "* ]] && installed_redis=1
   "${sudo[@]}" apt-get update -qq
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
@@ -60,8 +62,12 @@ fi
 # 3. A Redis to talk to. (Installing redis-server starts the system's own on 6379 where systemd
 # runs; then that one answers here and is used.)
 started=
-if redis-cli -h 127.0.0.1 -p "$PORT" ping 2>/dev/null | grep -q PONG; then
+answer=$(redis-cli -h 127.0.0.1 -p "$PORT" ping 2>&1 || true)
+if [[ $answer == PONG ]]; then
   say "using the Redis that answers on 127.0.0.1:$PORT"
+elif [[ $answer != *"Connection refused"* ]]; then
+  die "something other than a password-free Redis answers on 127.0.0.1:$PORT (redis-cli ping: $answer);
+run with another port, e.g.: PORT=6380 $0"
 else
   dir=$(mktemp -d "${TMPDIR:-/tmp}/redlock-quickstart.XXXXXX")
   redis-server --bind 127.0.0.1 --port "$PORT" --save '' --appendonly no --dir "$dir" \
@@ -83,10 +89,14 @@ url="redis://127.0.0.1:$PORT"
 "$bin" --url "$url" exec demo --note "quick start demo" -- sh -c '"$0" status; echo "I hold $REDLOCK_KEY with fence $REDLOCK_FENCE"' "$bin"
 
 echo
-echo "redlock works: $bin (install it with: cargo install --path .)"
+echo "redlock works: $bin (install it with: cargo install --path . --root /usr/local)"
 if [ -n "$started" ]; then
   echo "The Redis on 127.0.0.1:$PORT keeps running for you to try redlock; stop it with:"
-  echo "    redis-cli -p $PORT shutdown nosave"
+  echo "    redis-cli -p $PORT shutdown nosave && rm -r $started"
+elif [ -n "${installed_redis:-}" ]; then
+  echo "The redis-server package installed above runs as the system's Redis service on"
+  echo "127.0.0.1:$PORT (it keeps its data in /var/lib/redis and starts at boot). To stop it:"
+  echo "    sudo systemctl disable --now redis-server"
 else
   echo "The Redis on 127.0.0.1:$PORT was already running; this script leaves it alone."
 fi

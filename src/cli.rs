@@ -215,7 +215,7 @@ pub struct GlobalArgs {
     #[arg(long, value_name = "DUR", default_value = "2s", value_parser = parse_duration, global = true)]
     pub io_timeout: Duration,
 
-    /// Print nothing on stderr except errors
+    /// Print nothing on stderr except errors (and whom `release --force` evicted)
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
 
@@ -257,7 +257,8 @@ pub enum Command {
 /// How to take a lock: shared by `acquire` and `exec`.
 #[derive(Debug, Args)]
 pub struct LockArgs {
-    /// Lock lifetime; the lock frees itself this long after the last renewal
+    /// Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every
+    /// TTL/3) or extended (`redlock extend`)
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_ttl, allow_hyphen_values = true)]
     pub ttl: Duration,
 
@@ -299,7 +300,7 @@ pub struct AcquireArgs {
 pub enum Format {
     /// The token alone, for T=$(redlock acquire KEY)
     Token,
-    /// REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines, for eval
+    /// REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines, for v=$(...) || exit; eval "$v"
     Env,
     /// One JSON object
     Json,

@@ -51,7 +51,17 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         .take_while(|l| !l.trim().is_empty())
         .map(str::trim)
         .collect();
-    let line = first.join(" ");
+    let mut line = first.join(" ");
+    // clap's "did you mean" hint comes in a paragraph of its own: keep it on our one line (the
+    // first tip only: a second one is how to pass the typo as a value, which is noise here).
+    if let Some(tip) = rendered
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("tip: "))
+    {
+        line.push_str("; ");
+        line.push_str(tip);
+    }
     let line = line.strip_prefix("error: ").unwrap_or(&line);
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let help = match cli::subcommand_in(&cli::command(), &args) {

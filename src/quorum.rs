@@ -248,7 +248,8 @@ impl Nodes {
             crate::eline!(
                 "redlock: {} restarted while '{}' was held (its run_id changed); without \
                  appendonly + appendfsync always it may have forgotten the lock",
-                self.endpoints[i].display, keys.name
+                self.endpoints[i].display,
+                keys.name
             );
         }
     }

@@ -492,3 +492,20 @@ fn a_broken_stderr_is_not_a_panic() {
     assert_eq!(exec.code(), Some(7), "exec: {exec:?}");
     assert_eq!(redis.keys(), [meta_key("k")], "the lock was not released");
 }
+
+/// Fails if the one-line usage error drops clap's "did you mean" hint for a typo.
+#[test]
+fn a_typo_gets_the_similar_name() {
+    for (args, similar) in [
+        (vec!["exec", "k", "--wiat", "5s", "--", "true"], "'--wait'"),
+        (vec!["relase", "k"], "'release'"),
+        (vec!["status", "--jsn"], "'--json'"),
+    ] {
+        let out = redlock().args(&args).run().expect(2);
+        assert_one_error_line(&out);
+        assert!(
+            out.stderr.contains("similar") && out.stderr.contains(similar),
+            "{args:?}: no hint of {similar}:\n{out}"
+        );
+    }
+}
