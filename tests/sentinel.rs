@@ -251,3 +251,127 @@ fn a_forced_release_stops_an_exec_holder_at_once() {
     assert!(took < Duration::from_secs(5), "took {took:?}:\n{out}");
     assert!(out.stderr.contains("force-released"), "{out}");
 }
+
+/// A shell script that marks `started`, then runs until `go` appears and exits 7 (99 if `go`
+/// never comes: the loop is bounded).
+fn until_go(started: &std::path::Path, go: &std::path::Path) -> String {
+    format!(
+        "touch '{}'; i=0; while [ ! -e '{go}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); \
+         done; [ -e '{go}' ] && exit 7; exit 99",
+        started.display(),
+        go = go.display()
+    )
+}
+
+/// Waits until `server`'s PTTL of lock `name` goes up by more than a second: a renewal reached
+/// that server (replication and time only run it down).
+#[track_caller]
+fn wait_renewed(server: &RedisServer, name: &str, holder: &mut Proc, which: &str) {
+    let mut lowest = i64::MAX;
+    let renewed = wait_for(
+        || {
+            let pttl = server.pttl(&lock_key(name));
+            lowest = lowest.min(pttl);
+            pttl > 0 && pttl > lowest + 1000
+        },
+        Duration::from_secs(20),
+    );
+    assert!(
+        renewed,
+        "no renewal reached {which} (PTTL {}, lowest {lowest}); running: {}\n{}",
+        server.pttl(&lock_key(name)),
+        holder.running(),
+        holder.stderr()
+    );
+}
+
+/// With `--wait-replicas 1` the replica has the lock before the command starts, so when the
+/// master dies and the sentinel promotes the replica, `exec`'s renewal (which asks the sentinel
+/// again) finds its lock there and keeps it: the command runs on, and redlock exits with its
+/// status. The TTL leaves the failover (about 2s after the crash) well inside the two thirds of a
+/// TTL that the last renewal on the old master guarantees on the new one.
+#[test]
+fn exec_with_wait_replicas_1_keeps_its_lock_when_the_master_fails_over() {
+    let Some(mut group) = Replicated::start() else {
+        return;
+    };
+    let old_port = group.first_master().port();
+    let dir = tempfile::tempdir().unwrap();
+    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+    let mut holder = group
+        .redlock()
+        .args(["exec", "k", "--ttl", "9s", "--wait-replicas", "1", "-c"])
+        .arg(until_go(&started, &go))
+        .spawn_proc();
+    assert!(
+        wait_for(|| started.exists(), Duration::from_secs(30)),
+        "{}",
+        holder.stderr()
+    );
+    let token = group.first_master().get(&lock_key("k"));
+    assert!(token.is_some(), "no lock on the master");
+    // WAIT returned before the command started: the replica has the lock already.
+    assert_eq!(group.first_replica().get(&lock_key("k")), token);
+    // The renewal has a connection to the old master when it dies (it opens one for its first
+    // renewal), so it must find the new master by asking the sentinel again.
+    wait_renewed(group.first_master(), "k", &mut holder, "the first master");
+
+    group.kill_master();
+    let new = group.first_replica();
+    assert_ne!(new.port(), old_port);
+    wait_renewed(new, "k", &mut holder, "the new master");
+    assert_eq!(new.get(&lock_key("k")), token, "{}", holder.stderr());
+    assert!(holder.running(), "{}", holder.stderr());
+    let out = group.redlock().args(["acquire", "k", "-n"]).run().expect(1);
+    assert!(out.stderr.contains("busy"), "{out}");
+
+    std::fs::write(&go, "").unwrap();
+    let out = holder.finish(Duration::from_secs(30)).expect(7);
+    assert!(!out.stderr.contains("lost the lock"), "{out}");
+    assert!(!out.stderr.contains("cannot release"), "{out}");
+    assert_eq!(new.get(&lock_key("k")), None, "not released:\n{out}");
+}
+
+/// Without the replica's acknowledgement the lock may not survive a failover: when the promoted
+/// replica does not have it, `exec`'s next renewal (on the new master) finds no key, and the
+/// command is stopped as for any lost lock (exit 75), at once rather than when the TTL runs out.
+/// The replica is made to miss the lock by deleting it there (a writable replica), which is what
+/// an acknowledgement never sent looks like after the promotion.
+#[test]
+fn exec_stops_its_command_when_the_promoted_replica_lacks_the_lock() {
+    let Some(mut group) = Replicated::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+    let mut holder = group
+        .redlock()
+        .args(["exec", "k", "--ttl", "9s", "-c"])
+        .arg(until_go(&started, &go))
+        .spawn_proc();
+    assert!(
+        wait_for(|| started.exists(), Duration::from_secs(30)),
+        "{}",
+        holder.stderr()
+    );
+    wait_renewed(group.first_master(), "k", &mut holder, "the first master");
+    group.wait_replicated();
+    let replica = group.first_replica();
+    let _: () = replica.query(&["CONFIG", "SET", "replica-read-only", "no"]);
+    let deleted: i64 = replica.query(&["DEL", &lock_key("k")]);
+    assert_eq!(deleted, 1, "the replica did not have the lock");
+
+    let killed = Instant::now();
+    group.kill_master();
+    let out = holder.finish(Duration::from_secs(30)).expect(75);
+    // The renewal asked the sentinel and found the key gone on the new master; a renewal that
+    // kept trying the dead master would have run into the deadline (9s after the last renewal).
+    assert!(out.stderr.contains("lost the lock"), "{out}");
+    assert!(out.stderr.contains("the lock key is gone"), "{out}");
+    assert!(
+        killed.elapsed() < Duration::from_secs(20),
+        "stopped only {:?} after the crash:\n{out}",
+        killed.elapsed()
+    );
+    assert!(!go.exists());
+}
