@@ -519,6 +519,18 @@ fn command_error(
             ),
         );
     }
+    // The connection is fine: the server is a replica (a master demoted by a failover, named by
+    // a Sentinel that has not heard of it yet, or a URL that names a replica).
+    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
+        return failure(
+            Kind::Unavailable,
+            format!(
+                "{display} refused {what} with READONLY: it is a replica, not the master (a \
+                 failover demoted it, or the URL names a replica); try again once the Sentinels \
+                 name the new master, or use the master's URL"
+            ),
+        );
+    }
     match redis_kind(&e) {
         Kind::Unavailable if e.is_timeout() => failure(
             Kind::Unavailable,

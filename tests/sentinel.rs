@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::topology::{Replicated, role};
+use common::topology::{MASTER_NAME, Replicated, Sentinel, role};
 use common::*;
 
 /// Asserts that a failed acquire of `name` left nothing of its own on `server`: no lock key, no
@@ -374,4 +374,55 @@ fn exec_stops_its_command_when_the_promoted_replica_lacks_the_lock() {
         killed.elapsed()
     );
     assert!(!go.exists());
+}
+
+/// A Sentinel that has not heard of the failover yet names the old master, which is a replica
+/// now: every write there is refused with READONLY. That is exit 69 (unavailable: try again,
+/// the Sentinels will agree soon) with one line that says what happened, and nothing is written.
+#[test]
+fn a_demoted_master_named_by_a_stale_sentinel_exits_69() {
+    let Some(group) = Replicated::start() else {
+        return;
+    };
+    let (old, new) = (group.first_master(), group.first_replica());
+    group.failover();
+    // The sentinel that made the failover tells every other sentinel through the servers; frozen,
+    // it cannot correct the stale one started now, which names the server it was given.
+    group.sentinel().pause();
+    let stale = Sentinel::monitoring(old.port());
+    let stale_redlock = || {
+        let mut cmd = redlock();
+        cmd.args(["--sentinel", MASTER_NAME, "--url", &stale.url()]);
+        cmd
+    };
+
+    let out = stale_redlock()
+        .args(["acquire", "k", "--ttl", "60s", "-n"])
+        .run()
+        .expect(69);
+    assert_eq!(out.stdout, "", "{out}");
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains("READONLY"), "{out}");
+    assert!(out.stderr.contains(&old.port().to_string()), "{out}");
+    assert!(!out.stderr.contains("lost the connection"), "{out}");
+
+    let ran = new.dir().join("ran");
+    let out = stale_redlock()
+        .args(["exec", "k", "--"])
+        .arg("touch")
+        .arg(&ran)
+        .run()
+        .expect(69);
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains("READONLY"), "{out}");
+    assert!(!ran.exists(), "the command ran without the lock:\n{out}");
+
+    // It was the stale answer: the stale sentinel still names the old master, and through the
+    // sentinel that knows, the same lock is free on the new master.
+    assert_eq!(stale.master_port(), old.port());
+    group.sentinel().resume();
+    assert_eq!(old.get(&lock_key("k")), None);
+    assert_eq!(new.get(&lock_key("k")), None);
+    let token = group.redlock().args(["acquire", "k", "-n"]).run().ok();
+    assert_eq!(new.get(&lock_key("k")), Some(token));
 }
