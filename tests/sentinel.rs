@@ -426,3 +426,65 @@ fn a_demoted_master_named_by_a_stale_sentinel_exits_69() {
     let token = group.redlock().args(["acquire", "k", "-n"]).run().ok();
     assert_eq!(new.get(&lock_key("k")), Some(token));
 }
+
+/// The password reaches the sentinel and the master alike, from each of the three places it
+/// can come from; a wrong or missing one is exit 77.
+#[test]
+fn the_password_reaches_the_sentinel_and_the_master() {
+    const PW: &str = "s3cret-pw";
+    let Some(group) = Replicated::with_password(PW) else {
+        return;
+    };
+    let master = group.first_master();
+    let sentinel_url = group.sentinel().url();
+    let in_url = sentinel_url.replacen("redis://", &format!("redis://:{PW}@"), 1);
+    let pw_file = master.dir().join("pw");
+    std::fs::write(&pw_file, format!("{PW}\n")).unwrap();
+    let base = || {
+        let mut cmd = redlock();
+        cmd.args(["--sentinel", MASTER_NAME]);
+        cmd
+    };
+
+    let a = base()
+        .args(["--url", &in_url, "acquire", "a", "-n"])
+        .run()
+        .ok();
+    let b = base()
+        .args(["--url", &sentinel_url, "acquire", "b", "-n"])
+        .env("REDLOCK_PASSWORD", PW)
+        .run()
+        .ok();
+    let c = base()
+        .args(["--url", &sentinel_url, "--password-file"])
+        .arg(&pw_file)
+        .args(["acquire", "c", "-n"])
+        .run()
+        .ok();
+    for (name, token) in [("a", a), ("b", b), ("c", c)] {
+        assert!(is_token(&token), "{name}: {token:?}");
+        assert_eq!(master.get(&lock_key(name)), Some(token), "{name}");
+    }
+    // exec: its renewal and its listener connect the same way.
+    let out = base()
+        .args(["--url", &sentinel_url, "exec", "d", "--ttl", "1s", "-c"])
+        .arg("sleep 1; echo ran")
+        .env("REDLOCK_PASSWORD", PW)
+        .run()
+        .expect(0);
+    assert_eq!(out.stdout, "ran\n", "{out}");
+    assert!(out.stderr.is_empty(), "{out}");
+
+    for env in [Some("wrong"), None] {
+        let mut cmd = base();
+        cmd.args(["--url", &sentinel_url, "acquire", "e", "-n"]);
+        if let Some(pw) = env {
+            cmd.env("REDLOCK_PASSWORD", pw);
+        }
+        let out = cmd.run().expect(77);
+        assert_one_error_line(&out);
+        assert!(out.stderr.contains(&sentinel_url), "{out}");
+        assert!(!out.stderr.contains(PW), "{out}");
+    }
+    assert_eq!(master.get(&lock_key("e")), None);
+}
