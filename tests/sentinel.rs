@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::topology::{MASTER_NAME, Replicated, Sentinel, role};
@@ -487,4 +488,44 @@ fn the_password_reaches_the_sentinel_and_the_master() {
         assert!(!out.stderr.contains(PW), "{out}");
     }
     assert_eq!(master.get(&lock_key("e")), None);
+}
+
+/// TLS settings apply to the sentinel and the master alike: with the CA, a lock goes through a
+/// TLS-only sentinel to a TLS-only master (and `exec`'s renewal and listener connect the same
+/// way); without it, the sentinel's certificate is not trusted and the error says so.
+#[test]
+fn tls_settings_reach_the_sentinel_and_the_master() {
+    let certs = Arc::new(Certs::generate());
+    let Some(group) = Replicated::with_tls(Arc::clone(&certs)) else {
+        return;
+    };
+    let master = group.first_master();
+    let sentinel_url = group.sentinel().url();
+    assert!(sentinel_url.starts_with("rediss://"), "{sentinel_url}");
+    let with_ca = || {
+        let mut cmd = group.redlock();
+        cmd.arg("--tls-ca").arg(certs.path("ca.crt"));
+        cmd
+    };
+
+    let token = with_ca().args(["acquire", "a", "-n"]).run().ok();
+    assert!(is_token(&token), "{token:?}");
+    assert_eq!(master.get(&lock_key("a")), Some(token));
+    let out = with_ca()
+        .args(["exec", "b", "--ttl", "1s", "-c", "sleep 1; echo ran"])
+        .run()
+        .expect(0);
+    assert_eq!(out.stdout, "ran\n", "{out}");
+    assert!(out.stderr.is_empty(), "{out}");
+    assert_eq!(master.get(&lock_key("b")), None, "not released:\n{out}");
+
+    let out = group
+        .redlock()
+        .args(["acquire", "c", "-n"])
+        .run()
+        .expect(69);
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains(&sentinel_url), "{out}");
+    assert!(out.stderr.contains("--tls-ca"), "{out}");
+    assert_eq!(master.get(&lock_key("c")), None);
 }

@@ -36,24 +36,41 @@ pub fn role(server: &RedisServer) -> String {
 
 /// `ROLE`, or the error: while the sentinel reconfigures a server it kills its clients.
 fn try_role(server: &RedisServer) -> redis::RedisResult<String> {
-    try_role_with(server, None)
+    try_role_with(server, &Auth::default())
 }
 
-/// [`try_role`] on a server that requires `password`.
-fn try_role_with(server: &RedisServer, password: Option<&str>) -> redis::RedisResult<String> {
-    let mut con = connect(&server.url(), password)?;
+/// What a client needs besides the address: a password, the CA for TLS.
+#[derive(Clone, Default)]
+struct Auth {
+    password: Option<String>,
+    tls: Option<Arc<Certs>>,
+}
+
+/// [`try_role`] on a server that requires `password` or TLS.
+fn try_role_with(server: &RedisServer, auth: &Auth) -> redis::RedisResult<String> {
+    let mut con = connect(&server.url(), auth)?;
     let reply: Vec<redis::Value> = redis::cmd("ROLE").query(&mut con)?;
     Ok(redis::from_redis_value(reply[0].clone())?)
 }
 
-/// A connection to `url`, authenticated with `password` if given, with bounded timeouts.
-fn connect(url: &str, password: Option<&str>) -> redis::RedisResult<redis::Connection> {
+/// A connection to `url` (`rediss://` with `auth.tls`), authenticated with `auth.password` if
+/// given, with bounded timeouts.
+fn connect(url: &str, auth: &Auth) -> redis::RedisResult<redis::Connection> {
     let mut info = redis::IntoConnectionInfo::into_connection_info(url)?;
-    if let Some(pw) = password {
-        let settings = info.redis_settings().clone().set_password(pw);
+    if let Some(pw) = &auth.password {
+        let settings = info.redis_settings().clone().set_password(pw.clone());
         info = info.set_redis_settings(settings);
     }
-    let client = redis::Client::open(info)?;
+    let client = match &auth.tls {
+        None => redis::Client::open(info)?,
+        Some(certs) => redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(std::fs::read(certs.path("ca.crt")).unwrap()),
+            },
+        )?,
+    };
     let con = client.get_connection_with_timeout(Duration::from_secs(2))?;
     con.set_read_timeout(Some(Duration::from_secs(10)))?;
     Ok(con)
@@ -253,23 +270,24 @@ pub struct Sentinel {
     child: Child,
     port: u16,
     dir: tempfile::TempDir,
-    /// The sentinel's `requirepass`, also its `auth-pass` for the servers it watches.
-    password: Option<String>,
+    /// The sentinel's `requirepass` (also its `auth-pass` for the servers it watches), and its
+    /// TLS certificates (it then serves and talks to the servers with TLS only).
+    auth: Auth,
 }
 
 impl Sentinel {
     /// A sentinel of its own monitoring `MASTER_NAME` at `127.0.0.1:master_port`, whatever that
     /// server's role: pointed at a demoted master, it names it until it hears otherwise.
     pub fn monitoring(master_port: u16) -> Sentinel {
-        Sentinel::start(master_port, None)
+        Sentinel::start(master_port, &Auth::default())
     }
 
     /// A sentinel monitoring `MASTER_NAME` at `127.0.0.1:master_port` (quorum 1, down after 1s,
-    /// failover timeout 5s), requiring `password` from its clients and sending it to the servers.
-    fn start(master_port: u16, password: Option<&str>) -> Sentinel {
+    /// failover timeout 5s), with `auth`'s password and TLS towards its clients and the servers.
+    fn start(master_port: u16, auth: &Auth) -> Sentinel {
         let mut last_log = String::new();
         for _ in 0..5 {
-            match Sentinel::try_start(master_port, password) {
+            match Sentinel::try_start(master_port, auth) {
                 Ok(sentinel) => return sentinel,
                 Err(log) => last_log = log,
             }
@@ -277,7 +295,7 @@ impl Sentinel {
         panic!("the sentinel failed to start 5 times; last log:\n{last_log}");
     }
 
-    fn try_start(master_port: u16, password: Option<&str>) -> Result<Sentinel, String> {
+    fn try_start(master_port: u16, auth: &Auth) -> Result<Sentinel, String> {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         // The sentinel rewrites this file (known replicas, epochs), so it lives in our temp dir.
@@ -292,9 +310,19 @@ impl Sentinel {
              sentinel failover-timeout {MASTER_NAME} 5000\n",
             dir = dir.path().display()
         );
-        if let Some(pw) = password {
+        if let Some(pw) = &auth.password {
             text.push_str(&format!(
                 "requirepass {pw}\nsentinel auth-pass {MASTER_NAME} {pw}\n"
+            ));
+        }
+        if let Some(certs) = &auth.tls {
+            // Later lines win: TLS only, and TLS to the servers too.
+            text.push_str(&format!(
+                "port 0\ntls-port {port}\ntls-cert-file {}\ntls-key-file {}\n\
+                 tls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\n",
+                certs.path("server.crt").display(),
+                certs.path("server.key").display(),
+                certs.path("ca.crt").display(),
             ));
         }
         std::fs::write(&conf, text).unwrap();
@@ -310,7 +338,7 @@ impl Sentinel {
             child,
             port,
             dir,
-            password: password.map(str::to_string),
+            auth: auth.clone(),
         };
         // Our log saying that we monitor our master proves that the port is ours.
         let monitoring = format!("+monitor master {MASTER_NAME} 127.0.0.1 {master_port}");
@@ -339,9 +367,14 @@ impl Sentinel {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://127.0.0.1:PORT`, or `rediss://` with TLS.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.auth.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     pub fn log(&self) -> String {
@@ -349,7 +382,7 @@ impl Sentinel {
     }
 
     fn try_cli(&self) -> redis::RedisResult<redis::Connection> {
-        let mut con = connect(&self.url(), self.password.as_deref())?;
+        let mut con = connect(&self.url(), &self.auth)?;
         redis::cmd("PING").query::<String>(&mut con)?;
         Ok(con)
     }
@@ -409,32 +442,51 @@ impl Drop for Sentinel {
 pub struct Replicated {
     servers: [RedisServer; 2],
     sentinel: Sentinel,
-    /// The one password of all three, if they require one.
-    password: Option<String>,
+    /// The one password of all three, if they require one, and their TLS certificates.
+    auth: Auth,
 }
 
 impl Replicated {
     /// Starts the three and waits until the replica is in sync and the sentinel knows it as a
     /// healthy replica; `None` when the test must be skipped.
     pub fn start() -> Option<Replicated> {
-        Replicated::start_with(None)
+        Replicated::start_with(Auth::default())
     }
 
     /// [`start`](Self::start), with the servers and the sentinel all requiring `password` (and
     /// using it among themselves).
     pub fn with_password(password: &str) -> Option<Replicated> {
-        Replicated::start_with(Some(password))
+        Replicated::start_with(Auth {
+            password: Some(password.to_string()),
+            tls: None,
+        })
     }
 
-    fn start_with(password: Option<&str>) -> Option<Replicated> {
+    /// [`start`](Self::start), with the servers and the sentinel serving TLS only (no client
+    /// certificates required) and replicating and monitoring over TLS.
+    pub fn with_tls(certs: Arc<Certs>) -> Option<Replicated> {
+        Replicated::start_with(Auth {
+            password: None,
+            tls: Some(certs),
+        })
+    }
+
+    fn start_with(auth: Auth) -> Option<Replicated> {
         // Either may be the master that a replica syncs from: no 5s wait for more replicas
         // before a diskless full sync.
         let server = || {
             let builder = RedisServer::builder()
                 .arg("--repl-diskless-sync-delay")
                 .arg("0");
-            match password {
+            let builder = match &auth.password {
                 Some(pw) => builder.password(pw).arg("--masterauth").arg(pw),
+                None => builder,
+            };
+            match &auth.tls {
+                Some(certs) => builder
+                    .tls(Arc::clone(certs), false)
+                    .arg("--tls-replication")
+                    .arg("yes"),
                 None => builder,
             }
         };
@@ -444,7 +496,7 @@ impl Replicated {
             .arg("127.0.0.1")
             .arg(master.port().to_string())
             .start()?;
-        let sentinel = Sentinel::start(master.port(), password);
+        let sentinel = Sentinel::start(master.port(), &auth);
         // Faster sentinel timers (Redis >= 7.0), so that the old master is turned into a
         // replica about 1s after a failover instead of 10-20s: its role is checked on every
         // INFO (every info-period) and changed once it has been reported publish-period * 4 ago.
@@ -460,7 +512,7 @@ impl Replicated {
         let replicated = Replicated {
             servers: [master, replica],
             sentinel,
-            password: password.map(str::to_string),
+            auth,
         };
         let in_sync = wait_for(
             || {
@@ -615,6 +667,6 @@ impl Replicated {
     }
 
     fn try_role(&self, server: &RedisServer) -> redis::RedisResult<String> {
-        try_role_with(server, self.password.as_deref())
+        try_role_with(server, &self.auth)
     }
 }
