@@ -4,6 +4,11 @@
 //! sentinel's answer; after `SENTINEL FAILOVER` the old master is a read-only replica, so a
 //! command that still went there would fail. `--wait-replicas` is checked against the one replica
 //! there is: one acknowledgement is possible, two are not.
+//!
+//! Failovers are made two ways: `SENTINEL FAILOVER` (the old master is then a replica, which a
+//! second, stale sentinel can still name) and killing the master, which the sentinel notices
+//! after its 1s down-after period. `exec` keeps a lock across the second only if the promoted
+//! replica has it. The same topology is also built with one password, or TLS only, everywhere.
 
 mod common;
 
