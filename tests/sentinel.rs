@@ -472,14 +472,22 @@ fn the_password_reaches_the_sentinel_and_the_master() {
         assert_eq!(master.get(&lock_key(name)), Some(token), "{name}");
     }
     // exec: its renewal and its listener connect the same way.
-    let out = base()
-        .args(["--url", &sentinel_url, "exec", "d", "--ttl", "1s", "-c"])
-        .arg("sleep 1; echo ran")
+    let (started, go) = (master.dir().join("started"), master.dir().join("go"));
+    let mut holder = base()
+        .args(["--url", &sentinel_url, "exec", "d", "--ttl", "6s", "-c"])
+        .arg(until_go(&started, &go))
         .env("REDLOCK_PASSWORD", PW)
-        .run()
-        .expect(0);
-    assert_eq!(out.stdout, "ran\n", "{out}");
+        .spawn_proc();
+    assert!(
+        wait_for(|| started.exists(), Duration::from_secs(30)),
+        "{}",
+        holder.stderr()
+    );
+    wait_renewed(master, "d", &mut holder, "the master");
+    std::fs::write(&go, "").unwrap();
+    let out = holder.finish(Duration::from_secs(30)).expect(7);
     assert!(out.stderr.is_empty(), "{out}");
+    assert_eq!(master.get(&lock_key("d")), None, "not released:\n{out}");
 
     for env in [Some("wrong"), None] {
         let mut cmd = base();
@@ -516,11 +524,19 @@ fn tls_settings_reach_the_sentinel_and_the_master() {
     let token = with_ca().args(["acquire", "a", "-n"]).run().ok();
     assert!(is_token(&token), "{token:?}");
     assert_eq!(master.get(&lock_key("a")), Some(token));
-    let out = with_ca()
-        .args(["exec", "b", "--ttl", "1s", "-c", "sleep 1; echo ran"])
-        .run()
-        .expect(0);
-    assert_eq!(out.stdout, "ran\n", "{out}");
+    let (started, go) = (master.dir().join("started"), master.dir().join("go"));
+    let mut holder = with_ca()
+        .args(["exec", "b", "--ttl", "6s", "-c"])
+        .arg(until_go(&started, &go))
+        .spawn_proc();
+    assert!(
+        wait_for(|| started.exists(), Duration::from_secs(30)),
+        "{}",
+        holder.stderr()
+    );
+    wait_renewed(master, "b", &mut holder, "the master");
+    std::fs::write(&go, "").unwrap();
+    let out = holder.finish(Duration::from_secs(30)).expect(7);
     assert!(out.stderr.is_empty(), "{out}");
     assert_eq!(master.get(&lock_key("b")), None, "not released:\n{out}");
 
