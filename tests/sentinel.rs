@@ -374,6 +374,7 @@ fn exec_stops_its_command_when_the_promoted_replica_lacks_the_lock() {
     // kept trying the dead master would have run into the deadline (9s after the last renewal).
     assert!(out.stderr.contains("lost the lock"), "{out}");
     assert!(out.stderr.contains("the lock key is gone"), "{out}");
+    assert!(!out.stderr.contains("no renewal succeeded"), "{out}");
     assert!(
         killed.elapsed() < Duration::from_secs(20),
         "stopped only {:?} after the crash:\n{out}",
