@@ -377,6 +377,8 @@ fn cluster(config: &Config, seeds: &[Endpoint]) -> Result<(Con, String)> {
 /// Asks the Sentinels, in order, where `master` is; the first that knows it decides.
 fn sentinel_master(config: &Config, master: &str, sentinels: &[Endpoint]) -> Result<Endpoint> {
     let mut why = Vec::new();
+    // A Sentinel that refused our credentials will refuse them again: that is the fix to make.
+    let mut refused = false;
     for s in sentinels {
         let reply = plain(config, s).and_then(|mut con| {
             redis::cmd("SENTINEL")
@@ -398,11 +400,18 @@ fn sentinel_master(config: &Config, master: &str, sentinels: &[Endpoint]) -> Res
                 return Ok(relocate(s, &host, port, Some(master)));
             }
             Ok(None) => why.push(format!("{} does not know '{master}'", s.display)),
-            Err(e) => why.push(format!("{e:#}")),
+            Err(e) => {
+                refused |= crate::error::kind_of(&e) == Kind::Auth;
+                why.push(format!("{e:#}"));
+            }
         }
     }
     Err(failure(
-        Kind::Unavailable,
+        if refused {
+            Kind::Auth
+        } else {
+            Kind::Unavailable
+        },
         format!(
             "no Sentinel named the master '{master}': {}",
             why.join("; ")
@@ -516,6 +525,18 @@ fn command_error(
             format!(
                 "{display} requires a password; put it in the URL, REDLOCK_PASSWORD or \
                  --password-file"
+            ),
+        );
+    }
+    // The connection is fine: the server is a replica (a master demoted by a failover, named by
+    // a Sentinel that has not heard of it yet, or a URL that names a replica).
+    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
+        return failure(
+            Kind::Unavailable,
+            format!(
+                "{display} refused {what} with READONLY: it is a replica, not the master (a \
+                 failover demoted it, or the URL names a replica); try again once the Sentinels \
+                 name the new master, or use the master's URL"
             ),
         );
     }

@@ -4,12 +4,18 @@
 //! sentinel's answer; after `SENTINEL FAILOVER` the old master is a read-only replica, so a
 //! command that still went there would fail. `--wait-replicas` is checked against the one replica
 //! there is: one acknowledgement is possible, two are not.
+//!
+//! Failovers are made two ways: `SENTINEL FAILOVER` (the old master is then a replica, which a
+//! second, stale sentinel can still name) and killing the master, which the sentinel notices
+//! after its 1s down-after period. `exec` keeps a lock across the second only if the promoted
+//! replica has it. The same topology is also built with one password, or TLS only, everywhere.
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::topology::{Replicated, role};
+use common::topology::{MASTER_NAME, Replicated, Sentinel, role};
 use common::*;
 
 /// Asserts that a failed acquire of `name` left nothing of its own on `server`: no lock key, no
@@ -250,4 +256,298 @@ fn a_forced_release_stops_an_exec_holder_at_once() {
     let took = forced.elapsed();
     assert!(took < Duration::from_secs(5), "took {took:?}:\n{out}");
     assert!(out.stderr.contains("force-released"), "{out}");
+}
+
+/// A shell script that marks `started`, then runs until `go` appears and exits 7 (99 if `go`
+/// never comes: the loop is bounded).
+fn until_go(started: &std::path::Path, go: &std::path::Path) -> String {
+    format!(
+        "touch '{}'; i=0; while [ ! -e '{go}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); \
+         done; [ -e '{go}' ] && exit 7; exit 99",
+        started.display(),
+        go = go.display()
+    )
+}
+
+/// Waits until `server`'s PTTL of lock `name` goes up by more than a second: a renewal reached
+/// that server (replication and time only run it down).
+#[track_caller]
+fn wait_renewed(server: &RedisServer, name: &str, holder: &mut Proc, which: &str) {
+    let mut lowest = i64::MAX;
+    let renewed = wait_for(
+        || {
+            let pttl = server.pttl(&lock_key(name));
+            lowest = lowest.min(pttl);
+            pttl > 0 && pttl > lowest + 1000
+        },
+        Duration::from_secs(20),
+    );
+    assert!(
+        renewed,
+        "no renewal reached {which} (PTTL {}, lowest {lowest}); running: {}\n{}",
+        server.pttl(&lock_key(name)),
+        holder.running(),
+        holder.stderr()
+    );
+}
+
+/// With `--wait-replicas 1` the replica has the lock before the command starts, so when the
+/// master dies and the sentinel promotes the replica, `exec`'s renewal (which asks the sentinel
+/// again) finds its lock there and keeps it: the command runs on, and redlock exits with its
+/// status. The TTL leaves the failover (about 2s after the crash) well inside the two thirds of a
+/// TTL that the last renewal on the old master guarantees on the new one.
+#[test]
+fn exec_with_wait_replicas_1_keeps_its_lock_when_the_master_fails_over() {
+    let Some(mut group) = Replicated::start() else {
+        return;
+    };
+    let old_port = group.first_master().port();
+    let dir = tempfile::tempdir().unwrap();
+    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+    let mut holder = group
+        .redlock()
+        .args(["exec", "k", "--ttl", "9s", "--wait-replicas", "1", "-c"])
+        .arg(until_go(&started, &go))
+        .spawn_proc();
+    assert!(
+        wait_for(|| started.exists(), Duration::from_secs(30)),
+        "{}",
+        holder.stderr()
+    );
+    let token = group.first_master().get(&lock_key("k"));
+    assert!(token.is_some(), "no lock on the master");
+    // WAIT returned before the command started: the replica has the lock already.
+    assert_eq!(group.first_replica().get(&lock_key("k")), token);
+    // The renewal has a connection to the old master when it dies (it opens one for its first
+    // renewal), so it must find the new master by asking the sentinel again.
+    wait_renewed(group.first_master(), "k", &mut holder, "the first master");
+
+    group.kill_master();
+    let new = group.first_replica();
+    assert_ne!(new.port(), old_port);
+    wait_renewed(new, "k", &mut holder, "the new master");
+    assert_eq!(new.get(&lock_key("k")), token, "{}", holder.stderr());
+    assert!(holder.running(), "{}", holder.stderr());
+    let out = group.redlock().args(["acquire", "k", "-n"]).run().expect(1);
+    assert!(out.stderr.contains("busy"), "{out}");
+
+    std::fs::write(&go, "").unwrap();
+    let out = holder.finish(Duration::from_secs(30)).expect(7);
+    assert!(!out.stderr.contains("lost the lock"), "{out}");
+    assert!(!out.stderr.contains("cannot release"), "{out}");
+    assert_eq!(new.get(&lock_key("k")), None, "not released:\n{out}");
+}
+
+/// Without the replica's acknowledgement the lock may not survive a failover: when the promoted
+/// replica does not have it, `exec`'s next renewal (on the new master) finds no key, and the
+/// command is stopped as for any lost lock (exit 75), at once rather than when the TTL runs out.
+/// The replica is made to miss the lock by deleting it there (a writable replica), which is what
+/// an acknowledgement never sent looks like after the promotion.
+#[test]
+fn exec_stops_its_command_when_the_promoted_replica_lacks_the_lock() {
+    let Some(mut group) = Replicated::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+    let mut holder = group
+        .redlock()
+        .args(["exec", "k", "--ttl", "9s", "-c"])
+        .arg(until_go(&started, &go))
+        .spawn_proc();
+    assert!(
+        wait_for(|| started.exists(), Duration::from_secs(30)),
+        "{}",
+        holder.stderr()
+    );
+    wait_renewed(group.first_master(), "k", &mut holder, "the first master");
+    group.wait_replicated();
+    let replica = group.first_replica();
+    let _: () = replica.query(&["CONFIG", "SET", "replica-read-only", "no"]);
+    let deleted: i64 = replica.query(&["DEL", &lock_key("k")]);
+    assert_eq!(deleted, 1, "the replica did not have the lock");
+
+    let killed = Instant::now();
+    group.kill_master();
+    let out = holder.finish(Duration::from_secs(30)).expect(75);
+    // The renewal asked the sentinel and found the key gone on the new master; a renewal that
+    // kept trying the dead master would have run into the deadline (9s after the last renewal).
+    assert!(out.stderr.contains("lost the lock"), "{out}");
+    assert!(out.stderr.contains("the lock key is gone"), "{out}");
+    assert!(!out.stderr.contains("no renewal succeeded"), "{out}");
+    assert!(
+        killed.elapsed() < Duration::from_secs(20),
+        "stopped only {:?} after the crash:\n{out}",
+        killed.elapsed()
+    );
+    assert!(!go.exists());
+}
+
+/// A Sentinel that has not heard of the failover yet names the old master, which is a replica
+/// now: every write there is refused with READONLY. That is exit 69 (unavailable: try again,
+/// the Sentinels will agree soon) with one line that says what happened, and nothing is written.
+#[test]
+fn a_demoted_master_named_by_a_stale_sentinel_exits_69() {
+    let Some(group) = Replicated::start() else {
+        return;
+    };
+    let (old, new) = (group.first_master(), group.first_replica());
+    group.failover();
+    // The sentinel that made the failover tells every other sentinel through the servers; frozen,
+    // it cannot correct the stale one started now, which names the server it was given.
+    group.sentinel().pause();
+    let stale = Sentinel::monitoring(old.port());
+    let stale_redlock = || {
+        let mut cmd = redlock();
+        cmd.args(["--sentinel", MASTER_NAME, "--url", &stale.url()]);
+        cmd
+    };
+
+    let out = stale_redlock()
+        .args(["acquire", "k", "--ttl", "60s", "-n"])
+        .run()
+        .expect(69);
+    assert_eq!(out.stdout, "", "{out}");
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains("READONLY"), "{out}");
+    assert!(out.stderr.contains(&old.port().to_string()), "{out}");
+    assert!(!out.stderr.contains("lost the connection"), "{out}");
+
+    let ran = new.dir().join("ran");
+    let out = stale_redlock()
+        .args(["exec", "k", "--"])
+        .arg("touch")
+        .arg(&ran)
+        .run()
+        .expect(69);
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains("READONLY"), "{out}");
+    assert!(!ran.exists(), "the command ran without the lock:\n{out}");
+
+    // It was the stale answer: the stale sentinel still names the old master, and through the
+    // sentinel that knows, the same lock is free on the new master.
+    assert_eq!(stale.master_port(), old.port());
+    group.sentinel().resume();
+    assert_eq!(old.get(&lock_key("k")), None);
+    assert_eq!(new.get(&lock_key("k")), None);
+    let token = group.redlock().args(["acquire", "k", "-n"]).run().ok();
+    assert_eq!(new.get(&lock_key("k")), Some(token));
+}
+
+/// The password reaches the sentinel and the master alike, from each of the three places it
+/// can come from; a wrong or missing one is exit 77.
+#[test]
+fn the_password_reaches_the_sentinel_and_the_master() {
+    const PW: &str = "s3cret-pw";
+    let Some(group) = Replicated::with_password(PW) else {
+        return;
+    };
+    let master = group.first_master();
+    let sentinel_url = group.sentinel().url();
+    let in_url = sentinel_url.replacen("redis://", &format!("redis://:{PW}@"), 1);
+    let pw_file = master.dir().join("pw");
+    std::fs::write(&pw_file, format!("{PW}\n")).unwrap();
+    let base = || {
+        let mut cmd = redlock();
+        cmd.args(["--sentinel", MASTER_NAME]);
+        cmd
+    };
+
+    let a = base()
+        .args(["--url", &in_url, "acquire", "a", "-n"])
+        .run()
+        .ok();
+    let b = base()
+        .args(["--url", &sentinel_url, "acquire", "b", "-n"])
+        .env("REDLOCK_PASSWORD", PW)
+        .run()
+        .ok();
+    let c = base()
+        .args(["--url", &sentinel_url, "--password-file"])
+        .arg(&pw_file)
+        .args(["acquire", "c", "-n"])
+        .run()
+        .ok();
+    for (name, token) in [("a", a), ("b", b), ("c", c)] {
+        assert!(is_token(&token), "{name}: {token:?}");
+        assert_eq!(master.get(&lock_key(name)), Some(token), "{name}");
+    }
+    // exec: its renewal and its listener connect the same way.
+    let (started, go) = (master.dir().join("started"), master.dir().join("go"));
+    let mut holder = base()
+        .args(["--url", &sentinel_url, "exec", "d", "--ttl", "6s", "-c"])
+        .arg(until_go(&started, &go))
+        .env("REDLOCK_PASSWORD", PW)
+        .spawn_proc();
+    assert!(
+        wait_for(|| started.exists(), Duration::from_secs(30)),
+        "{}",
+        holder.stderr()
+    );
+    wait_renewed(master, "d", &mut holder, "the master");
+    std::fs::write(&go, "").unwrap();
+    let out = holder.finish(Duration::from_secs(30)).expect(7);
+    assert!(out.stderr.is_empty(), "{out}");
+    assert_eq!(master.get(&lock_key("d")), None, "not released:\n{out}");
+
+    for env in [Some("wrong"), None] {
+        let mut cmd = base();
+        cmd.args(["--url", &sentinel_url, "acquire", "e", "-n"]);
+        if let Some(pw) = env {
+            cmd.env("REDLOCK_PASSWORD", pw);
+        }
+        let out = cmd.run().expect(77);
+        assert_one_error_line(&out);
+        assert!(out.stderr.contains(&sentinel_url), "{out}");
+        assert!(!out.stderr.contains(PW), "{out}");
+    }
+    assert_eq!(master.get(&lock_key("e")), None);
+}
+
+/// TLS settings apply to the sentinel and the master alike: with the CA, a lock goes through a
+/// TLS-only sentinel to a TLS-only master (and `exec`'s renewal and listener connect the same
+/// way); without it, the sentinel's certificate is not trusted and the error says so.
+#[test]
+fn tls_settings_reach_the_sentinel_and_the_master() {
+    let certs = Arc::new(Certs::generate());
+    let Some(group) = Replicated::with_tls(Arc::clone(&certs)) else {
+        return;
+    };
+    let master = group.first_master();
+    let sentinel_url = group.sentinel().url();
+    assert!(sentinel_url.starts_with("rediss://"), "{sentinel_url}");
+    let with_ca = || {
+        let mut cmd = group.redlock();
+        cmd.arg("--tls-ca").arg(certs.path("ca.crt"));
+        cmd
+    };
+
+    let token = with_ca().args(["acquire", "a", "-n"]).run().ok();
+    assert!(is_token(&token), "{token:?}");
+    assert_eq!(master.get(&lock_key("a")), Some(token));
+    let (started, go) = (master.dir().join("started"), master.dir().join("go"));
+    let mut holder = with_ca()
+        .args(["exec", "b", "--ttl", "6s", "-c"])
+        .arg(until_go(&started, &go))
+        .spawn_proc();
+    assert!(
+        wait_for(|| started.exists(), Duration::from_secs(30)),
+        "{}",
+        holder.stderr()
+    );
+    wait_renewed(master, "b", &mut holder, "the master");
+    std::fs::write(&go, "").unwrap();
+    let out = holder.finish(Duration::from_secs(30)).expect(7);
+    assert!(out.stderr.is_empty(), "{out}");
+    assert_eq!(master.get(&lock_key("b")), None, "not released:\n{out}");
+
+    let out = group
+        .redlock()
+        .args(["acquire", "c", "-n"])
+        .run()
+        .expect(69);
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains(&sentinel_url), "{out}");
+    assert!(out.stderr.contains("--tls-ca"), "{out}");
+    assert_eq!(master.get(&lock_key("c")), None);
 }

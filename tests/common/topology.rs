@@ -36,11 +36,44 @@ pub fn role(server: &RedisServer) -> String {
 
 /// `ROLE`, or the error: while the sentinel reconfigures a server it kills its clients.
 fn try_role(server: &RedisServer) -> redis::RedisResult<String> {
-    let client = redis::Client::open(server.url())?;
-    let mut con = client.get_connection_with_timeout(Duration::from_secs(2))?;
-    con.set_read_timeout(Some(Duration::from_secs(10)))?;
+    try_role_with(server, &Auth::default())
+}
+
+/// What a client needs besides the address: a password, the CA for TLS.
+#[derive(Clone, Default)]
+struct Auth {
+    password: Option<String>,
+    tls: Option<Arc<Certs>>,
+}
+
+/// [`try_role`] on a server that requires `password` or TLS.
+fn try_role_with(server: &RedisServer, auth: &Auth) -> redis::RedisResult<String> {
+    let mut con = connect(&server.url(), auth)?;
     let reply: Vec<redis::Value> = redis::cmd("ROLE").query(&mut con)?;
     Ok(redis::from_redis_value(reply[0].clone())?)
+}
+
+/// A connection to `url` (`rediss://` with `auth.tls`), authenticated with `auth.password` if
+/// given, with bounded timeouts.
+fn connect(url: &str, auth: &Auth) -> redis::RedisResult<redis::Connection> {
+    let mut info = redis::IntoConnectionInfo::into_connection_info(url)?;
+    if let Some(pw) = &auth.password {
+        let settings = info.redis_settings().clone().set_password(pw.clone());
+        info = info.set_redis_settings(settings);
+    }
+    let client = match &auth.tls {
+        None => redis::Client::open(info)?,
+        Some(certs) => redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(std::fs::read(certs.path("ca.crt")).unwrap()),
+            },
+        )?,
+    };
+    let con = client.get_connection_with_timeout(Duration::from_secs(2))?;
+    con.set_read_timeout(Some(Duration::from_secs(10)))?;
+    Ok(con)
 }
 
 /// Three `redis-server`s in cluster mode, each a master of a third of the slots, no replicas
@@ -237,15 +270,24 @@ pub struct Sentinel {
     child: Child,
     port: u16,
     dir: tempfile::TempDir,
+    /// The sentinel's `requirepass` (also its `auth-pass` for the servers it watches), and its
+    /// TLS certificates (it then serves and talks to the servers with TLS only).
+    auth: Auth,
 }
 
 impl Sentinel {
+    /// A sentinel of its own monitoring `MASTER_NAME` at `127.0.0.1:master_port`, whatever that
+    /// server's role: pointed at a demoted master, it names it until it hears otherwise.
+    pub fn monitoring(master_port: u16) -> Sentinel {
+        Sentinel::start(master_port, &Auth::default())
+    }
+
     /// A sentinel monitoring `MASTER_NAME` at `127.0.0.1:master_port` (quorum 1, down after 1s,
-    /// failover timeout 5s).
-    fn start(master_port: u16) -> Sentinel {
+    /// failover timeout 5s), with `auth`'s password and TLS towards its clients and the servers.
+    fn start(master_port: u16, auth: &Auth) -> Sentinel {
         let mut last_log = String::new();
         for _ in 0..5 {
-            match Sentinel::try_start(master_port) {
+            match Sentinel::try_start(master_port, auth) {
                 Ok(sentinel) => return sentinel,
                 Err(log) => last_log = log,
             }
@@ -253,25 +295,37 @@ impl Sentinel {
         panic!("the sentinel failed to start 5 times; last log:\n{last_log}");
     }
 
-    fn try_start(master_port: u16) -> Result<Sentinel, String> {
+    fn try_start(master_port: u16, auth: &Auth) -> Result<Sentinel, String> {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         // The sentinel rewrites this file (known replicas, epochs), so it lives in our temp dir.
         let conf = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {port}\n\
-                 bind 127.0.0.1\n\
-                 dir {dir}\n\
-                 logfile {dir}/sentinel.log\n\
-                 sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 1\n\
-                 sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
-                 sentinel failover-timeout {MASTER_NAME} 5000\n",
-                dir = dir.path().display()
-            ),
-        )
-        .unwrap();
+        let mut text = format!(
+            "port {port}\n\
+             bind 127.0.0.1\n\
+             dir {dir}\n\
+             logfile {dir}/sentinel.log\n\
+             sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 1\n\
+             sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+             sentinel failover-timeout {MASTER_NAME} 5000\n",
+            dir = dir.path().display()
+        );
+        if let Some(pw) = &auth.password {
+            text.push_str(&format!(
+                "requirepass {pw}\nsentinel auth-pass {MASTER_NAME} {pw}\n"
+            ));
+        }
+        if let Some(certs) = &auth.tls {
+            // Later lines win: TLS only, and TLS to the servers too.
+            text.push_str(&format!(
+                "port 0\ntls-port {port}\ntls-cert-file {}\ntls-key-file {}\n\
+                 tls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\n",
+                certs.path("server.crt").display(),
+                certs.path("server.key").display(),
+                certs.path("ca.crt").display(),
+            ));
+        }
+        std::fs::write(&conf, text).unwrap();
         let child = Command::new("redis-server")
             .arg(&conf)
             .arg("--sentinel")
@@ -280,7 +334,12 @@ impl Sentinel {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn redis-server --sentinel");
-        let mut sentinel = Sentinel { child, port, dir };
+        let mut sentinel = Sentinel {
+            child,
+            port,
+            dir,
+            auth: auth.clone(),
+        };
         // Our log saying that we monitor our master proves that the port is ours.
         let monitoring = format!("+monitor master {MASTER_NAME} 127.0.0.1 {master_port}");
         let ready = wait_for(
@@ -308,9 +367,14 @@ impl Sentinel {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://127.0.0.1:PORT`, or `rediss://` with TLS.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.auth.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     pub fn log(&self) -> String {
@@ -318,11 +382,19 @@ impl Sentinel {
     }
 
     fn try_cli(&self) -> redis::RedisResult<redis::Connection> {
-        let client = redis::Client::open(self.url())?;
-        let mut con = client.get_connection_with_timeout(Duration::from_secs(2))?;
-        con.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut con = connect(&self.url(), &self.auth)?;
         redis::cmd("PING").query::<String>(&mut con)?;
         Ok(con)
+    }
+
+    /// Freezes the sentinel (SIGSTOP): it neither answers nor tells other sentinels anything.
+    pub fn pause(&self) {
+        signal(self.child.id(), libc::SIGSTOP);
+    }
+
+    /// Thaws a [`pause`](Self::pause)d sentinel.
+    pub fn resume(&self) {
+        signal(self.child.id(), libc::SIGCONT);
     }
 
     /// Runs one command on a fresh connection, returning Redis errors.
@@ -370,18 +442,53 @@ impl Drop for Sentinel {
 pub struct Replicated {
     servers: [RedisServer; 2],
     sentinel: Sentinel,
+    /// The one password of all three, if they require one, and their TLS certificates.
+    auth: Auth,
 }
 
 impl Replicated {
     /// Starts the three and waits until the replica is in sync and the sentinel knows it as a
     /// healthy replica; `None` when the test must be skipped.
     pub fn start() -> Option<Replicated> {
+        Replicated::start_with(Auth::default())
+    }
+
+    /// [`start`](Self::start), with the servers and the sentinel all requiring `password` (and
+    /// using it among themselves).
+    pub fn with_password(password: &str) -> Option<Replicated> {
+        Replicated::start_with(Auth {
+            password: Some(password.to_string()),
+            tls: None,
+        })
+    }
+
+    /// [`start`](Self::start), with the servers and the sentinel serving TLS only (no client
+    /// certificates required) and replicating and monitoring over TLS.
+    pub fn with_tls(certs: Arc<Certs>) -> Option<Replicated> {
+        Replicated::start_with(Auth {
+            password: None,
+            tls: Some(certs),
+        })
+    }
+
+    fn start_with(auth: Auth) -> Option<Replicated> {
         // Either may be the master that a replica syncs from: no 5s wait for more replicas
         // before a diskless full sync.
         let server = || {
-            RedisServer::builder()
+            let builder = RedisServer::builder()
                 .arg("--repl-diskless-sync-delay")
-                .arg("0")
+                .arg("0");
+            let builder = match &auth.password {
+                Some(pw) => builder.password(pw).arg("--masterauth").arg(pw),
+                None => builder,
+            };
+            match &auth.tls {
+                Some(certs) => builder
+                    .tls(Arc::clone(certs), false)
+                    .arg("--tls-replication")
+                    .arg("yes"),
+                None => builder,
+            }
         };
         let master = server().start()?;
         let replica = server()
@@ -389,7 +496,7 @@ impl Replicated {
             .arg("127.0.0.1")
             .arg(master.port().to_string())
             .start()?;
-        let sentinel = Sentinel::start(master.port());
+        let sentinel = Sentinel::start(master.port(), &auth);
         // Faster sentinel timers (Redis >= 7.0), so that the old master is turned into a
         // replica about 1s after a failover instead of 10-20s: its role is checked on every
         // INFO (every info-period) and changed once it has been reported publish-period * 4 ago.
@@ -405,6 +512,7 @@ impl Replicated {
         let replicated = Replicated {
             servers: [master, replica],
             sentinel,
+            auth,
         };
         let in_sync = wait_for(
             || {
@@ -475,7 +583,7 @@ impl Replicated {
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(-1)
         };
-        let (master, replica) = if role(&self.servers[0]) == "master" {
+        let (master, replica) = if self.role(&self.servers[0]) == "master" {
             (&self.servers[0], &self.servers[1])
         } else {
             (&self.servers[1], &self.servers[0])
@@ -512,7 +620,7 @@ impl Replicated {
         let switched = wait_for(
             || {
                 self.sentinel.master_port() == new.port()
-                    && try_role(old).is_ok_and(|r| r == "slave")
+                    && self.try_role(old).is_ok_and(|r| r == "slave")
             },
             SETTLE,
         );
@@ -522,8 +630,43 @@ impl Replicated {
              (port {}) is a {}",
             self.sentinel.master_port(),
             old.port(),
-            role(old)
+            self.role(old)
         );
-        assert_eq!(role(new), "master");
+        assert_eq!(self.role(new), "master");
+    }
+
+    /// Kills the master (SIGKILL, a crash), then waits until the sentinel has noticed, promoted
+    /// the replica and names it, and the replica reports itself the master.
+    pub fn kill_master(&mut self) {
+        let port = self.sentinel.master_port();
+        let i = self
+            .servers
+            .iter()
+            .position(|s| s.port() == port)
+            .unwrap_or_else(|| panic!("the sentinel names port {port} as the master"));
+        self.servers[i].kill();
+        let new = &self.servers[1 - i];
+        let promoted = wait_for(
+            || {
+                self.sentinel.master_port() == new.port()
+                    && self.try_role(new).is_ok_and(|r| r == "master")
+            },
+            SETTLE,
+        );
+        assert!(
+            promoted,
+            "within {SETTLE:?} after killing the master (port {port}): the sentinel names port {}",
+            self.sentinel.master_port()
+        );
+    }
+
+    /// `ROLE` of one of the two servers.
+    fn role(&self, server: &RedisServer) -> String {
+        self.try_role(server)
+            .unwrap_or_else(|e| panic!("ROLE on port {}: {e}", server.port()))
+    }
+
+    fn try_role(&self, server: &RedisServer) -> redis::RedisResult<String> {
+        try_role_with(server, &self.auth)
     }
 }
