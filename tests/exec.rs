@@ -184,7 +184,7 @@ fn a_child_running_several_ttls_keeps_the_lock_the_whole_time() {
     let mut con = redis.cli();
     let started = Instant::now();
     let mut tries = 0;
-    let mut late_pttls = Vec::new();
+    let mut lowest = i64::MAX;
     while started.elapsed() < ttl.mul_f64(3.5) {
         let (held_by, pttl) = lock_state(&mut con, "k");
         assert_eq!(
@@ -194,10 +194,7 @@ fn a_child_running_several_ttls_keeps_the_lock_the_whole_time() {
             started.elapsed(),
             holder.stderr()
         );
-        assert!(pttl > 0, "pttl {pttl} after {:?}", started.elapsed());
-        if started.elapsed() > ttl {
-            late_pttls.push(pttl);
-        }
+        lowest = lowest.min(pttl);
         let (flags, code): (&[&str], i32) = if tries % 2 == 0 {
             (&["-n"], 1)
         } else {
@@ -218,9 +215,13 @@ fn a_child_running_several_ttls_keeps_the_lock_the_whole_time() {
         "a competitor's command ran"
     );
     assert!(tries >= 6, "only {tries} competitors in 3.5s");
-    // Renewals every TTL/3 keep the remaining time well above zero, not just barely alive.
-    let best = late_pttls.iter().max().copied().unwrap_or(0);
-    assert!(best > 500, "pttl after the first TTL peaked at {best}ms");
+    // Renewals every TTL/3 keep at least 2/3 of the TTL left (here 667ms), less what a renewal
+    // may be late under load; renewing at 0.9 TTL would let it fall to 100ms each time.
+    assert!(
+        lowest > 667 - 300,
+        "the lock's PTTL fell to {lowest}ms (TTL {ttl:?})\n--- stderr:\n{}",
+        holder.stderr()
+    );
     assert!(holder.running(), "the holder stopped:\n{}", holder.stderr());
     done(&redis);
     let out = holder.finish(EVENT).expect(0);
