@@ -400,30 +400,36 @@ fn a_token_nobody_can_read_is_released_again() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    // As if SIGPIPE had ended it, after giving the lock back.
+    assert_eq!(out.status.code(), Some(128 + libc::SIGPIPE), "{stderr}");
     assert!(
-        stderr.starts_with("redlock: ") && stderr.lines().count() == 1,
+        stderr.starts_with("redlock: ")
+            && stderr.lines().count() == 1
+            && stderr.contains("released 'k' again"),
         "{stderr}"
     );
+    // The lock was taken (fence 1) and released, not just never taken.
+    assert_eq!(redis.meta("k")["fence"], "1", "{stderr}");
     assert_eq!(
-        redis.get(&lock_key("k")),
-        None,
+        redis.keys(),
+        [meta_key("k")],
         "a lock nobody holds was left"
     );
 }
 
+/// A closed stdout (`>&-`) is known before anything is taken: refused as a usage error, and
+/// Redis never sees an attempt (no fence counted, no key at all).
 #[test]
-
-fn a_token_printed_to_a_closed_stdout_is_released_again() {
+fn a_closed_stdout_is_refused_before_the_lock_is_taken() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
     let out = redis.sh("redlock acquire k >&-").run();
-    assert_ne!(out.status.code(), Some(0), "{out}");
     assert_one_error_line(&out);
-    assert_eq!(
-        redis.get(&lock_key("k")),
-        None,
-        "a lock nobody holds was left"
-    );
+    assert!(out.stderr.contains("stdout is closed"), "{out}");
+    let out = out.expect(2);
+    assert_eq!(redis.keys(), Vec::<String>::new(), "{out}");
+    // Control: the same command with stdout open takes the lock.
+    redis.sh("redlock acquire k >/dev/null").run().expect(0);
+    assert_eq!(redis.meta("k")["fence"], "1");
 }
