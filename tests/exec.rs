@@ -231,6 +231,44 @@ fn a_child_running_several_ttls_keeps_the_lock_the_whole_time() {
     assert_eq!(redis.meta("k")["fence"], "1", "the lock changed hands");
 }
 
+/// Runs `loops` shell loops (`$L` = 0, 1, ...) of `rounds` increments of `$dir/counter`, each
+/// run by `redlock exec $lock -- sh -c BODY` where BODY reads the counter, runs `pause`, and
+/// writes it back plus one; returns the counter.
+fn count_increments(
+    redis: &RedisServer,
+    dir: &std::path::Path,
+    loops: usize,
+    rounds: usize,
+    lock: &str,
+    pause: &str,
+) -> String {
+    std::fs::write(dir.join("counter"), "0\n").unwrap();
+    let body = format!("n=$(cat counter); {pause}; echo $((n + 1)) > counter");
+    let script = format!(
+        r#"i=0
+        while [ "$i" -lt {rounds} ]; do
+          redlock exec "{lock}" -- sh -c '{body}' || exit 1
+          i=$((i + 1))
+        done"#
+    );
+    let procs: Vec<Proc> = (0..loops)
+        .map(|l| {
+            redis
+                .sh(&script)
+                .current_dir(dir)
+                .env("L", l.to_string())
+                .spawn_proc()
+        })
+        .collect();
+    for p in procs {
+        p.finish(Duration::from_secs(120)).expect(0);
+    }
+    std::fs::read_to_string(dir.join("counter"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
 /// The same race as `exclusion.rs` (whose control shows the loops lose increments without a
 /// lock), with each increment run by `exec`.
 #[test]
@@ -239,23 +277,27 @@ fn exec_serialises_8_loops_of_25_increments() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("counter"), "0\n").unwrap();
-    let script = r#"i=0
-        while [ "$i" -lt 25 ]; do
-          redlock exec counter -- sh -c 'n=$(cat counter); sleep 0.01; echo $((n + 1)) > counter' \
-            || exit 1
-          i=$((i + 1))
-        done"#;
-    let loops: Vec<Proc> = (0..8)
-        .map(|_| redis.sh(script).current_dir(dir.path()).spawn_proc())
-        .collect();
-    for l in loops {
-        l.finish(Duration::from_secs(120)).expect(0);
-    }
-    let count = std::fs::read_to_string(dir.path().join("counter")).unwrap();
-    assert_eq!(count.trim(), "200", "an increment was lost");
+    let count = count_increments(&redis, dir.path(), 8, 25, "counter", "sleep 0.01");
+    assert_eq!(count, "200", "an increment was lost");
     assert_eq!(redis.meta("counter")["fence"], "200");
     assert_eq!(redis.keys(), [meta_key("counter")], "every lock released");
+}
+
+/// The control for the test above: the same harness with a lock name per loop (so no exclusion)
+/// sees the two holders. Each command waits until the other one has read the counter too (a
+/// barrier, bounded, so a broken control fails rather than hangs), so they surely overlap and one
+/// increment is lost.
+#[test]
+fn exec_increments_with_a_lock_per_loop_lose_one() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let barrier = r#"touch read-$L; j=0; while [ "$(ls read-* | wc -l)" -lt 2 ] && [ $j -lt 500 ]; do sleep 0.02; j=$((j + 1)); done"#;
+    let count = count_increments(&redis, dir.path(), 2, 1, "counter-$L", barrier);
+    assert_eq!(count, "1", "the harness did not see two holders at once");
+    assert_eq!(redis.meta("counter-0")["fence"], "1");
+    assert_eq!(redis.meta("counter-1")["fence"], "1");
 }
 
 #[test]
