@@ -433,3 +433,35 @@ fn a_closed_stdout_is_refused_before_the_lock_is_taken() {
     redis.sh("redlock acquire k >/dev/null").run().expect(0);
     assert_eq!(redis.meta("k")["fence"], "1");
 }
+
+/// Exit 70 is for a reply redlock cannot make sense of: here a list where the lock key should
+/// be (another program's key under the same name), which every lock script hits as WRONGTYPE.
+/// Each command says so on one line and leaves the list alone.
+#[test]
+fn a_foreign_key_in_the_locks_place_exits_70() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let key = lock_key("k");
+    let _: i64 = redis.query(&["RPUSH", &key, "not a lock"]);
+    for args in [
+        &["acquire", "k"][..],
+        &["acquire", "k", "-w", "5s"],
+        &["release", "k", "0123456789abcdef0123456789abcdef"],
+        &[
+            "extend",
+            "k",
+            "0123456789abcdef0123456789abcdef",
+            "--ttl",
+            "5s",
+        ],
+        &["status", "k"],
+    ] {
+        let out = redis.redlock().args(args).run();
+        assert_one_error_line(&out);
+        assert!(out.stderr.contains("WRONGTYPE"), "{args:?}:\n{out}");
+        out.expect(70);
+    }
+    let list: Vec<String> = redis.query(&["LRANGE", &key, "0", "-1"]);
+    assert_eq!(list, ["not a lock"]);
+}

@@ -286,6 +286,11 @@ fn passwords_from_the_url_the_environment_or_a_file() {
     let mut c = redis.redlock();
     c.args(["--password-file", good_file]);
     ok(c, "file");
+    // The environment beats a wrong password in the URL.
+    let mut c = redlock();
+    c.args(["--url", &bad_url])
+        .env("REDLOCK_PASSWORD", PASSWORD);
+    ok(c, "env-wins");
     // The file beats a wrong password in the URL and in the environment.
     let mut c = redlock();
     c.args(["--url", &bad_url, "--password-file", good_file])
@@ -296,7 +301,7 @@ fn passwords_from_the_url_the_environment_or_a_file() {
     c.args(["--url", &good_url, "status", "-v", "--show-token"]);
     let out = c.run().expect(0);
     assert_no_password(&out);
-    assert_eq!(out.stdout.lines().count(), 5, "{out}");
+    assert_eq!(out.stdout.lines().count(), 6, "{out}");
 }
 
 #[test]
@@ -319,6 +324,13 @@ fn a_refused_password_exits_77_without_printing_it() {
         ("wrong in REDLOCK_PASSWORD", {
             let mut c = redis.redlock();
             c.env("REDLOCK_PASSWORD", format!("wrong-{PASSWORD}"));
+            c
+        }),
+        // REDLOCK_PASSWORD overrides the URL's password, even a right one.
+        ("wrong in REDLOCK_PASSWORD, right in the URL", {
+            let mut c = redlock();
+            c.args(["--url", &format!("redis://:{PASSWORD}@127.0.0.1:{port}")])
+                .env("REDLOCK_PASSWORD", format!("wrong-{PASSWORD}"));
             c
         }),
         ("wrong in --password-file", {
