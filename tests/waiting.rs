@@ -43,6 +43,11 @@ const LEAVE_LUA: &str = concat!(
     include_str!("../src/scripts/common.lua"),
     include_str!("../src/scripts/leave.lua")
 );
+/// What `lock::release` passes after the token, for a plain (not forced, not quorum) release:
+/// force, the claim window, quiet, to.
+const RELEASE_ARGS: &[&str] = &["", CLAIM_ARG, "", ""];
+/// What `lock::leave` passes after the token: the claim window, quiet, to.
+const LEAVE_ARGS: &[&str] = &[CLAIM_ARG, "", ""];
 
 fn queue_key(name: &str) -> String {
     format!("{}:q", lock_key(name))
@@ -558,7 +563,7 @@ fn a_release_right_after_queueing_is_never_lost() {
         };
         let released = Instant::now();
         if round % 2 == 0 {
-            script(&mut con, RELEASE_LUA, "k", &holder, &["", CLAIM_ARG]);
+            script(&mut con, RELEASE_LUA, "k", &holder, RELEASE_ARGS);
             // The push still in the wake list: the waiter had not started its BLPOP yet.
             let waiting: bool = redis::cmd("EXISTS")
                 .arg(wake_key("k", &token))
@@ -648,7 +653,7 @@ fn a_waiter_leaving_with_a_reservation_passes_it_on_at_once() {
     release(&redis, "k", &holder);
     assert_eq!(redis.get(&key), Some(format!("~{t1}")));
     let expires = redis.now_ms() + redis.pttl(&key);
-    script(&mut redis.cli(), LEAVE_LUA, "k", &t1, &[CLAIM_ARG]);
+    script(&mut redis.cli(), LEAVE_LUA, "k", &t1, LEAVE_ARGS);
     w1.signal(libc::SIGKILL);
     drop(w1);
 
@@ -772,7 +777,7 @@ fn an_acquire_whose_reply_is_lost_gives_the_lock_back() {
     // Load the scripts, so that the attempt and the clean-up are one EVALSHA each and run even
     // though their replies are held back.
     redis.redlock().args(["acquire", "other"]).run().ok();
-    script(&mut redis.cli(), LEAVE_LUA, "other", "t", &[CLAIM_ARG]);
+    script(&mut redis.cli(), LEAVE_LUA, "other", "t", LEAVE_ARGS);
     let link = SlowLink::to(&redis);
     link.hold();
     let out = link
