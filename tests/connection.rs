@@ -123,12 +123,15 @@ fn unix_socket_urls() {
 #[test]
 fn the_default_url_is_local_port_6379() {
     let out = redlock()
-        .args(["status", "redlock-test-unlikely-key"])
+        .args(["-v", "status", "redlock-test-unlikely-key"])
         .run();
     match out.code() {
         69 => assert!(out.stderr.contains("redis://127.0.0.1:6379"), "{out}"),
-        // Someone runs a Redis on the default port: we reached it, which is the point.
-        1 => {}
+        // Someone runs a Redis on the default port (CI's system Redis): we reached that one.
+        1 => assert!(
+            out.stderr.contains("connected to redis://127.0.0.1:6379 "),
+            "{out}"
+        ),
         _ => panic!("{out}"),
     }
 }
@@ -286,6 +289,11 @@ fn passwords_from_the_url_the_environment_or_a_file() {
     let mut c = redis.redlock();
     c.args(["--password-file", good_file]);
     ok(c, "file");
+    // The environment beats a wrong password in the URL.
+    let mut c = redlock();
+    c.args(["--url", &bad_url])
+        .env("REDLOCK_PASSWORD", PASSWORD);
+    ok(c, "env-wins");
     // The file beats a wrong password in the URL and in the environment.
     let mut c = redlock();
     c.args(["--url", &bad_url, "--password-file", good_file])
@@ -296,7 +304,7 @@ fn passwords_from_the_url_the_environment_or_a_file() {
     c.args(["--url", &good_url, "status", "-v", "--show-token"]);
     let out = c.run().expect(0);
     assert_no_password(&out);
-    assert_eq!(out.stdout.lines().count(), 5, "{out}");
+    assert_eq!(out.stdout.lines().count(), 6, "{out}");
 }
 
 #[test]
@@ -319,6 +327,13 @@ fn a_refused_password_exits_77_without_printing_it() {
         ("wrong in REDLOCK_PASSWORD", {
             let mut c = redis.redlock();
             c.env("REDLOCK_PASSWORD", format!("wrong-{PASSWORD}"));
+            c
+        }),
+        // REDLOCK_PASSWORD overrides the URL's password, even a right one.
+        ("wrong in REDLOCK_PASSWORD, right in the URL", {
+            let mut c = redlock();
+            c.args(["--url", &format!("redis://:{PASSWORD}@127.0.0.1:{port}")])
+                .env("REDLOCK_PASSWORD", format!("wrong-{PASSWORD}"));
             c
         }),
         ("wrong in --password-file", {

@@ -182,8 +182,13 @@ fn a_holder_paused_past_its_ttl_stops_its_child_and_spares_the_new_holder() {
     );
 }
 
-/// Redis frozen (SIGSTOP): renewals time out, and the child is stopped when the lock's TTL runs
-/// out — not at the first failed renewal, and not much later either.
+/// Redis frozen (SIGSTOP): renewals time out, and the child is stopped at the lock's deadline,
+/// `sent + ttl` of the last successful renewal (no drift on one server; see `exec.rs`) — not at
+/// the first failed renewal (TTL/3 + the 500ms I/O timeout after it), and not later either.
+///
+/// The test freezes Redis right after it saw a renewal land (the PTTL jumped back up), so it
+/// knows when that renewal was sent: after the read before the jump (`before`, less the few ms a
+/// request takes on loopback), and before the freeze. No later renewal can succeed.
 #[test]
 fn a_frozen_redis_stops_the_child_by_the_locks_deadline() {
     let Some(redis) = RedisServer::start() else {
@@ -202,20 +207,58 @@ fn a_frozen_redis_stops_the_child_by_the_locks_deadline() {
         ])
         .spawn_proc();
     wait_ready(&redis, &mut proc);
-    let paused = Instant::now();
+    let mut con = redis.cli();
+    let pttl = |con: &mut redis::Connection| lock_state(con, "k").1;
+    // Wait for a renewal: a PTTL higher than the one read before.
+    let mut before = Instant::now();
+    let mut last = pttl(&mut con);
+    let renewed = wait_for(
+        || {
+            let at = Instant::now();
+            let now = pttl(&mut con);
+            let jumped = now > last;
+            if !jumped {
+                (before, last) = (at, now);
+            }
+            jumped
+        },
+        EVENT,
+    );
+    assert!(
+        renewed,
+        "no renewal seen:
+{}",
+        proc.stderr()
+    );
+    // Our read ran after the renewal; one more round trip makes sure the server has written the
+    // renewal's reply too (it writes pending replies before it reads the next request).
+    let _: String = redis::cmd("PING").query(&mut con).unwrap();
     redis.pause();
+    let paused = Instant::now();
+    let stopped = wait_for(|| proc.stdout().contains("got TERM"), EVENT);
+    let at = Instant::now();
     let out = proc.finish(EVENT);
-    let took = paused.elapsed();
     redis.resume();
+    assert!(
+        stopped,
+        "the child was not stopped:
+{out}"
+    );
     let out = out.expect(LOST);
     assert_eq!(out.stdout, "got TERM\n", "{out}");
     assert!(out.stderr.contains("lost the lock 'k'"), "{out}");
     assert!(out.stderr.contains("no renewal succeeded"), "{out}");
-    // The last renewal before the pause was at most TTL/3 earlier, so the deadline lies between
-    // 2/3 of a TTL and one TTL after the pause.
+    // The renewal's `sent` lies in [before - LOOPBACK, paused].
+    const LOOPBACK: Duration = Duration::from_millis(100);
+    let earliest = before + ttl - LOOPBACK;
+    let latest = paused + ttl + Duration::from_secs(1);
     assert!(
-        took >= ttl / 2 && took < ttl + Duration::from_secs(3),
-        "stopped {took:?} after Redis froze (TTL {ttl:?}):\n{out}"
+        at >= earliest && at <= latest,
+        "the child got SIGTERM {:?} after the freeze; the deadline lies {:?}..{:?} after it \
+         (TTL {ttl:?}):\n{out}",
+        at - paused,
+        (before + ttl).saturating_duration_since(paused),
+        ttl,
     );
     // Whatever renewal was queued in the frozen server, the key expires by itself.
     assert!(

@@ -65,6 +65,72 @@ exit ${{CODE:-0}}
     )
 }
 
+/// A child that counts the signals it gets: each delivery of HUP, INT, QUIT, TERM, USR1 or USR2
+/// appends the signal's name as a line to `$D/sigs`, and the child runs on until the test
+/// creates `$D/done`, then exits with `$CODE` (default 0). It waits in the `wait` builtin, which
+/// a trapped signal interrupts at once, so each delivery runs its trap before the next can
+/// arrive (two copies can still merge in the kernel if both arrive before the first is
+/// delivered: standard signals are not queued).
+pub fn counter() -> String {
+    format!(
+        r#"
+for s in HUP INT QUIT TERM USR1 USR2; do trap "echo $s >> \"\$D/sigs\"" $s; done
+{REPORT}
+while [ ! -e "$D/done" ]; do
+  [ -d "$D" ] || exit 98
+  sleep 0.05 </dev/null & p=$!
+  wait $p
+  kill $p 2>/dev/null
+done
+exit ${{CODE:-0}}
+"#
+    )
+}
+
+/// The signals a [`counter`] has counted so far, in order.
+pub fn counted(redis: &RedisServer) -> Vec<String> {
+    std::fs::read_to_string(file(redis, "sigs"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits until a [`counter`] has counted `n` signals; returns them.
+#[track_caller]
+pub fn wait_counted(redis: &RedisServer, n: usize) -> Vec<String> {
+    assert!(
+        wait_for(|| counted(redis).len() >= n, EVENT),
+        "the command counted {:?}, not {n} signals",
+        counted(redis)
+    );
+    counted(redis)
+}
+
+/// Makes sure no more copies of what a [`counter`] was sent through redlock are on their way:
+/// sends SIGUSR2 to redlock (`pid`) twice, each time waiting until the counter has it. redlock
+/// forwards signals one at a time in the order they came, so every copy it sent before is
+/// pending or delivered by then; the shell runs the traps of all pending signals in one pass
+/// (in signal-number order, so a SIGTERM after the SIGUSR2), and the second SIGUSR2 is counted
+/// only in a later pass.
+#[track_caller]
+pub fn flush_forwarded(redis: &RedisServer, pid: u32) -> Vec<String> {
+    for _ in 0..2 {
+        let before = counted(redis).len();
+        signal(pid, libc::SIGUSR2);
+        let seen = wait_for(
+            || counted(redis)[before..].iter().any(|s| s == "USR2"),
+            EVENT,
+        );
+        assert!(
+            seen,
+            "SIGUSR2 never reached the command: {:?}",
+            counted(redis)
+        );
+    }
+    counted(redis).into_iter().filter(|s| s != "USR2").collect()
+}
+
 /// `redlock exec` with `REDLOCK_URL` naming `redis` and `$D` set for the child.
 pub fn exec(redis: &RedisServer) -> Command {
     let mut cmd = redis.redlock();
