@@ -240,3 +240,52 @@ fn no_wait_or_no_server_still_fails_at_once() {
         assert!(out.elapsed < Duration::from_secs(3), "{args:?}:\n{out}");
     }
 }
+
+/// Fails if a waiter that gives up during a freeze leaves the lock held for its whole --ttl: its
+/// attempt after the block stays queued in the frozen server and runs at the thaw, maybe after
+/// the leave sent on another connection. A tombstone makes the late attempt do nothing, and it
+/// expires by itself.
+#[test]
+fn a_waiter_that_gives_up_during_a_freeze_leaves_nothing_held() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let key = lock_key("k");
+    // Held with no expiry: the waiter blocks for the whole cap (3s) with nothing to wake it.
+    redis.query::<()>(&["SET", &key, "someone"]);
+    let fast = ["--io-timeout", "500ms", "--connect-timeout", "500ms"];
+    let w = redis
+        .redlock()
+        .arg("-v")
+        .args(fast)
+        .args(["acquire", "k", "--wait", "6s", "--ttl", "60s"])
+        .spawn_proc();
+    let mut token = None;
+    assert!(
+        wait_for(
+            || {
+                token = queue(&redis, "k").into_iter().next();
+                token.is_some()
+            },
+            EVENT
+        ),
+        "not queued:\n{}",
+        w.stderr()
+    );
+    let token = token.unwrap();
+    // Free now, but nobody wakes the waiter: its next attempt comes after its block, frozen.
+    redis.query::<()>(&["DEL", &key]);
+    redis.pause();
+    let out = w.finish(Duration::from_secs(30));
+    redis.resume();
+    let out = out.expect(69);
+    assert!(out.stderr.contains(NOTICE), "{out}");
+    assert_eq!(redis.get(&key), None, "an orphan lock:\n{out}");
+    assert!(queue(&redis, "k").is_empty(), "{out}");
+    let tomb = format!("{key}:gone:{token}");
+    let pttl = redis.pttl(&tomb);
+    assert!(
+        pttl > 0 && pttl <= 300_000,
+        "the tombstone expires within 5 minutes: {pttl}\n{out}"
+    );
+}
