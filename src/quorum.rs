@@ -435,8 +435,16 @@ impl Store for Nodes {
                 },
             )
         };
-        // Nodes that may still apply this attempt (no answer, or an error): see `undo`.
-        let missing: Vec<bool> = answers.iter().map(|a| !matches!(a, Some(Ok(_)))).collect();
+        // Nodes that may still apply this attempt (no answer, or a lost one): see `undo`.
+        let missing: Vec<bool> = answers
+            .iter()
+            .map(|a| match a {
+                Some(Ok(_)) => false,
+                // Refused (credentials, a script error): the node did not run the attempt.
+                Some(Err(e)) => kind_of(e) == Kind::Unavailable,
+                None => true,
+            })
+            .collect();
         let unsure = if missing.contains(&true) {
             Doubt::Unsure
         } else {
