@@ -38,7 +38,7 @@ use anyhow::{Context, Result};
 use redis::Value;
 
 use crate::client::{Redis, unexpected_reply};
-use crate::error::{Kind, failure, kind_of, usage};
+use crate::error::{Failure, Kind, failure, kind_of, usage};
 use crate::scripts;
 use crate::store::Store;
 
@@ -670,7 +670,7 @@ fn ride_out(
             d.saturating_duration_since(Instant::now())
         });
         if left.is_zero() {
-            return Err(error);
+            return Err(ran_out(keys, error));
         }
         if !outage.told {
             park.outage(keys, &error, deadline.is_none());
@@ -681,7 +681,7 @@ fn ride_out(
         }
         outage.pause = (outage.pause * 2).min(OUTAGE_RETRY_CAP);
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(error);
+            return Err(ran_out(keys, error));
         }
         match store.recover().and_then(|()| store.inspect(keys)) {
             // A quorum's look succeeds with fewer than a majority answering: not back yet.
@@ -702,6 +702,24 @@ fn ride_out(
             }
             Err(e) => error = e,
         }
+    }
+}
+
+/// The error a wait that ran out during an outage ends with. A timeout names the step that timed
+/// out (`status`: our own look, which the user never ran): say what the user was doing instead.
+fn ran_out(keys: &Keys, error: anyhow::Error) -> anyhow::Error {
+    let Some(f) = error.downcast_ref::<Failure>() else {
+        return error;
+    };
+    match f.message.split_once(" did not answer ") {
+        Some((server, step)) if step.ends_with(" within --io-timeout") => failure(
+            f.kind,
+            format!(
+                "{server} did not answer within --io-timeout while waiting for '{}'",
+                keys.name
+            ),
+        ),
+        _ => error,
     }
 }
 

@@ -219,6 +219,9 @@ fn a_wait_that_runs_out_during_an_outage_exits_69() {
         } else {
             assert_one_notice(&out);
             assert_eq!(out.stderr.lines().count(), 2, "{out}");
+            // The server answered before: no hint about starting one or fixing the URL.
+            let notice = out.stderr.lines().find(|l| l.contains(NOTICE)).unwrap();
+            assert!(!notice.contains("start redis-server"), "{out}");
         }
     }
 }
@@ -280,6 +283,12 @@ fn a_waiter_that_gives_up_during_a_freeze_leaves_nothing_held() {
     redis.resume();
     let out = out.expect(69);
     assert!(out.stderr.contains(NOTICE), "{out}");
+    // The last line names what the user was doing, not an internal step (`status`).
+    let last = out.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.ends_with("did not answer within --io-timeout while waiting for 'k'"),
+        "{out}"
+    );
     assert_eq!(redis.get(&key), None, "an orphan lock:\n{out}");
     assert!(queue(&redis, "k").is_empty(), "{out}");
     let tomb = format!("{key}:gone:{token}");
