@@ -491,7 +491,7 @@ fn connect_error(
     } else {
         crate::error::redis_text(&e)
     };
-    let hint = tls_hint(&why).unwrap_or("; start redis-server or set --url / REDLOCK_URL");
+    let hint = tls_hint(&why).unwrap_or(START_HINT);
     let kind = if kind == Kind::Protocol {
         Kind::Unavailable
     } else {
@@ -499,6 +499,10 @@ fn connect_error(
     };
     failure(kind, format!("cannot connect to {display} ({why}){hint}"))
 }
+
+/// What a refused first connection suggests. Not for a server that answered before and went
+/// away (a waiter riding out an outage): the URL is right, and the server is just down.
+pub const START_HINT: &str = "; start redis-server or set --url / REDLOCK_URL";
 
 fn command_error(
     display: &str,

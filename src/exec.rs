@@ -80,7 +80,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     let _ = listening.recv_timeout(listening_by.saturating_duration_since(Instant::now()));
 
     // From here on the lock is ours: every way out goes through `release_after`.
-    if let Some(sig) = pending_stop(&rx) {
+    if let Some(sig) = pending_stop(&rx, &tx) {
         say(
             config,
             format!("{} before the command started", signals::name(sig)),
@@ -139,9 +139,20 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     release_after(config, store.as_mut(), &lock, Ok(code))
 }
 
-/// A stop signal already delivered, if any (other events are dropped: nothing runs yet).
-fn pending_stop(rx: &Receiver<Event>) -> Option<i32> {
-    rx.try_iter().find_map(|e| wait::stop_signal(&e))
+/// A stop signal already delivered, if any. The other events go back on the channel (`tx` is
+/// its sender) for the supervisor: a forced release of the lock we have just taken may be among
+/// them, and dropping it would leave the loss to the next renewal.
+fn pending_stop(rx: &Receiver<Event>, tx: &Sender<Event>) -> Option<i32> {
+    let mut stop = None;
+    for event in rx.try_iter().collect::<Vec<_>>() {
+        match wait::stop_signal(&event) {
+            Some(sig) if stop.is_none() => stop = Some(sig),
+            _ => {
+                let _ = tx.send(event);
+            }
+        }
+    }
+    stop
 }
 
 /// Releases the lock, then passes `result` on. A failed release is reported, not fatal: the lock
@@ -478,5 +489,34 @@ mod tests {
         assert_eq!(exit_code(ExitStatus::from_raw(255 << 8)), 255);
         assert_eq!(exit_code(ExitStatus::from_raw(SIGSEGV)), 139);
         assert_eq!(exit_code(ExitStatus::from_raw(SIGKILL)), 137);
+    }
+
+    /// Fails if looking for a stop signal before the command starts throws away the announcement
+    /// of a forced release that arrived meanwhile (the supervisor would learn it only at the next
+    /// renewal).
+    #[test]
+    fn looking_for_a_stop_keeps_the_other_events() {
+        let (tx, rx) = mpsc::channel();
+        let taken = || Event::TakenAway {
+            token: "t".into(),
+            why: "forced",
+        };
+        let signal = |signo| {
+            Event::Signal(Signal {
+                signo,
+                from_terminal: false,
+            })
+        };
+        tx.send(taken()).unwrap();
+        assert_eq!(pending_stop(&rx, &tx), None);
+        assert!(matches!(rx.try_recv(), Ok(Event::TakenAway { .. })));
+
+        tx.send(taken()).unwrap();
+        tx.send(signal(libc::SIGUSR1)).unwrap();
+        tx.send(signal(SIGTERM)).unwrap();
+        assert_eq!(pending_stop(&rx, &tx), Some(SIGTERM));
+        assert!(matches!(rx.try_recv(), Ok(Event::TakenAway { .. })));
+        assert!(matches!(rx.try_recv(), Ok(Event::Signal(s)) if s.signo == libc::SIGUSR1));
+        assert!(rx.try_recv().is_err());
     }
 }

@@ -38,7 +38,7 @@ use anyhow::{Context, Result};
 use redis::Value;
 
 use crate::client::{Redis, unexpected_reply};
-use crate::error::{Kind, failure, kind_of, usage};
+use crate::error::{Failure, Kind, failure, kind_of, usage};
 use crate::scripts;
 use crate::store::Store;
 
@@ -400,6 +400,11 @@ pub const LEASE_MARGIN: Duration = Duration::from_secs(2);
 /// [`OUTAGE_RETRY_CAP`], so a short outage costs little and a long one few connection attempts.
 pub const OUTAGE_RETRY: Duration = Duration::from_millis(100);
 pub const OUTAGE_RETRY_CAP: Duration = Duration::from_secs(2);
+/// How long the tombstone of a token given up while one of its attempts may still be on its way
+/// lasts (`PREFIX{NAME}:gone:TOKEN`, see `leave.lua`): that attempt, if it arrives within this
+/// time of the give-up, does nothing. Minutes: far longer than any reply we stop waiting for, and
+/// short enough that tombstones never pile up (they are only written when in doubt).
+pub const TOMBSTONE: Duration = Duration::from_secs(300);
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -498,6 +503,9 @@ pub fn acquire(
     // Redis answered a busy attempt that queued us: from then on an outage does not end the wait.
     let mut waiting = false;
     let mut outage = Outage::default();
+    // An attempt's reply was lost: it may still reach the server, even after we give up, so
+    // giving up leaves a tombstone for its token (see `leave.lua`).
+    let mut unsure = false;
     let outcome = (|| -> Result<Acquired> {
         let mut first = true;
         loop {
@@ -511,6 +519,7 @@ pub fn acquire(
             let attempt = match store.try_acquire(keys, &token, prev.as_deref(), ttl, owner, join) {
                 Ok(attempt) => attempt,
                 Err(e) if waiting => {
+                    unsure = true;
                     // The same token again once Redis is back: our queue entry (if still there)
                     // keeps our place, and an attempt whose reply was lost finds its own grant.
                     match ride_out(store, keys, park, deadline, e, &mut outage)? {
@@ -518,7 +527,10 @@ pub fn acquire(
                         None => continue,
                     }
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    unsure = true;
+                    return Err(e);
+                }
             };
             outage.pause = OUTAGE_RETRY;
             let pttl_ms = match attempt {
@@ -574,26 +586,35 @@ pub fn acquire(
     })();
     // With a fresh token per attempt, an earlier token stays queued if the last attempt never
     // reached the queue node to take its place over: give that back too, best effort.
+    let give_up = |store: &mut dyn Store, token: &str| {
+        if unsure {
+            store.abandon(keys, token)
+        } else {
+            store.leave(keys, token)
+        }
+    };
     if !matches!(outcome, Ok(Acquired::Held(_)))
         && let Some(prev) = &prev
     {
-        let _ = store.leave(keys, prev);
+        let _ = give_up(&mut *store, prev);
     }
     match &outcome {
         Ok(Acquired::Held(_)) => {}
         // A signal in the middle of an outage: leave if Redis is back, else our lease runs out
-        // by itself (within BLOCK_CAP + LEASE_MARGIN) and the queue goes on without us.
+        // by itself (within BLOCK_CAP + LEASE_MARGIN) and the queue goes on without us. (A
+        // frozen server runs the leave when it thaws: the tombstone stops our attempt queued
+        // there from taking the lock after it.)
         Ok(_) if outage.down => {
-            let _ = store.recover().and_then(|()| store.leave(keys, &token));
+            let _ = store.recover().and_then(|()| store.abandon(keys, &token));
         }
-        Ok(_) if queued => store
-            .leave(keys, &token)
+        // Queued, or perhaps queued by an attempt whose reply was lost.
+        Ok(_) if queued || unsure => give_up(&mut *store, &token)
             .with_context(|| format!("cannot leave the queue of '{}'", keys.name))?,
         Ok(_) => {}
         // An attempt may have run without our reading its reply, and the connection may still
         // have a reply pending: clean up on a fresh one, best effort, and report the first error.
         Err(_) => {
-            let _ = store.recover().and_then(|()| store.leave(keys, &token));
+            let _ = store.recover().and_then(|()| store.abandon(keys, &token));
         }
     }
     match outcome {
@@ -649,7 +670,7 @@ fn ride_out(
             d.saturating_duration_since(Instant::now())
         });
         if left.is_zero() {
-            return Err(error);
+            return Err(ran_out(keys, error));
         }
         if !outage.told {
             park.outage(keys, &error, deadline.is_none());
@@ -660,7 +681,7 @@ fn ride_out(
         }
         outage.pause = (outage.pause * 2).min(OUTAGE_RETRY_CAP);
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(error);
+            return Err(ran_out(keys, error));
         }
         match store.recover().and_then(|()| store.inspect(keys)) {
             // A quorum's look succeeds with fewer than a majority answering: not back yet.
@@ -684,6 +705,24 @@ fn ride_out(
     }
 }
 
+/// The error a wait that ran out during an outage ends with. A timeout names the step that timed
+/// out (`status`: our own look, which the user never ran): say what the user was doing instead.
+fn ran_out(keys: &Keys, error: anyhow::Error) -> anyhow::Error {
+    let Some(f) = error.downcast_ref::<Failure>() else {
+        return error;
+    };
+    match f.message.split_once(" did not answer ") {
+        Some((server, step)) if step.ends_with(" within --io-timeout") => failure(
+            f.kind,
+            format!(
+                "{server} did not answer within --io-timeout while waiting for '{}'",
+                keys.name
+            ),
+        ),
+        _ => error,
+    }
+}
+
 /// How long to block after a busy attempt: until just past the holder's expiry, at most
 /// [`BLOCK_CAP`].
 fn block_time(pttl_ms: i64) -> Duration {
@@ -698,27 +737,57 @@ fn block_time(pttl_ms: i64) -> Duration {
 /// Leaves the queue of `keys` (passing on a reservation made for `token`, and giving back a lock
 /// that an attempt whose reply was lost took with it).
 pub fn leave(redis: &mut Redis, keys: &Keys, token: &str) -> Result<()> {
-    leave_to(redis, keys, token, false, None).map(|_| ())
+    leave_to(redis, keys, token, false, None, Doubt::Sure).map(|_| ())
 }
 
-/// [`leave`] with the hand-over of a quorum (see [`release`] for `quiet` and `to`); returns the
-/// waiter the lock was passed on to.
+/// Whether an attempt with the token we give up may still be on its way to the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Doubt {
+    /// Every attempt we sent was answered: leaving is enough.
+    Sure,
+    /// A reply was lost (a timeout, a dropped connection): the attempt may run after our leave,
+    /// so the leave also writes a [`TOMBSTONE`] that makes it do nothing.
+    Unsure,
+}
+
+/// [`leave`] with the hand-over of a quorum (see [`release`] for `quiet` and `to`) and a
+/// tombstone when `doubt` says so; returns the waiter the lock was passed on to.
 pub fn leave_to(
     redis: &mut Redis,
     keys: &Keys,
     token: &str,
     quiet: bool,
     to: Option<&str>,
+    doubt: Doubt,
 ) -> Result<Option<String>> {
-    let next: Value = redis.call("leave", |con| {
-        scripts::LEAVE
-            .key(keys.all().as_slice())
-            .arg(token)
-            .arg(millis(CLAIM_WINDOW))
-            .arg(if quiet { "quiet" } else { "" })
-            .arg(to.unwrap_or(""))
-            .invoke(con)
-    })?;
+    let quiet = if quiet { "quiet" } else { "" };
+    let to = to.unwrap_or("");
+    let next: Value = match doubt {
+        Doubt::Sure => redis.call("leave", |con| {
+            scripts::LEAVE
+                .key(keys.all().as_slice())
+                .arg(token)
+                .arg(millis(CLAIM_WINDOW))
+                .arg(quiet)
+                .arg(to)
+                .arg(0)
+                .invoke(con)
+        })?,
+        // The whole script, not its hash: this leave may run when nobody is left to answer a
+        // NOSCRIPT (a frozen server thawing after we gave up), and it must run all the same.
+        Doubt::Unsure => redis.call("leave", |con| {
+            redis::cmd("EVAL")
+                .arg(scripts::LEAVE_SOURCE)
+                .arg(keys.all().len())
+                .arg(keys.all().as_slice())
+                .arg(token)
+                .arg(millis(CLAIM_WINDOW))
+                .arg(quiet)
+                .arg(to)
+                .arg(millis(TOMBSTONE))
+                .query(con)
+        })?,
+    };
     Ok(text(&next))
 }
 

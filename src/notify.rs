@@ -18,7 +18,7 @@ use anyhow::Result;
 
 use crate::client;
 use crate::config::Config;
-use crate::error::{Kind, kind_of};
+use crate::error::{Kind, failure, kind_of, redis_kind};
 use crate::lock::Keys;
 use crate::wait::Event;
 
@@ -83,8 +83,21 @@ fn subscribe(
     tx: &Sender<Event>,
 ) -> Result<Listening> {
     let mut con = client::subscriber(config)?;
+    // Not `PubSub::subscribe`: it discards SUBSCRIBE's reply, and a refusal (`-NOPERM` for an
+    // ACL user without the channel) comes as a reply, not as an error, so we would wait forever
+    // on a subscription that was never made. Read the confirmation ourselves.
+    con.send_packed_command(&redis::cmd("SUBSCRIBE").arg(channel).get_packed_command())?;
+    if let Err(e) = con.recv_response()?.extract_error() {
+        let why = [e.code(), e.detail()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>();
+        return Err(failure(
+            redis_kind(&e),
+            format!("the server refused SUBSCRIBE: {}", why.join(" ")),
+        ));
+    }
     let mut pubsub = con.as_pubsub();
-    pubsub.subscribe(channel)?;
     // A quiet channel is the normal case: wait for as long as it takes. A frozen server or a
     // dead link leave us blocked here harmlessly; the renewal notices those.
     pubsub.set_read_timeout(None)?;

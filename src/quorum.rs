@@ -33,8 +33,9 @@
 //!   place and reservation (a late undo must never match a later attempt). With the first node
 //!   down, waiters retry when the holder's TTL runs out (at most every few seconds).
 //! - A node that answers only after the outcome was settled (frozen, or far slower than the
-//!   others) may apply a failed attempt after its undo: that token stays there until its TTL runs
-//!   out. It blocks nobody as long as the other nodes are a majority.
+//!   others) may apply a failed attempt after its undo. So the undo on a node whose answer was
+//!   missing leaves a tombstone for the token (`leave.lua`, [`lock::TOMBSTONE`]): the late
+//!   attempt does nothing there.
 //! - Extend needs a majority within the validity; a majority that can no longer be reached
 //!   (enough nodes say free or another token) means the lock is lost.
 
@@ -47,7 +48,9 @@ use anyhow::Result;
 use crate::client::Redis;
 use crate::config::{Config, Endpoint};
 use crate::error::{Kind, failure, kind_of};
-use crate::lock::{self, Attempt, Keys, Lock, Owner, QuorumView, State, Verdict, fingerprint};
+use crate::lock::{
+    self, Attempt, Doubt, Keys, Lock, Owner, QuorumView, State, Verdict, fingerprint,
+};
 use crate::store::Store;
 
 /// A majority of `n`.
@@ -256,13 +259,22 @@ impl Nodes {
 
     /// Undoes a failed attempt on the nodes `ask` selects (best effort: what a node missed
     /// expires with the TTL).
-    fn undo(&mut self, keys: &Keys, token: &str, ask: impl Fn(usize) -> bool) {
+    ///
+    /// A node whose answer is `missing` (none, or an error) may apply the attempt later, after
+    /// this undo: the undo leaves a tombstone there, which makes the late attempt do nothing.
+    fn undo(&mut self, keys: &Keys, token: &str, ask: impl Fn(usize) -> bool, missing: Vec<bool>) {
         let (k, t, q) = (keys.clone(), token.to_string(), self.q());
         // A node left out (the queue node, where we keep our place) counts as settled.
         let skipped = (0..self.n()).filter(|&i| !ask(i)).count();
         self.fan_out(
             ask,
-            move |_, con| lock::leave_to(con, &k, &t, false, None),
+            move |i, con| {
+                let doubt = match missing.get(i) {
+                    Some(true) => Doubt::Unsure,
+                    _ => Doubt::Sure,
+                };
+                lock::leave_to(con, &k, &t, false, None, doubt)
+            },
             move |a| answered(a) + skipped >= q,
         );
     }
@@ -270,11 +282,22 @@ impl Nodes {
     /// Leaves the queue and gives back what `token` holds or has reserved, on every node, the
     /// way a release does (see [`Nodes::hand_on`]), so no newcomer slips in when a waiter gives up
     /// its turn.
-    fn give_back(&mut self, keys: &Keys, token: &str) -> Answers<Option<String>> {
+    /// [`Store::leave`] and [`Store::abandon`]: an error only when no node answered.
+    fn leave_with(&mut self, keys: &Keys, token: &str, doubt: Doubt) -> Result<()> {
+        let answers = self.give_back(keys, token, doubt);
+        if answered(&answers) > 0 {
+            return Ok(());
+        }
+        let failed = self.failures(&answers);
+        Err(self.no_quorum(keys, "no server answered".to_string(), &failed))
+    }
+
+    /// With [`Doubt::Unsure`], every node gets a tombstone for `token` (see [`Nodes::undo`]).
+    fn give_back(&mut self, keys: &Keys, token: &str, doubt: Doubt) -> Answers<Option<String>> {
         let (k, t) = (keys.clone(), token.to_string());
         self.hand_on(
             keys,
-            move |con, quiet, to| lock::leave_to(con, &k, &t, quiet, to),
+            move |con, quiet, to| lock::leave_to(con, &k, &t, quiet, to, doubt),
             Option::clone,
         )
     }
@@ -413,6 +436,21 @@ impl Store for Nodes {
                 },
             )
         };
+        // Nodes that may still apply this attempt (no answer, or a lost one): see `undo`.
+        let missing: Vec<bool> = answers
+            .iter()
+            .map(|a| match a {
+                Some(Ok(_)) => false,
+                // Refused (credentials, a script error): the node did not run the attempt.
+                Some(Err(e)) => kind_of(e) == Kind::Unavailable,
+                None => true,
+            })
+            .collect();
+        let unsure = if missing.contains(&true) {
+            Doubt::Unsure
+        } else {
+            Doubt::Sure
+        };
         let mut granted = vec![false; n];
         let mut fences = Vec::new();
         let mut run_ids = vec![None; n];
@@ -447,7 +485,7 @@ impl Store for Nodes {
         let grants = fences.len();
         let fence = fences.iter().copied().max().unwrap_or(0);
         if let Some((a, b)) = self.same_server(&run_ids) {
-            self.undo(keys, token, |_| true);
+            self.undo(keys, token, |_| true, missing);
             return Err(crate::error::usage(format!(
                 "{} and {} are the same Redis server (same run_id); a quorum needs independent \
                  servers",
@@ -509,7 +547,7 @@ impl Store for Nodes {
         // backing off, instead of handing our turn to the next waiter.
         let our_turn = granted[0] && grants < q && failed.len() <= n - q;
         if our_turn && join {
-            self.undo(keys, token, |i| i != 0);
+            self.undo(keys, token, |i| i != 0, missing);
             let delay = TURN_RETRY
                 .saturating_mul(1 << self.turn_retries.min(8))
                 .min(lock::BLOCK_CAP);
@@ -523,9 +561,9 @@ impl Store for Nodes {
         }
         self.turn_retries = 0;
         if granted[0] {
-            self.give_back(keys, token);
+            self.give_back(keys, token, unsure);
         } else {
-            self.undo(keys, token, |i| !(i == 0 && keep_place));
+            self.undo(keys, token, |i| !(i == 0 && keep_place), missing);
         }
         if grants >= q && !valid && !vetoed {
             return Err(self.no_quorum(
@@ -567,12 +605,11 @@ impl Store for Nodes {
     }
 
     fn leave(&mut self, keys: &Keys, token: &str) -> Result<()> {
-        let answers = self.give_back(keys, token);
-        if answered(&answers) > 0 {
-            return Ok(());
-        }
-        let failed = self.failures(&answers);
-        Err(self.no_quorum(keys, "no server answered".to_string(), &failed))
+        self.leave_with(keys, token, Doubt::Sure)
+    }
+
+    fn abandon(&mut self, keys: &Keys, token: &str) -> Result<()> {
+        self.leave_with(keys, token, Doubt::Unsure)
     }
 
     fn release(&mut self, keys: &Keys, token: Option<&str>) -> Result<Verdict> {

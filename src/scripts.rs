@@ -24,6 +24,13 @@ macro_rules! script {
 pub static ACQUIRE: LazyLock<Script> = script!("acquire.lua");
 pub static RELEASE: LazyLock<Script> = script!("release.lua");
 pub static EXTEND: LazyLock<Script> = script!("extend.lua");
-pub static LEAVE: LazyLock<Script> = script!("leave.lua");
+pub static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(LEAVE_SOURCE));
+/// `leave.lua` as sent with EVAL: a leave that must run even if the server never gets to answer
+/// (a frozen server runs it when it thaws, after we are gone) cannot be an EVALSHA, which a server
+/// that has not seen the script yet refuses with NOSCRIPT, and nobody is there to send the EVAL.
+pub const LEAVE_SOURCE: &str = concat!(
+    include_str!("scripts/common.lua"),
+    include_str!("scripts/leave.lua")
+);
 pub static STATUS: LazyLock<Script> = script!("status.lua");
 pub static FENCE: LazyLock<Script> = script!("fence.lua");

@@ -34,6 +34,9 @@ pub trait Store: Send {
     }
     /// Leaves the queue and gives back anything `token` holds; nothing of ours stays.
     fn leave(&mut self, keys: &Keys, token: &str) -> Result<()>;
+    /// [`Store::leave`] for a token one of whose attempts may still be on its way (its reply was
+    /// lost): also leaves a tombstone that makes that attempt do nothing when it arrives.
+    fn abandon(&mut self, keys: &Keys, token: &str) -> Result<()>;
     /// Releases the lock if `token` holds it (`None`: whoever holds it).
     fn release(&mut self, keys: &Keys, token: Option<&str>) -> Result<Verdict>;
     /// Resets the TTL if `token` holds the lock.
@@ -75,6 +78,10 @@ impl Store for Redis {
 
     fn leave(&mut self, keys: &Keys, token: &str) -> Result<()> {
         lock::leave(self, keys, token)
+    }
+
+    fn abandon(&mut self, keys: &Keys, token: &str) -> Result<()> {
+        lock::leave_to(self, keys, token, false, None, lock::Doubt::Unsure).map(|_| ())
     }
 
     fn release(&mut self, keys: &Keys, token: Option<&str>) -> Result<Verdict> {

@@ -192,8 +192,10 @@ impl Park for Parker<'_> {
             } else {
                 "until the wait runs out"
             };
+            // The server answered before: the hint for a wrong URL would mislead.
+            let error = format!("{error:#}").replace(crate::client::START_HINT, "");
             crate::eline!(
-                "redlock: waiting for '{}': {error:#}; retrying {until}",
+                "redlock: waiting for '{}': {error}; retrying {until}",
                 keys.name
             );
         }

@@ -446,6 +446,7 @@ fn a_forced_release_stops_an_exec_holder_at_once() {
         .args(["exec", &name, "--ttl", "30s", "-c", &waiter()])
         .spawn_proc();
     wait_ready(node, &mut holder);
+    wait_subscribed(&cluster.nodes().iter().collect::<Vec<_>>(), &name);
     let forced = Instant::now();
     cluster
         .redlock()

@@ -279,6 +279,7 @@ fn a_forced_release_stops_the_holder_at_once() {
         .args(["k", "--ttl", "30s", "-c", &trapper()])
         .spawn_proc();
     wait_ready(&redis, &mut proc);
+    wait_subscribed(&[&redis], "k");
     let forced = Instant::now();
     let out = redis
         .redlock()
@@ -320,7 +321,8 @@ fn a_dropped_subscription_is_made_again() {
         .args(["k", "--ttl", "30s", "-c", &trapper()])
         .spawn_proc();
     wait_ready(&redis, &mut proc);
-    assert_eq!(subscribers(), 1, "the holder listens from the start");
+    wait_subscribed(&[&redis], "k");
+    assert_eq!(subscribers(), 1, "the holder listens once");
     let killed: i64 = redis.query(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     assert_eq!(killed, 1);
     assert!(

@@ -219,6 +219,9 @@ fn a_wait_that_runs_out_during_an_outage_exits_69() {
         } else {
             assert_one_notice(&out);
             assert_eq!(out.stderr.lines().count(), 2, "{out}");
+            // The server answered before: no hint about starting one or fixing the URL.
+            let notice = out.stderr.lines().find(|l| l.contains(NOTICE)).unwrap();
+            assert!(!notice.contains("start redis-server"), "{out}");
         }
     }
 }
@@ -239,4 +242,59 @@ fn no_wait_or_no_server_still_fails_at_once() {
         assert_one_error_line(&out);
         assert!(out.elapsed < Duration::from_secs(3), "{args:?}:\n{out}");
     }
+}
+
+/// Fails if a waiter that gives up during a freeze leaves the lock held for its whole --ttl: its
+/// attempt after the block stays queued in the frozen server and runs at the thaw, maybe after
+/// the leave sent on another connection. A tombstone makes the late attempt do nothing, and it
+/// expires by itself.
+#[test]
+fn a_waiter_that_gives_up_during_a_freeze_leaves_nothing_held() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let key = lock_key("k");
+    // Held with no expiry: the waiter blocks for the whole cap (3s) with nothing to wake it.
+    redis.query::<()>(&["SET", &key, "someone"]);
+    let fast = ["--io-timeout", "500ms", "--connect-timeout", "500ms"];
+    let w = redis
+        .redlock()
+        .arg("-v")
+        .args(fast)
+        .args(["acquire", "k", "--wait", "6s", "--ttl", "60s"])
+        .spawn_proc();
+    let mut token = None;
+    assert!(
+        wait_for(
+            || {
+                token = queue(&redis, "k").into_iter().next();
+                token.is_some()
+            },
+            EVENT
+        ),
+        "not queued:\n{}",
+        w.stderr()
+    );
+    let token = token.unwrap();
+    // Free now, but nobody wakes the waiter: its next attempt comes after its block, frozen.
+    redis.query::<()>(&["DEL", &key]);
+    redis.pause();
+    let out = w.finish(Duration::from_secs(30));
+    redis.resume();
+    let out = out.expect(69);
+    assert!(out.stderr.contains(NOTICE), "{out}");
+    // The last line names what the user was doing, not an internal step (`status`).
+    let last = out.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.ends_with("did not answer within --io-timeout while waiting for 'k'"),
+        "{out}"
+    );
+    assert_eq!(redis.get(&key), None, "an orphan lock:\n{out}");
+    assert!(queue(&redis, "k").is_empty(), "{out}");
+    let tomb = format!("{key}:gone:{token}");
+    let pttl = redis.pttl(&tomb);
+    assert!(
+        pttl > 0 && pttl <= 300_000,
+        "the tombstone expires within 5 minutes: {pttl}\n{out}"
+    );
 }

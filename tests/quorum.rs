@@ -1528,6 +1528,7 @@ fn a_forced_release_stops_an_exec_holder_at_once() {
         .args(["k", "--ttl", "30s", "-c", &trapper()])
         .spawn_proc();
     wait_ready(&nodes, &mut proc);
+    wait_subscribed(&[&nodes[0]], "k");
     let forced = Instant::now();
     let out = nodes
         .redlock()

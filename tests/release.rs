@@ -351,8 +351,17 @@ fn force_release_and_exec_work_without_channel_permissions() {
     assert!(out.stderr.contains("force-released"), "{out}");
     assert_eq!(redis.get(&lock_key("k")), None, "{out}");
     let out = redlock()
-        .args(["--url", &url, "exec", "k", "-n", "--", "echo", "ran"])
+        .args(["--url", &url, "-v", "exec", "k", "-n", "--", "echo", "ran"])
         .run()
         .expect(0);
     assert_eq!(out.stdout, "ran\n", "{out}");
+    // The refused SUBSCRIBE is seen (it comes as a reply, not as a failed command), so exec does
+    // not take itself for a listener.
+    let refused = format!("redlock: not listening on {}:events: ", lock_key("k"));
+    assert!(
+        out.stderr
+            .lines()
+            .any(|l| l.starts_with(&refused) && l.contains("refused SUBSCRIBE: NOPERM")),
+        "the refused subscription is reported with -v:\n{out}"
+    );
 }

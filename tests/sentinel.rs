@@ -246,6 +246,7 @@ fn a_forced_release_stops_an_exec_holder_at_once() {
         "{}",
         holder.stderr()
     );
+    wait_subscribed(&[group.first_master()], "k");
     let forced = Instant::now();
     group
         .redlock()

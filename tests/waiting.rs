@@ -800,3 +800,49 @@ fn an_acquire_whose_reply_is_lost_gives_the_lock_back() {
     );
     link.pass();
 }
+
+/// The acquire script as redlock runs it.
+const ACQUIRE_LUA: &str = concat!(
+    include_str!("../src/scripts/common.lua"),
+    include_str!("../src/scripts/acquire.lua")
+);
+
+/// Fails if an attempt that reaches the server after its client gave up on it (the give-up sent
+/// on another connection ran first: a frozen server thawing) takes the free lock for a token
+/// nobody knows, or queues it. A give-up in doubt leaves a tombstone, which must expire.
+#[test]
+fn a_late_attempt_after_a_give_up_in_doubt_does_nothing() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut con = redis.cli();
+    let late = "0123456789abcdef0123456789abcdef";
+    // leave.lua with a tombstone of 300s (`lock::TOMBSTONE`), as after a lost reply.
+    script(
+        &mut con,
+        LEAVE_LUA,
+        "k",
+        late,
+        &[CLAIM_ARG, "", "", "300000"],
+    );
+    let tomb = format!("{}:gone:{late}", lock_key("k"));
+    let pttl = redis.pttl(&tomb);
+    assert!(pttl > 0 && pttl <= 300_000, "the tombstone expires: {pttl}");
+    // The late attempt, joining the queue if busy.
+    let args = [
+        "60000", "host", "1", "user", "", "1", CLAIM_ARG, "3000", "2000", "0", "",
+    ];
+    script(&mut con, ACQUIRE_LUA, "k", late, &args);
+    assert_eq!(
+        redis.get(&lock_key("k")),
+        None,
+        "the late attempt took the lock"
+    );
+    assert!(queue(&redis, "k").is_empty(), "the late attempt queued");
+    // Another token is not affected; and a normal give-up leaves no tombstone.
+    let other = "fedcba9876543210fedcba9876543210";
+    script(&mut con, ACQUIRE_LUA, "k", other, &args);
+    assert_eq!(redis.get(&lock_key("k")).as_deref(), Some(other));
+    script(&mut con, LEAVE_LUA, "k", other, &[CLAIM_ARG, "", "", "0"]);
+    assert_eq!(redis.pttl(&format!("{}:gone:{other}", lock_key("k"))), -2);
+}

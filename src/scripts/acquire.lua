@@ -8,7 +8,7 @@
 --
 -- Returns {1, fence, acquired_ms, run_id} when taken, {0, pttl, queued, reserved} when busy (queued: 1 if we are in
 -- the queue now, 0 if not; reserved: 1 if the lock is some waiter's turn rather than held, see
--- below). Who holds the lock is for `status` to tell; a waiter does not need it.
+-- below), and busy, not queued, for a token that has a tombstone (see leave.lua). Who holds the lock is for `status` to tell; a waiter does not need it.
 --
 -- A quorum (want_run_id) also marks, in meta `turn`/`turn_until`, a waiter that takes the lock
 -- from the queue: until it has a majority on the other nodes too, this node's grant is only its
@@ -22,6 +22,12 @@
 -- queue. Joining the queue in the same script as the failed attempt means a release that comes
 -- before we block on our wake list still finds us (and pushes to the list): no lost wake-ups.
 local token, ttl = ARGV[1], ARGV[2]
+
+-- Given up already (leave.lua left a tombstone): this is an attempt that arrived after its
+-- client gave up on it. Do nothing: busy, not queued. One EXISTS per attempt.
+if redis.call('EXISTS', gone_key(token)) == 1 then
+  return {0, redis.call('PTTL', LOCK), 0, 0}
+end
 
 local function take(queued)
   redis.call('SET', LOCK, token, 'PX', ttl)

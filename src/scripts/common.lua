@@ -6,7 +6,9 @@
 -- KEYS[3] queue  zset: waiter token -> ticket (arrival order)
 -- KEYS[4] leases hash: waiter token -> server time (ms) after which the waiter counts as dead
 -- Wake lists KEYS[1] .. ':w:' .. token are derived from KEYS[1]: same hash tag, same slot. So is
--- the pub/sub channel KEYS[1] .. ':events', where a lock taken away from its holder is announced.
+-- the pub/sub channel KEYS[1] .. ':events', where a lock taken away from its holder is announced,
+-- and the tombstones KEYS[1] .. ':gone:' .. token (a string with a PX expiry) of tokens given up
+-- while an attempt of theirs may still be on its way (see leave.lua).
 local LOCK, META, QUEUE, LEASES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 local function now_ms()
@@ -16,6 +18,10 @@ end
 
 local function wake_key(token)
   return LOCK .. ':w:' .. token
+end
+
+local function gone_key(token)
+  return LOCK .. ':gone:' .. token
 end
 
 -- The meta record describes the current holder only if its token is the lock key's value (a key

@@ -3,7 +3,8 @@
 --
 -- ARGV token, claim_ms, 'quiet' (a quorum's queue node: do not wake the next waiter yet), waiter
 --      (a quorum's other nodes: reserve what we give back for this waiter, chosen by the queue
---      node; see release.lua)
+--      node; see release.lua), tombstone_ms (> 0: we are not sure that every attempt we sent with
+--      this token has reached the server; see below)
 --
 -- Returns the waiter the lock was passed on to, or false.
 -- If the lock was just reserved for us, we will not claim it: pass it on to the next waiter at
@@ -11,6 +12,16 @@
 -- token, an attempt whose reply we never read (a timeout, a dropped connection) took it: nobody
 -- knows that token, so give the lock back rather than leave it held for its whole TTL, and
 -- forget the holder record (the fence counter stays: it never goes back).
+--
+-- A tombstone: an attempt whose reply we never read (a frozen server, a timeout) may still be on
+-- its way, on another connection, and run after this script: it would take a free lock for a
+-- token nobody knows. With tombstone_ms, `LOCK:gone:TOKEN` (the lock's hash tag, so the same
+-- slot) tells acquire.lua to do nothing for that token; it expires by itself. Written only when
+-- the client is unsure, so a normal give-up leaves nothing behind.
+local gone = tonumber(ARGV[5]) or 0
+if gone > 0 then
+  redis.call('SET', gone_key(ARGV[1]), '1', 'PX', gone)
+end
 redis.call('ZREM', QUEUE, ARGV[1])
 redis.call('HDEL', LEASES, ARGV[1])
 redis.call('DEL', wake_key(ARGV[1]))

@@ -770,3 +770,21 @@ pub fn lock_key(name: &str) -> String {
 pub fn meta_key(name: &str) -> String {
     format!("redlock:{{{name}}}:meta")
 }
+
+/// Waits until someone on one of `servers` listens on the announcement channel of lock `name`
+/// (`exec` subscribes on a thread of its own and starts its command after at most a quarter of
+/// `--io-timeout` even without it: a test of a forced release must not race it).
+#[track_caller]
+pub fn wait_subscribed(servers: &[&RedisServer], name: &str) {
+    let channel = format!("{}:events", lock_key(name));
+    let listening = || {
+        servers.iter().any(|s| {
+            let (_, n): (String, i64) = s.query(&["PUBSUB", "NUMSUB", &channel]);
+            n >= 1
+        })
+    };
+    assert!(
+        wait_for(listening, Duration::from_secs(30)),
+        "nobody subscribed to {channel}"
+    );
+}
