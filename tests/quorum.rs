@@ -14,7 +14,7 @@ mod exec_support;
 
 use std::time::{Duration, Instant};
 
-use common::nodes::{FOREIGN, Nodes};
+use common::nodes::{FOREIGN, Monitor, Nodes};
 use common::*;
 use exec_support::{trapper, waiter};
 use serde_json::Value;
@@ -1511,4 +1511,218 @@ fn a_forced_release_stops_an_exec_holder_at_once() {
     assert!(took < Duration::from_secs(5), "took {took:?}:\n{out}");
     assert_eq!(out.stdout, "got TERM\n", "{out}");
     assert!(out.stderr.contains("force-released"), "says why:\n{out}");
+}
+
+/// Three nodes, a holder (30 s) and two waiters queued on the queue node in order: A (with
+/// `--note A`, given up by the test in some way) and B (an `exec` that logs `B $REDLOCK_TOKEN`
+/// to `order`). MONITOR watches every node from the start, to learn every token A used.
+struct GiveUp {
+    nodes: Nodes,
+    monitor: Monitor,
+    holder: String,
+    b: Proc,
+}
+
+impl GiveUp {
+    /// Starts the holder, then A (`redlock -v ARGS`, with `--note A`, run in the nodes' dir) and B, each
+    /// queued and parked (blocked on its wake list) before the next one starts. Returns A apart.
+    fn start(a_args: &[&str]) -> Option<(GiveUp, Proc)> {
+        let nodes = Nodes::start(3)?;
+        let monitor = Monitor::start(&nodes);
+        let (holder, _) = acquire_json(&nodes, "k", &["--ttl", "30s"]);
+        let a = nodes
+            .redlock()
+            .current_dir(nodes.dir())
+            .arg("-v")
+            .args(a_args)
+            .spawn_proc();
+        let parked = wait_for(
+            || queued(&nodes, "k") == 1 && blocked(&nodes[0]) == 1,
+            EVENT,
+        );
+        assert!(parked, "A was not queued and parked:\n{}", a.stderr());
+        let b = exec(&nodes)
+            .current_dir(nodes.dir())
+            .args(["-v", "k", "--wait", "60s", "--note", "B", "-c"])
+            .arg(r#"echo "B $REDLOCK_TOKEN" >> order"#)
+            .spawn_proc();
+        let parked = wait_for(
+            || queued(&nodes, "k") == 2 && blocked(&nodes[0]) == 2,
+            EVENT,
+        );
+        assert!(parked, "B was not queued and parked:\n{}", b.stderr());
+        Some((
+            GiveUp {
+                nodes,
+                monitor,
+                holder,
+                b,
+            },
+            a,
+        ))
+    }
+
+    /// Every token A's attempts used, on any node (at least `at_least` of them).
+    #[track_caller]
+    fn a_tokens(&self, at_least: usize, a: &Output) -> Vec<String> {
+        self.monitor.sync(&self.nodes);
+        let tokens = self.monitor.tokens_of("A");
+        assert!(
+            tokens.len() >= at_least && tokens.iter().all(|t| is_token(t)),
+            "A's tokens: {tokens:?} ({at_least} expected at least)\n{a}"
+        );
+        tokens
+    }
+
+    /// Asserts that the queue node's queue and leases are B alone, with one of B's tokens.
+    #[track_caller]
+    fn assert_only_b_waits(&self, context: &str) {
+        let key = lock_key("k");
+        let queue: Vec<String> = self.nodes[0].query(&["ZRANGE", &format!("{key}:q"), "0", "-1"]);
+        let leases: Vec<String> = self.nodes[0].query(&["HKEYS", &format!("{key}:leases")]);
+        self.monitor.sync(&self.nodes);
+        let b_tokens = self.monitor.tokens_of("B");
+        assert!(
+            queue.len() == 1 && b_tokens.contains(&queue[0]) && leases == queue,
+            "{context}: the queue should be B alone: queue {queue:?}, leases {leases:?}, \
+             B's tokens {b_tokens:?}\n--- B:\n{}",
+            self.b.stderr()
+        );
+    }
+
+    /// Waits for B's command and returns how long after `since` it ran; then checks that nothing
+    /// is left but the finished holders' records, and that A's command never ran.
+    fn b_runs(self, since: Instant) -> Duration {
+        self.b_runs_keeping_nodes(since).0
+    }
+
+    /// [`b_runs`](Self::b_runs), keeping the nodes for more checks.
+    fn b_runs_keeping_nodes(self, since: Instant) -> (Duration, Nodes) {
+        let order = self.nodes.dir().join("order");
+        let ran = wait_for(|| order.exists(), EVENT);
+        let took = since.elapsed();
+        let b = self.b.finish(EVENT);
+        assert!(ran, "B never ran:\n{b}");
+        let b = b.expect(0);
+        let log = std::fs::read_to_string(&order).unwrap();
+        let b_token = log
+            .trim_end()
+            .strip_prefix("B ")
+            .unwrap_or_else(|| panic!("{log}"));
+        self.nodes
+            .assert_nothing_left("k", &[&self.holder, b_token]);
+        assert!(
+            !self.nodes.dir().join("ran").exists(),
+            "A ran its command:\n{b}"
+        );
+        (took, self.nodes)
+    }
+
+    /// Releases the holder; returns when the release was sent.
+    fn release(&self) -> Instant {
+        let sent = Instant::now();
+        self.nodes
+            .redlock()
+            .args(["release", "k", &self.holder])
+            .run()
+            .expect(0);
+        sent
+    }
+}
+
+/// The give-up path of a quorum waiter: A's `--wait` runs out while it is queued behind a
+/// holder, with B queued behind it. None of A's tokens (the first attempt's, which the second
+/// took over, and the second's) is left on any node; the queue is exactly B, and B gets the
+/// lock promptly when the holder releases it (a token of A left at the head of the queue would
+/// get the lock reserved for it, and B would wait for that reservation to run out: 2 s).
+#[test]
+fn a_quorum_waiter_whose_wait_runs_out_leaves_no_token_behind() {
+    // 3 s: time enough for B to queue behind A on a loaded machine (checked below).
+    // (B queued behind A while A was still queued: `start` waits for a queue of two.)
+    let Some((g, a)) = GiveUp::start(&["acquire", "k", "--note", "A", "-w", "3s"]) else {
+        return;
+    };
+    let a = a.finish(EVENT).expect(BUSY);
+    assert!(a.stderr.contains("busy"), "{a}");
+    // Its first attempt, and the one when the wait ran out (a fresh token each).
+    let tokens = g.a_tokens(2, &a);
+    g.nodes
+        .assert_no_trace_of("k", &tokens, "after A's wait ran out");
+    g.assert_only_b_waits("after A's wait ran out");
+    let released = g.release();
+    let took = g.b_runs(released);
+    assert!(
+        took < Duration::from_millis(1500),
+        "B ran {took:?} after the release"
+    );
+}
+
+/// SIGINT to a quorum `exec` that waits in the queue: exit 130, its command never runs, nothing
+/// of it is left on any node, and B, queued behind it, gets the lock promptly at the release.
+#[test]
+fn sigint_to_a_queued_quorum_exec_leaves_nothing_and_the_next_waiter_goes_on() {
+    let Some((g, a)) = GiveUp::start(&[
+        "exec", "k", "--note", "A", "--wait", "60s", "--", "touch", "ran",
+    ]) else {
+        return;
+    };
+    a.signal(libc::SIGINT);
+    let a = a.finish(EVENT).expect(130);
+    assert!(a.stderr.contains("SIGINT"), "{a}");
+    let tokens = g.a_tokens(1, &a);
+    g.nodes
+        .assert_no_trace_of("k", &tokens, "after SIGINT to A");
+    g.assert_only_b_waits("after SIGINT to A");
+    let released = g.release();
+    let took = g.b_runs(released);
+    assert!(
+        took < Duration::from_millis(1500),
+        "B ran {took:?} after the release"
+    );
+}
+
+/// A is frozen (SIGSTOP) when the release reserves the lock for it on every node and wakes it;
+/// then it gives up (SIGINT, delivered as it is continued). It must hand its turn on to B at
+/// once, on every node: B runs before the reservation for A would have run out (the claim
+/// window, 2 s after the release), and no node keeps the reservation.
+#[test]
+fn a_frozen_quorum_waiter_that_gives_up_its_turn_hands_it_on() {
+    let Some((g, a)) = GiveUp::start(&[
+        "exec", "k", "--note", "A", "--wait", "60s", "--", "touch", "ran",
+    ]) else {
+        return;
+    };
+    a.signal(libc::SIGSTOP);
+    let released = g.release();
+    let reserved: Vec<Option<String>> = g.nodes.tokens("k");
+    g.monitor.sync(&g.nodes);
+    let a_tokens = g.monitor.tokens_of("A");
+    let for_a = reserved[0]
+        .as_deref()
+        .and_then(|r| r.strip_prefix('~'))
+        .filter(|t| a_tokens.iter().any(|a| a == t))
+        .map(str::to_string);
+    // The wake answered A's BLPOP (while A cannot read it); B's is still pending.
+    let woken = blocked(&g.nodes[0]) == 1;
+    let precondition = for_a.is_some() && reserved.iter().all(|r| *r == reserved[0]) && woken;
+    a.signal(libc::SIGINT);
+    a.signal(libc::SIGCONT);
+    assert!(
+        precondition,
+        "the release should reserve the lock for A on every node and wake it: {reserved:?}, \
+         A's tokens {a_tokens:?}, A's BLPOP answered: {woken}"
+    );
+    let a = a.finish(EVENT).expect(130);
+    let tokens = g.a_tokens(1, &a);
+    let (b_ran, nodes) = g.b_runs_keeping_nodes(released);
+    assert!(
+        b_ran < lock_claim_window(),
+        "B ran {b_ran:?} after the release: A's turn was not handed on\n{a}"
+    );
+    nodes.assert_no_trace_of("k", &tokens, "after A gave up its turn");
+}
+
+/// How long a reservation for a waiter lasts (`lock::CLAIM_WINDOW`).
+fn lock_claim_window() -> Duration {
+    Duration::from_secs(2)
 }
