@@ -734,33 +734,42 @@ fn waiters_on_five_nodes_get_the_lock_in_arrival_order() {
 /// A holder that dies without releasing: its key expires on every node at about the same time,
 /// and the waiters still get the lock in arrival order. Each attempt of a waiter takes a fresh
 /// token, which must take over the previous token's place *and lease*: a head without a lease
-/// counts as dead, and the waiter behind it would overtake.
+/// counts as dead, and the waiter behind it would overtake. Ten waiters, all queued while the
+/// holder's key lives (each blocks until just past its expiry, so they all wake together): a
+/// broken order passes by chance once in 10! = 3.6 million runs.
 #[test]
 fn waiters_keep_their_order_when_the_holder_expires() {
+    const WAITERS: usize = 10;
     let Some(nodes) = Nodes::start(3) else {
         return;
     };
-    // Long enough for three waiters to queue on a loaded machine; they all wake when it expires.
-    let (holder, _) = acquire_json(&nodes, "k", &["--ttl", "4s"]);
+    // Long enough for ten waiters to queue on a loaded machine (checked below).
+    let (holder, _) = acquire_json(&nodes, "k", &["--ttl", "6s"]);
     let mut waiters = Vec::new();
-    for i in 1..=3 {
+    for i in 1..=WAITERS {
         let waiter = nodes
             .redlock()
             .current_dir(nodes.dir())
-            .args(["exec", "k", "--wait", "30s", "--", "sh", "-c"])
+            .args(["exec", "k", "--wait", "60s", "--", "sh", "-c"])
             .arg(format!(r#"echo "W{i} $REDLOCK_TOKEN" >> order"#))
             .spawn_proc();
-        let seen = wait_for(|| queued(&nodes, "k") == i, EVENT);
+        let seen = wait_for(|| queued(&nodes, "k") == i as i64, EVENT);
         assert!(seen, "W{i} was not queued:\n{}", waiter.stderr());
         waiters.push(waiter);
     }
+    let held = nodes.tokens("k");
+    assert!(
+        held.iter().all(|t| t.as_deref() == Some(holder.as_str())),
+        "the holder's key expired before all {WAITERS} waiters were queued: {held:?}"
+    );
     for waiter in waiters {
         waiter.finish(EVENT).expect(0);
     }
     let log = std::fs::read_to_string(nodes.dir().join("order")).unwrap();
     let (order, mut tokens): (Vec<&str>, Vec<&str>) =
         log.lines().filter_map(|l| l.split_once(' ')).unzip();
-    assert_eq!(order, ["W1", "W2", "W3"], "{log}");
+    let expected: Vec<String> = (1..=WAITERS).map(|i| format!("W{i}")).collect();
+    assert_eq!(order, expected, "{log}");
     tokens.push(&holder);
     nodes.assert_nothing_left("k", &tokens);
 }
@@ -1250,9 +1259,12 @@ fn newcomers_do_not_overtake_a_waiter(slow: usize, latency: Duration, bound: Dur
             i=0
             while [ "$i" -lt 75 ]; do
               (
-                if t=$(redlock --io-timeout 5s acquire k -n --ttl 30s 2>/dev/null); then
+                if t=$(redlock --io-timeout 5s acquire k -n --ttl 30s 2>>"errors.$i"); then
                   echo "newcomer $i" >> order
                   redlock --io-timeout 5s release k "$t"
+                  echo 0 >> codes
+                else
+                  echo $? >> codes
                 fi
               ) &
               [ "$i" -eq 3 ] && touch started
@@ -1293,6 +1305,21 @@ fn newcomers_do_not_overtake_a_waiter(slow: usize, latency: Duration, bound: Dur
         waited < bound,
         "the waiter ran {waited:?} after the release (node {slow} {latency:?} away)"
     );
+    // The newcomers tried in earnest: each was refused as busy (1) or got the lock (0, after the
+    // waiter), nothing else; and with nobody queued a newcomer gets the lock over the same links.
+    let codes = std::fs::read_to_string(nodes.dir().join("codes")).unwrap_or_default();
+    let codes: Vec<&str> = codes.lines().collect();
+    assert!(
+        codes.len() == 75 && codes.iter().all(|c| ["0", "1"].contains(c)),
+        "newcomers' exit codes: {codes:?}\n{newcomers}"
+    );
+    assert!(codes.contains(&"1"), "no newcomer was refused: {codes:?}");
+    let control = nodes
+        .redlock()
+        .args(["--io-timeout", "5s", "acquire", "k", "-n", "--ttl", "30s"])
+        .run();
+    let token = control.ok();
+    assert!(is_token(&token), "{token}");
 }
 
 /// The queue node is slow. Releasing every node at once and reserving the others for the
