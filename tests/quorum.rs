@@ -866,6 +866,69 @@ fn a_waiter_gets_the_lock_when_its_queue_node_is_dead() {
     assert_held(&nodes, &[1, 2, 3, 4], "k", &token, "the waiter's");
 }
 
+/// The exclusion harness: `loops` shell loops of `rounds` `exec` rounds each on `nodes`, loop L
+/// locking `name(L)` (`$L` in the shell). The critical section is a non-atomic
+/// read-increment-write of a counter, with `pause` (shell) between the read and the write, that
+/// also logs its fence. Returns the final count and each round's fence and token, in order.
+fn counter_loops(
+    nodes: &Nodes,
+    loops: usize,
+    rounds: usize,
+    name: &str,
+    pause: &str,
+) -> (String, Vec<(i64, String)>) {
+    let dir = nodes.dir();
+    std::fs::write(dir.join("counter"), "0\n").unwrap();
+    let section = format!(
+        r#"n=$(cat counter); {pause}; echo $((n + 1)) > counter; echo "$REDLOCK_FENCE $REDLOCK_TOKEN" >> fences"#
+    );
+    let script = format!(
+        r#"i=0
+        while [ "$i" -lt {rounds} ]; do
+          redlock exec "{name}" --wait 60s --ttl 30s -c '{section}' || exit 1
+          i=$((i + 1))
+        done"#
+    );
+    let running: Vec<Proc> = (0..loops)
+        .map(|l| {
+            nodes
+                .sh(&script)
+                .current_dir(dir)
+                .env("L", l.to_string())
+                .spawn_proc()
+        })
+        .collect();
+    for l in running {
+        l.finish(Duration::from_secs(180)).expect(0);
+    }
+    let count = std::fs::read_to_string(dir.join("counter")).unwrap();
+    let log = std::fs::read_to_string(dir.join("fences")).unwrap();
+    let fences = log
+        .lines()
+        .map(|l| {
+            let (fence, token) = l.split_once(' ').unwrap();
+            let fence = fence.parse().unwrap_or_else(|e| panic!("{e}: {l}"));
+            (fence, token.to_string())
+        })
+        .collect();
+    (count.trim().to_string(), fences)
+}
+
+/// What the harness sees of two holders at once: a lost update (a count below the rounds run)
+/// and a fence not above the one before it.
+fn exclusion_faults(count: &str, fences: &[(i64, String)]) -> Vec<String> {
+    let mut faults = Vec::new();
+    if count != fences.len().to_string() {
+        faults.push(format!("{} rounds counted {count}", fences.len()));
+    }
+    for pair in fences.windows(2) {
+        if pair[0].0 >= pair[1].0 {
+            faults.push(format!("fence {} came after {}", pair[1].0, pair[0].0));
+        }
+    }
+    faults
+}
+
 /// Mutual exclusion and fences under contention: 8 shell loops × 25 `exec` rounds on 5 nodes,
 /// each a non-atomic read-increment-write of a counter (a lost update shows as a count below
 /// 200) that also logs its fence (successive holders must see strictly increasing fences).
@@ -874,47 +937,38 @@ fn exec_on_five_nodes_serialises_8_loops_with_increasing_fences() {
     let Some(nodes) = Nodes::start(5) else {
         return;
     };
-    let dir = nodes.dir();
-    std::fs::write(dir.join("counter"), "0\n").unwrap();
-    let section = r#"n=$(cat counter); sleep 0.01; echo $((n + 1)) > counter; echo "$REDLOCK_FENCE $REDLOCK_TOKEN" >> fences"#;
-    let script = format!(
-        r#"i=0
-        while [ "$i" -lt 25 ]; do
-          redlock exec counter --wait 60s --ttl 30s -c '{section}' || exit 1
-          i=$((i + 1))
-        done"#
-    );
     let started = Instant::now();
-    let loops: Vec<Proc> = (0..8)
-        .map(|_| nodes.sh(&script).current_dir(dir).spawn_proc())
-        .collect();
-    for l in loops {
-        l.finish(Duration::from_secs(180)).expect(0);
-    }
+    let (count, rounds) = counter_loops(&nodes, 8, 25, "counter", "sleep 0.01");
     eprintln!("200 exec rounds on 5 nodes took {:?}", started.elapsed());
-
-    let count = std::fs::read_to_string(dir.join("counter")).unwrap();
-    assert_eq!(count.trim(), "200", "an increment was lost");
-    let log = std::fs::read_to_string(dir.join("fences")).unwrap();
-    let rounds: Vec<(i64, &str)> = log
-        .lines()
-        .map(|l| {
-            let (fence, token) = l.split_once(' ').unwrap();
-            (fence.parse().unwrap_or_else(|e| panic!("{e}: {l}")), token)
-        })
-        .collect();
-    assert_eq!(rounds.len(), 200, "{log}");
-    for pair in rounds.windows(2) {
-        assert!(
-            pair[0].0 < pair[1].0,
-            "fence {} came after {}:\n{log}",
-            pair[1].0,
-            pair[0].0
-        );
-    }
-    let tokens: Vec<&str> = rounds.iter().map(|r| r.1).collect();
+    assert_eq!(rounds.len(), 200, "{rounds:?}");
+    let faults = exclusion_faults(&count, &rounds);
+    assert!(
+        faults.is_empty(),
+        "two holders at once: {faults:?}\n{rounds:?}"
+    );
+    let tokens: Vec<&str> = rounds.iter().map(|r| r.1.as_str()).collect();
     nodes.assert_nothing_left("counter", &tokens);
     assert!(nodes.tokens("counter").iter().all(Option::is_none));
+}
+
+/// The control of the harness above: the same loops, `exec` and nodes, but each loop locks a
+/// name of its own, so nothing excludes them; a barrier in the critical section (each waits
+/// there until both arrived) makes the overlap certain. The harness must see two holders: a lost
+/// update, and a fence that does not increase (each name counts from 1).
+#[test]
+fn the_exclusion_harness_sees_two_holders_when_the_lock_is_bypassed() {
+    let Some(nodes) = Nodes::start(5) else {
+        return;
+    };
+    let barrier = r#"touch "arrived.$L"; i=0; while [ ! -e arrived.0 ] || [ ! -e arrived.1 ]; do [ "$i" -lt 1000 ] || exit 9; i=$((i + 1)); sleep 0.01; done"#;
+    let (count, rounds) = counter_loops(&nodes, 2, 1, "counter-$L", barrier);
+    assert_eq!(rounds.len(), 2, "{rounds:?}");
+    let faults = exclusion_faults(&count, &rounds);
+    assert_eq!(
+        faults.len(),
+        2,
+        "the harness missed two holders: {faults:?}, {rounds:?}"
+    );
 }
 
 /// Fences across nodes: the holder gets the highest incremented counter of the nodes that
