@@ -1513,6 +1513,91 @@ fn a_frozen_node_of_three_does_not_stall_the_queue() {
     }
 }
 
+/// A frozen queue node (SIGSTOP: it accepts connections and never answers), as the README
+/// says: locking goes on with the other nodes. `acquire -n` does not wait for it (a quarter of
+/// --io-timeout at most); a release waits one --io-timeout for it (it picks the next waiter)
+/// and names it; a waiter, not queued anywhere, looks again when the holder's TTL runs out, at
+/// most every 3 s, each attempt waiting one --io-timeout for the queue node, and gets the lock.
+/// After SIGCONT the node runs what was sent to it meanwhile: whatever that leaves expires by
+/// itself, the other nodes keep nothing, and the lock can be taken again.
+#[test]
+fn a_frozen_queue_node_leaves_locking_to_the_others() {
+    let Some(nodes) = Nodes::start(3) else {
+        return;
+    };
+    let io = ["--io-timeout", "3s"];
+    nodes[0].pause();
+    let out = nodes
+        .redlock()
+        .args(io)
+        .args(["acquire", "k", "-n", "--ttl", "30s"])
+        .run();
+    let acquired = out.elapsed;
+    let holder = out.ok();
+    assert!(
+        acquired < Duration::from_millis(2500),
+        "acquire -n waited {acquired:?} for the frozen queue node (--io-timeout 3s)"
+    );
+    assert_held(&nodes, &[1, 2], "k", &holder, "with the queue node frozen");
+    let mut waiter = exec(&nodes)
+        .current_dir(nodes.dir())
+        .args(io)
+        .args(["-v", "k", "--wait", "60s", "-c", "echo waiter >> order"])
+        .spawn_proc();
+    // Its first attempt is over (the queue node counted as failed): it sleeps, not queued.
+    waiter.wait_for_stderr(&format!("acquire on {}: error", nodes.url(0)), EVENT);
+    let release = nodes
+        .redlock()
+        .args(io)
+        .args(["release", "k", &holder])
+        .run()
+        .expect(0);
+    let released = Instant::now();
+    assert!(
+        release.elapsed < Duration::from_secs(6),
+        "one --io-timeout (3s):\n{release}"
+    );
+    assert!(
+        release.stderr.contains(&nodes.url(0)),
+        "names the frozen node:\n{release}"
+    );
+    let order = nodes.dir().join("order");
+    let ran = wait_for(|| order.exists(), Duration::from_secs(20));
+    let waited = released.elapsed();
+    let waiter = waiter.finish(EVENT);
+    assert!(ran, "the waiter never ran:\n{waiter}");
+    let waiter = waiter.expect(0);
+    // A look at most every 3s, an attempt of one --io-timeout, and room for a loaded machine.
+    assert!(
+        waited < Duration::from_secs(12),
+        "the waiter ran {waited:?} after the release:\n{waiter}"
+    );
+    nodes[0].resume();
+    // What the queue node runs now expires by itself: no key of ours without a TTL.
+    nodes[0].query::<String>(&["PING"]);
+    for key in nodes[0].keys() {
+        if key.starts_with(&lock_key("k")) && key != meta_key("k") {
+            let pttl = nodes[0].pttl(&key);
+            assert!(pttl > 0 || pttl == -2, "{key} has no TTL: {pttl}");
+        }
+    }
+    for i in [1, 2] {
+        let left: Vec<String> = nodes[i]
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with(&lock_key("k")) && *k != meta_key("k"))
+            .collect();
+        assert!(left.is_empty(), "node {i}: left over: {left:?}");
+    }
+    // A reservation or a turn the thawed node grants a waiter long gone holds the lock up for
+    // the claim window and a waiter's longest wait at most (5s).
+    let again = nodes
+        .redlock()
+        .args(["acquire", "k", "--wait", "20s", "--ttl", "30s"])
+        .run();
+    again.ok();
+}
+
 /// Credentials refused by the nodes are an authentication error (77), as on one server, not an
 /// outage (69): waiting or retrying cannot help. Also when only a majority refuses them.
 #[test]
