@@ -174,3 +174,151 @@ impl IndexMut<usize> for Nodes {
         &mut self.servers[i]
     }
 }
+
+/// Every command the nodes run, as Redis's MONITOR reports it (one connection per node), to learn
+/// which tokens a process used: each attempt of a quorum waiter has a fresh one, and the last may
+/// live only for a moment. The acquire script carries the owner's `--note` (its 6th argument),
+/// which tells whose attempt it was.
+pub struct Monitor {
+    /// One stream of lines per node, in the order the node ran the commands.
+    streams: Vec<Arc<Mutex<Vec<String>>>>,
+    ports: Vec<u16>,
+}
+
+impl Monitor {
+    /// Starts monitoring every live node; from the return on, nothing they run is missed.
+    pub fn start(nodes: &Nodes) -> Monitor {
+        let mut streams = Vec::new();
+        let mut ports = Vec::new();
+        for s in nodes.live() {
+            let mut con = s.cli();
+            con.set_read_timeout(None).unwrap();
+            redis::cmd("MONITOR").query::<()>(&mut con).unwrap();
+            let lines = Arc::new(Mutex::new(Vec::new()));
+            let sink = Arc::clone(&lines);
+            // Ends when the server goes away.
+            thread::spawn(move || {
+                while let Ok(v) = con.recv_response() {
+                    if let redis::Value::SimpleString(line) = v {
+                        sink.lock().unwrap().push(line);
+                    }
+                }
+            });
+            streams.push(lines);
+            ports.push(s.port());
+        }
+        Monitor { streams, ports }
+    }
+
+    /// Waits until every node's stream has caught up with what the node ran so far (a marker
+    /// sent now comes back through it).
+    #[track_caller]
+    pub fn sync(&self, nodes: &Nodes) {
+        static SYNCS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = SYNCS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let marker = format!("monitor-sync-{}-{n}", std::process::id());
+        for (stream, port) in self.streams.iter().zip(&self.ports) {
+            let s = nodes
+                .servers()
+                .find(|s| s.port() == *port)
+                .expect("a monitored node");
+            s.query::<String>(&["ECHO", &marker]);
+            let seen = wait_for(
+                || stream.lock().unwrap().iter().any(|l| l.contains(&marker)),
+                Duration::from_secs(10),
+            );
+            assert!(seen, "MONITOR of {} did not catch up", s.url());
+        }
+    }
+
+    /// The tokens of every acquire attempt (EVAL/EVALSHA of acquire.lua) that `--note NOTE`
+    /// made on any node, in no particular order, without repeats. Call [`sync`](Self::sync)
+    /// first.
+    pub fn tokens_of(&self, note: &str) -> Vec<String> {
+        let mut tokens = Vec::new();
+        for stream in &self.streams {
+            for line in stream.lock().unwrap().iter() {
+                let args = monitor_args(line);
+                let Some(cmd) = args.first() else { continue };
+                if !cmd.eq_ignore_ascii_case("evalsha") && !cmd.eq_ignore_ascii_case("eval") {
+                    continue;
+                }
+                let Some(numkeys) = args.get(2).and_then(|n| n.parse::<usize>().ok()) else {
+                    continue;
+                };
+                let argv = &args[(3 + numkeys).min(args.len())..];
+                // acquire.lua: token, ttl, host, pid, user, note, ... 12 in all.
+                if argv.len() == 12 && argv[5] == note && !tokens.contains(&argv[0]) {
+                    tokens.push(argv[0].clone());
+                }
+            }
+        }
+        tokens
+    }
+}
+
+/// The arguments of one MONITOR line: `TIME [DB ADDR] "arg" "arg" ...`, unquoted.
+fn monitor_args(line: &str) -> Vec<String> {
+    let Some((_, rest)) = line.split_once("] ") else {
+        return Vec::new();
+    };
+    let mut args = Vec::new();
+    let mut chars = rest.chars();
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            continue;
+        }
+        let mut arg = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => break,
+                // An escape: the tokens and notes we look for have none, so keep it as it is.
+                '\\' => {
+                    arg.push(c);
+                    arg.extend(chars.next());
+                }
+                c => arg.push(c),
+            }
+        }
+        args.push(arg);
+    }
+    args
+}
+
+impl Nodes {
+    /// Asserts that none of `tokens` is left on any live node: not in the lock key (held or
+    /// reserved), the queue, the leases, a wake list or the holder record.
+    #[track_caller]
+    pub fn assert_no_trace_of(&self, name: &str, tokens: &[String], context: &str) {
+        let key = lock_key(name);
+        for s in self.live() {
+            let url = s.url();
+            let mut found = Vec::new();
+            if let Some(v) = s.get(&key) {
+                found.push(format!("lock key {v}"));
+            }
+            let queue: Vec<String> = s.query(&["ZRANGE", &format!("{key}:q"), "0", "-1"]);
+            found.extend(queue.into_iter().map(|t| format!("queue {t}")));
+            let leases: Vec<String> = s.query(&["HKEYS", &format!("{key}:leases")]);
+            found.extend(leases.into_iter().map(|t| format!("lease {t}")));
+            let prefix = format!("{key}:w:");
+            found.extend(
+                s.keys()
+                    .into_iter()
+                    .filter(|k| k.starts_with(&prefix))
+                    .map(|k| format!("wake list {k}")),
+            );
+            if let Some(t) = s.meta(name).get("token") {
+                found.push(format!("holder record {t}"));
+            }
+            let ours: Vec<&String> = found
+                .iter()
+                .filter(|f| tokens.iter().any(|t| f.contains(t.as_str())))
+                .collect();
+            assert!(
+                ours.is_empty(),
+                "{url}: {context}: left of tokens {tokens:?}: {ours:?} (all: {found:?})"
+            );
+        }
+    }
+}
