@@ -2,8 +2,8 @@
 //!
 //! The script that takes a lock from its holder (`release --force` today; preemption later)
 //! publishes `REASON:TOKEN` on the lock's channel `PREFIX{NAME}:events` ([`Keys::events`]) in the
-//! same atomic step. `exec` listens there on a connection and thread of its own, started before
-//! it takes the lock, and treats a message naming its token as the loss of the lock.
+//! same atomic step. `exec` listens there on a connection and thread of its own, from shortly
+//! after its command started, and treats a message naming its token as the loss of the lock.
 //!
 //! Pub/sub is fire-and-forget: a listener that is not subscribed at that instant (its connection
 //! dropped, or it had not subscribed yet) misses the message, and the renewal finds the loss
@@ -11,7 +11,7 @@
 //! command runs on as before. It costs one connection per `exec` and no polling: it blocks on its
 //! subscription, and reconnects (with backoff) only after losing it.
 
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -28,19 +28,18 @@ const RESUBSCRIBE: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_CAP: Duration = Duration::from_secs(5);
 
 /// Listens for announcements about `keys` and sends each as [`Event::TakenAway`] on `tx`, until
-/// `tx` is closed. The returned channel gets `()` once the first subscription is made, and is
-/// closed without it when that fails (the thread keeps trying).
-pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>) -> Receiver<()> {
-    let (ready_tx, ready) = mpsc::channel();
+/// `tx` is closed, starting `after` from now: a command that is over by then never pays for the
+/// connection and the SUBSCRIBE (see `exec::LISTEN_AFTER`).
+pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>, after: Duration) {
     let verbose = config.verbose;
     let (config, channel) = (config.clone(), keys.events());
     let spawned = std::thread::Builder::new()
         .name("notify".into())
         .spawn(move || {
-            let mut ready = Some(ready_tx);
+            std::thread::sleep(after);
             let mut pause = RESUBSCRIBE;
             loop {
-                match subscribe(&config, &channel, &mut ready, &tx) {
+                match subscribe(&config, &channel, &tx) {
                     Ok(Listening::Stopped) => return,
                     Ok(Listening::Dropped(e)) | Err(e) => {
                         if config.verbose {
@@ -53,8 +52,6 @@ pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>) -> Receiver<()> {
                         }
                     }
                 }
-                // Nobody waits for the first subscription any longer.
-                ready = None;
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(RESUBSCRIBE_CAP);
             }
@@ -65,7 +62,6 @@ pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>) -> Receiver<()> {
             crate::eline!("redlock: cannot start the notification thread: {e}");
         }
     }
-    ready
 }
 
 enum Listening {
@@ -76,12 +72,7 @@ enum Listening {
 }
 
 /// Subscribes to `channel` and passes on what arrives, until the connection fails.
-fn subscribe(
-    config: &Config,
-    channel: &str,
-    ready: &mut Option<Sender<()>>,
-    tx: &Sender<Event>,
-) -> Result<Listening> {
+fn subscribe(config: &Config, channel: &str, tx: &Sender<Event>) -> Result<Listening> {
     let mut con = client::subscriber(config)?;
     // Not `PubSub::subscribe`: it discards SUBSCRIBE's reply, and a refusal (`-NOPERM` for an
     // ACL user without the channel) comes as a reply, not as an error, so we would wait forever
@@ -101,9 +92,6 @@ fn subscribe(
     // A quiet channel is the normal case: wait for as long as it takes. A frozen server or a
     // dead link leave us blocked here harmlessly; the renewal notices those.
     pubsub.set_read_timeout(None)?;
-    if let Some(ready) = ready.take() {
-        let _ = ready.send(());
-    }
     loop {
         let msg = match pubsub.get_message() {
             Ok(msg) => msg,

@@ -1040,8 +1040,9 @@ fn exec_sections(r: &mut Roff) {
                 " a command that succeeds still yields 0. A lost lock is not released: it may \
                  belong to someone else by then. A forced release (redlock release --force) is \
                  announced to the holder, which stops its command at once rather than at its \
-                 next renewal; a holder that misses the announcement (its connection for it \
-                 dropped at that instant) finds the loss at its next renewal.",
+                 next renewal; a holder that misses the announcement (in the command's first \
+                 50 ms, or its connection for it dropped at that instant) finds the loss at its \
+                 next renewal.",
             ),
         ],
     );

@@ -350,14 +350,20 @@ fn force_release_and_exec_work_without_channel_permissions() {
         .expect(0);
     assert!(out.stderr.contains("force-released"), "{out}");
     assert_eq!(redis.get(&lock_key("k")), None, "{out}");
-    let out = redlock()
-        .args(["--url", &url, "-v", "exec", "k", "-n", "--", "echo", "ran"])
-        .run()
-        .expect(0);
-    assert_eq!(out.stdout, "ran\n", "{out}");
+    // The command runs until the test has seen exec try to listen.
+    let done = redis.dir().join("done");
+    let mut proc = redlock()
+        .args(["--url", &url, "-v", "exec", "k", "-n", "--", "sh", "-c"])
+        .arg(r#"while [ ! -e "$0" ]; do sleep 0.02; done; echo ran"#)
+        .arg(&done)
+        .spawn_proc();
     // The refused SUBSCRIBE is seen (it comes as a reply, not as a failed command), so exec does
     // not take itself for a listener.
     let refused = format!("redlock: not listening on {}:events: ", lock_key("k"));
+    proc.wait_for_stderr(&refused, Duration::from_secs(10));
+    std::fs::write(&done, "").unwrap();
+    let out = proc.finish(Duration::from_secs(10)).expect(0);
+    assert_eq!(out.stdout, "ran\n", "{out}");
     assert!(
         out.stderr
             .lines()
