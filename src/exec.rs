@@ -43,9 +43,9 @@ use crate::wait::{self, Event};
 const POLL_CAP: Duration = Duration::from_secs(1);
 
 /// How long after the command started `exec` begins to listen for a forced release. A command
-/// over by then (cron's and CI's short steps, `exec -- true`) never pays for the connection and
-/// the SUBSCRIBE, which made such a run a quarter slower; a forced release in that first moment
-/// is found by the renewal instead, as any announcement missed (within TTL/3).
+/// over by then (cron's and CI's short steps, `exec -- true`) never pays for the thread, the
+/// connection and the SUBSCRIBE, which made such a run a quarter slower; a forced release in that
+/// first moment is found by the renewal instead, as any announcement missed (within TTL/3).
 const LISTEN_AFTER: Duration = Duration::from_millis(50);
 
 pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
@@ -97,14 +97,14 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
             child.id()
         );
     }
-    // A forced release while the command runs reaches us at once (else at the next renewal).
-    notify::listen(config, &keys, tx.clone(), LISTEN_AFTER);
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let mut supervisor = Supervisor {
         config,
         args,
         lock: &lock,
         child,
+        // A forced release while the command runs reaches us at once (else at the next renewal).
+        listening: Some((Instant::now() + LISTEN_AFTER, tx.clone())),
         renewal: Some(PendingRenewal {
             at: lock.sent + renewal_interval(lock.ttl),
             stop: stop_rx,
@@ -320,6 +320,8 @@ struct Supervisor<'a> {
     args: &'a ExecArgs,
     lock: &'a Lock,
     child: Child,
+    /// When to start listening for a forced release ([`LISTEN_AFTER`]), and where to report it.
+    listening: Option<(Instant, Sender<Event>)>,
     /// Started when the first renewal is due.
     renewal: Option<PendingRenewal>,
     /// The lock is surely ours until then (monotonic clock).
@@ -362,9 +364,17 @@ impl Supervisor<'_> {
             {
                 start_renewal(self.config.clone(), self.lock.clone(), due.stop, due.tx);
             }
+            if let Some((_, tx)) = self.listening.take_if(|(at, _)| now >= *at)
+                && self.lost.is_none()
+            {
+                notify::listen(self.config, &self.lock.keys, tx);
+            }
             let mut wake = now + POLL_CAP;
             if let Some(r) = &self.renewal {
                 wake = wake.min(r.at);
+            }
+            if let Some((at, _)) = &self.listening {
+                wake = wake.min(*at);
             }
             if self.lost.is_none() {
                 wake = wake.min(self.deadline);

@@ -28,15 +28,13 @@ const RESUBSCRIBE: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_CAP: Duration = Duration::from_secs(5);
 
 /// Listens for announcements about `keys` and sends each as [`Event::TakenAway`] on `tx`, until
-/// `tx` is closed, starting `after` from now: a command that is over by then never pays for the
-/// connection and the SUBSCRIBE (see `exec::LISTEN_AFTER`).
-pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>, after: Duration) {
+/// `tx` is closed.
+pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>) {
     let verbose = config.verbose;
     let (config, channel) = (config.clone(), keys.events());
     let spawned = std::thread::Builder::new()
         .name("notify".into())
         .spawn(move || {
-            std::thread::sleep(after);
             let mut pause = RESUBSCRIBE;
             loop {
                 match subscribe(&config, &channel, &tx) {
