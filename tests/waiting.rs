@@ -532,6 +532,35 @@ fn a_dead_holder_is_picked_up_at_its_ttl_in_queue_order() {
     assert_eq!(redis.get(&key).as_deref(), Some(out.stdout.trim_end()));
 }
 
+/// Fails if waiters that all wake together when a dead holder's TTL runs out get the lock in
+/// any order but their arrival order. Ten of them, so that an order left to chance (the first
+/// to reach Redis wins) passes with probability 1/10! (about 3e-7), not 1/2 as with two.
+#[test]
+fn ten_waiters_behind_a_dead_holder_get_in_in_arrival_order() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // Never released; long enough for ten waiters to queue on a loaded machine.
+    hold(&redis, "k", "8s");
+    let mut waiters = Vec::new();
+    for i in 1..=10 {
+        let (w, _) = enqueue(&redis, "k", &mut recorder(&redis, "k", &format!("W{i}")));
+        waiters.push(w);
+    }
+    let pttl = redis.pttl(&lock_key("k"));
+    assert!(
+        pttl > 0,
+        "the dead holder's lock expired before all ten queued: the test proves nothing"
+    );
+    for w in waiters {
+        w.finish(EVENT + Duration::from_millis(pttl as u64))
+            .expect(0);
+    }
+    let expected: String = (1..=10).map(|i| format!("W{i}\n")).collect();
+    assert_eq!(order(&redis), expected);
+    assert_eq!(redis.keys(), [meta_key("k")]);
+}
+
 /// Fails with a lost wake-up: a release that lands right after the waiter queued up must wake
 /// it, so it gets the lock well before the holder's 10s TTL or its own 3s block cap would have
 /// let it look again. Even rounds send the release script the moment the waiter shows up in the
