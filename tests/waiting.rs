@@ -46,8 +46,9 @@ const LEAVE_LUA: &str = concat!(
 /// What `lock::release` passes after the token, for a plain (not forced, not quorum) release:
 /// force, the claim window, quiet, to.
 const RELEASE_ARGS: &[&str] = &["", CLAIM_ARG, "", ""];
-/// What `lock::leave` passes after the token: the claim window, quiet, to.
-const LEAVE_ARGS: &[&str] = &[CLAIM_ARG, "", ""];
+/// What `lock::leave` passes after the token for a plain give-up: the claim window, quiet, to,
+/// and no tombstone.
+const LEAVE_ARGS: &[&str] = &[CLAIM_ARG, "", "", "0"];
 
 fn queue_key(name: &str) -> String {
     format!("{}:q", lock_key(name))
