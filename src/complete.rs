@@ -110,7 +110,7 @@ fn lookup(words: &[OsString], start: &str) -> Result<Vec<String>> {
     };
     let prefix = config.prefix.clone();
     if !redis.is_cluster() {
-        return lock::scan_names(&mut redis, &prefix, start, CAP, deadline);
+        return lock::scan_names(&mut redis, &prefix, start, CAP, Some(deadline));
     }
     // SCAN sees one node's keys: ask every master.
     let mut names = Vec::new();
@@ -120,7 +120,7 @@ fn lookup(words: &[OsString], start: &str) -> Result<Vec<String>> {
             &prefix,
             start,
             CAP,
-            deadline,
+            Some(deadline),
         )?);
     }
     names.sort();

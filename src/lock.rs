@@ -946,41 +946,19 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
 
 /// Every lock currently held under `prefix`, found with SCAN (never KEYS), sorted by name.
 pub fn scan(redis: &mut Redis, prefix: &str) -> Result<Vec<Keys>> {
-    let pattern = format!("{}{{*}}", glob_escape(prefix));
-    let mut cursor: u64 = 0;
-    let mut names = Vec::new();
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis.call("scan", |con| {
-            redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .arg("TYPE")
-                .arg("string")
-                .query(con)
-        })?;
-        names.extend(batch.iter().filter_map(|k| Keys::name_of(prefix, k)));
-        cursor = next;
-        if cursor == 0 {
-            break;
-        }
-    }
-    names.sort();
-    names.dedup();
+    let names = scan_names(redis, prefix, "", usize::MAX, None)?;
     names.iter().map(|n| Keys::new(prefix, n)).collect()
 }
 
-/// Up to `cap` names of locks under `prefix` that start with `start`, for shell completion: SCAN
-/// (never KEYS) with a MATCH on the lock keys, until the cursor comes back, `cap` names are
-/// found, or `deadline` passes (a huge keyspace takes many SCAN calls).
+/// Up to `cap` names of locks held under `prefix` that start with `start`, sorted: SCAN (never
+/// KEYS) with a MATCH on the lock keys, until the cursor comes back, `cap` names are found, or
+/// `deadline` passes (shell completion: a huge keyspace takes many SCAN calls).
 pub fn scan_names(
     redis: &mut Redis,
     prefix: &str,
     start: &str,
     cap: usize,
-    deadline: Instant,
+    deadline: Option<Instant>,
 ) -> Result<Vec<String>> {
     let pattern = format!("{}{{{}*}}", glob_escape(prefix), glob_escape(start));
     let mut cursor: u64 = 0;
@@ -999,7 +977,7 @@ pub fn scan_names(
         })?;
         names.extend(batch.iter().filter_map(|k| Keys::name_of(prefix, k)));
         cursor = next;
-        if cursor == 0 || names.len() >= cap || Instant::now() >= deadline {
+        if cursor == 0 || names.len() >= cap || deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
     }
