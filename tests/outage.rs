@@ -18,27 +18,6 @@ const EVENT: Duration = Duration::from_secs(15);
 /// What a waiter prints once when it loses the server and goes on trying.
 const NOTICE: &str = "retrying until the wait runs out";
 
-fn queue(redis: &RedisServer, name: &str) -> Vec<String> {
-    redis.query(&["ZRANGE", &format!("{}:q", lock_key(name)), "0", "-1"])
-}
-
-/// Takes `name` for a minute; returns the token.
-fn hold(redis: &RedisServer, name: &str) -> String {
-    redis
-        .redlock()
-        .args(["acquire", name, "--ttl", "60s"])
-        .run()
-        .ok()
-}
-
-fn release(redis: &RedisServer, name: &str, token: &str) {
-    redis
-        .redlock()
-        .args(["release", name, token])
-        .run()
-        .expect(0);
-}
-
 /// A server whose data survives kill -9 (an fsynced append-only file).
 fn persistent() -> Option<RedisServer> {
     RedisServer::builder()
@@ -109,7 +88,7 @@ fn a_waiter_rides_out_a_restart_and_keeps_its_place() {
     let Some(mut redis) = persistent() else {
         return;
     };
-    let holder = hold(&redis, "k");
+    let holder = hold(&redis, "k", "60s");
     let (mut w, token) = waiter(&redis, "k", &[]);
     redis.kill();
     w.wait_for_stderr(NOTICE, EVENT);
@@ -131,7 +110,7 @@ fn waiters_ride_out_a_freeze_in_their_order() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let holder = hold(&redis, "k");
+    let holder = hold(&redis, "k", "60s");
     let fast = ["--io-timeout", "500ms", "--connect-timeout", "500ms"];
     let (mut w1, t1) = waiter(&redis, "k", &fast);
     let (mut w2, t2) = waiter(&redis, "k", &fast);
@@ -171,7 +150,7 @@ fn a_waiter_queues_again_after_a_restart_without_data() {
     let Some(mut redis) = RedisServer::start() else {
         return;
     };
-    hold(&redis, "k");
+    hold(&redis, "k", "60s");
     let (mut w, token) = waiter(&redis, "k", &[]);
     redis.kill();
     w.wait_for_stderr(NOTICE, EVENT);
@@ -189,7 +168,7 @@ fn a_wait_that_runs_out_during_an_outage_exits_69() {
     let Some(mut redis) = RedisServer::start() else {
         return;
     };
-    hold(&redis, "k");
+    hold(&redis, "k", "60s");
     let start = |quiet: bool| {
         let mut cmd = redis.redlock();
         if quiet {

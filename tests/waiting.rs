@@ -62,28 +62,6 @@ fn wake_key(name: &str, token: &str) -> String {
     format!("{}:w:{token}", lock_key(name))
 }
 
-/// The queued waiters' tokens, first in line first.
-fn queue(redis: &RedisServer, name: &str) -> Vec<String> {
-    redis.query(&["ZRANGE", &queue_key(name), "0", "-1"])
-}
-
-/// Takes `name` for `ttl` and returns the token.
-fn hold(redis: &RedisServer, name: &str, ttl: &str) -> String {
-    redis
-        .redlock()
-        .args(["acquire", name, "--ttl", ttl])
-        .run()
-        .ok()
-}
-
-fn release(redis: &RedisServer, name: &str, token: &str) {
-    redis
-        .redlock()
-        .args(["release", name, token])
-        .run()
-        .expect(0);
-}
-
 /// `redlock exec NAME -- sh -c 'echo LABEL >> order.txt'` in the server's scratch dir: a waiter
 /// that records when its turn came.
 fn recorder(redis: &RedisServer, name: &str, label: &str) -> Command {

@@ -746,6 +746,29 @@ impl Run for Command {
     }
 }
 
+/// The tokens queued for lock `name`, first in line first.
+pub fn queue(redis: &RedisServer, name: &str) -> Vec<String> {
+    redis.query(&["ZRANGE", &format!("{}:q", lock_key(name)), "0", "-1"])
+}
+
+/// Takes lock `name` for `ttl` with `redlock acquire`; returns the token.
+pub fn hold(redis: &RedisServer, name: &str, ttl: &str) -> String {
+    redis
+        .redlock()
+        .args(["acquire", name, "--ttl", ttl])
+        .run()
+        .ok()
+}
+
+/// Releases lock `name` held with `token`; it must succeed.
+pub fn release(redis: &RedisServer, name: &str, token: &str) {
+    redis
+        .redlock()
+        .args(["release", name, token])
+        .run()
+        .expect(0);
+}
+
 /// Asserts that a failed command printed exactly one line on stderr, `redlock: ...`, and no panic.
 #[track_caller]
 pub fn assert_one_error_line(out: &Output) {
