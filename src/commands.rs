@@ -171,12 +171,21 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     {
         // Nobody received the token, so nobody could ever release this lock: give it back.
         store.release(&keys, Some(&lock.token))?;
-        crate::eline!(
-            "redlock: cannot print the token ({e}); released '{}' again",
-            keys.name
-        );
-        // As if SIGPIPE had ended us, the way a shell pipeline expects.
-        return Ok(exit::signal(libc::SIGPIPE));
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            crate::eline!(
+                "redlock: cannot print the token ({e}); released '{}' again",
+                keys.name
+            );
+            // As if SIGPIPE had ended us, the way a shell pipeline expects.
+            return Ok(exit::signal(libc::SIGPIPE));
+        }
+        return Err(failure(
+            Kind::Io,
+            format!(
+                "cannot print the token: {e}; released '{}' again",
+                keys.name
+            ),
+        ));
     }
     Ok(exit::OK)
 }
@@ -202,8 +211,20 @@ fn stdout_is_open() -> bool {
 
 fn token_arg(token: Option<&str>) -> Result<&str> {
     match token {
-        Some(t) if !t.trim().is_empty() => Ok(t),
-        _ => Err(usage(
+        Some(t) if t.trim().is_empty() => Err(usage(
+            "missing token: pass the token printed by `redlock acquire`, or set REDLOCK_TOKEN",
+        )),
+        // The lock key holds `~WAITER` while it is reserved for a waiter: with that value one
+        // could release or extend a reservation, taking the waiter's turn. No holder's token
+        // looks like it.
+        Some(t) if t.starts_with('~') || t.chars().any(crate::printable::is_unsafe) => {
+            Err(usage(format!(
+                "'{}' cannot be a token: pass the token printed by `redlock acquire`",
+                crate::printable::printable(t)
+            )))
+        }
+        Some(t) => Ok(t),
+        None => Err(usage(
             "missing token: pass the token printed by `redlock acquire`, or set REDLOCK_TOKEN",
         )),
     }
@@ -321,6 +342,7 @@ pub fn print_stdout(text: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("cannot write to stdout"),
+        Err(e) => Err(failure(Kind::Io, format!("cannot write to stdout: {e}"))),
+        Ok(()) => Ok(()),
     }
 }

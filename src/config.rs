@@ -127,9 +127,7 @@ impl Config {
             .map(|u| parse_url(u, password.clone(), tls.clone()))
             .collect::<Result<Vec<_>>>()?;
         let servers = servers(endpoints, args)?;
-        if args.prefix.chars().any(char::is_control) {
-            return Err(usage("--prefix must not contain control characters"));
-        }
+        check_prefix(&args.prefix)?;
         for (name, d) in [
             ("--connect-timeout", args.connect_timeout),
             ("--io-timeout", args.io_timeout),
@@ -147,6 +145,40 @@ impl Config {
             verbose: args.verbose,
         })
     }
+}
+
+/// Longest `--prefix` accepted, in bytes (a key is the prefix, the name and a suffix).
+pub const MAX_PREFIX_LEN: usize = 256;
+
+/// A prefix is a namespace for redlock's keys: not empty (the keys would mix with everyone
+/// else's), no braces (the lock name's `{...}` must be the key's Cluster hash tag; a `{}` in the
+/// prefix would be an empty tag, and one lock's keys would land in different slots), printable,
+/// and bounded.
+fn check_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() {
+        return Err(usage(
+            "--prefix is empty; redlock's keys need a namespace of their own (default 'redlock:')",
+        ));
+    }
+    if prefix.contains(['{', '}']) {
+        return Err(usage(format!(
+            "--prefix '{}' contains '{{' or '}}'; redlock puts the lock name in braces (the \
+             Redis Cluster hash tag), so the prefix must not have any",
+            crate::printable::printable(prefix)
+        )));
+    }
+    if prefix.chars().any(crate::printable::is_unsafe) {
+        return Err(usage(
+            "--prefix must not contain control or direction characters",
+        ));
+    }
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(usage(format!(
+            "--prefix is {} bytes long; the limit is {MAX_PREFIX_LEN}",
+            prefix.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Checks that the endpoints fit the mode (--cluster, --sentinel, or one or several masters).

@@ -21,6 +21,8 @@ pub enum Kind {
     Auth,
     /// Redis answered something we did not expect.
     Protocol,
+    /// Our output could not be written (not a closed pipe).
+    Io,
     /// `exec`: the lock was lost while the command ran.
     LockLost,
     /// `exec`: the command was not found.
@@ -110,6 +112,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         Kind::Unavailable => exit::UNAVAILABLE,
         Kind::Auth => exit::AUTH,
         Kind::Protocol => exit::INTERNAL,
+        Kind::Io => exit::IO_ERROR,
         Kind::LockLost => exit::LOCK_LOST,
         Kind::NotFound => exit::NOT_FOUND,
         Kind::NotExecutable => exit::NOT_EXECUTABLE,

@@ -17,6 +17,9 @@ pub const NOT_OWNER: u8 = 3;
 pub const UNAVAILABLE: u8 = 69;
 /// Internal or protocol error, unexpected reply (sysexits EX_SOFTWARE).
 pub const INTERNAL: u8 = 70;
+/// Writing the output failed (a full disk, an I/O error); a closed pipe is not one of these
+/// (sysexits EX_IOERR).
+pub const IO_ERROR: u8 = 74;
 /// `exec`: the lock was lost while the command ran (sysexits EX_TEMPFAIL).
 pub const LOCK_LOST: u8 = 75;
 /// Authentication or ACL permission refused (sysexits EX_NOPERM).
@@ -51,6 +54,10 @@ pub const TABLE: &[(&str, &str)] = &[
         "Redis unavailable: cannot connect, timed out, connection lost, not a Redis server",
     ),
     ("70", "internal or protocol error (unexpected reply)"),
+    (
+        "74",
+        "cannot write the output (disk full, I/O error; a closed pipe is 141, as for SIGPIPE)",
+    ),
     ("75", "exec only: the lock was lost while the command ran"),
     ("77", "authentication or ACL permission refused"),
     ("126 / 127", "exec only: command not executable / not found"),
@@ -85,6 +92,7 @@ mod tests {
             NOT_OWNER,
             UNAVAILABLE,
             INTERNAL,
+            IO_ERROR,
             LOCK_LOST,
             AUTH,
             NOT_EXECUTABLE,

@@ -26,6 +26,7 @@ pub mod lock;
 mod notify;
 pub mod output;
 mod owner;
+pub mod printable;
 pub mod quorum;
 mod scripts;
 pub mod signals;

@@ -39,6 +39,7 @@ use redis::Value;
 
 use crate::client::{Redis, unexpected_reply};
 use crate::error::{Failure, Kind, failure, kind_of, usage};
+use crate::printable::{is_bidi_control, printable};
 use crate::scripts;
 use crate::store::Store;
 
@@ -70,6 +71,14 @@ impl Keys {
         if let Some(c) = name.chars().find(|c| c.is_control()) {
             return Err(usage(format!(
                 "the lock name {name:?} contains the control character {c:?}"
+            )));
+        }
+        // Shown in `status`, a name with these would read differently from what it is.
+        if let Some(c) = name.chars().find(|&c| is_bidi_control(c)) {
+            return Err(usage(format!(
+                "the lock name {:?} contains the invisible direction character {}",
+                printable(name),
+                c.escape_unicode()
             )));
         }
         // `{}...` would be an empty hash tag, and the lock's keys would land in different
@@ -927,7 +936,9 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
     else {
         return Err(unexpected_reply("status", format!("{reply:?}")));
     };
-    let token = text(token);
+    // The lock key's value is anyone's to write: escaped for display (see printable.rs), which
+    // keeps equal tokens equal.
+    let token = text(token).map(|t| printable(&t).into_owned());
     let (fence, recorded) = parse_meta(meta);
     let last = recorded.clone().filter(|_| token.is_none()).map(Box::new);
     let holder = recorded.filter(|h| Some(&h.token) == token.as_ref());
@@ -950,6 +961,15 @@ pub fn scan(redis: &mut Redis, prefix: &str) -> Result<Vec<Keys>> {
     names.iter().map(|n| Keys::new(prefix, n)).collect()
 }
 
+/// The lock name in a key SCAN found under `prefix`, if the key can be a redlock lock at all.
+/// Other keys under the prefix (anyone can write there: `redlock:{}`, a name too long, one that
+/// is not UTF-8 or has control characters) are skipped, so one stray key cannot break `status`
+/// for every lock.
+fn lock_name(prefix: &str, key: &[u8]) -> Option<String> {
+    let name = Keys::name_of(prefix, std::str::from_utf8(key).ok()?)?;
+    Keys::new(prefix, &name).ok().map(|_| name)
+}
+
 /// Up to `cap` names of locks held under `prefix` that start with `start`, sorted: SCAN (never
 /// KEYS) with a MATCH on the lock keys, until the cursor comes back, `cap` names are found, or
 /// `deadline` passes (shell completion: a huge keyspace takes many SCAN calls).
@@ -964,7 +984,7 @@ pub fn scan_names(
     let mut cursor: u64 = 0;
     let mut names = Vec::new();
     loop {
-        let (next, batch): (u64, Vec<String>) = redis.call("scan", |con| {
+        let (next, batch): (u64, Vec<Vec<u8>>) = redis.call("scan", |con| {
             redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
@@ -975,7 +995,7 @@ pub fn scan_names(
                 .arg("string")
                 .query(con)
         })?;
-        names.extend(batch.iter().filter_map(|k| Keys::name_of(prefix, k)));
+        names.extend(batch.iter().filter_map(|k| lock_name(prefix, k)));
         cursor = next;
         if cursor == 0 || names.len() >= cap || deadline.is_some_and(|d| Instant::now() >= d) {
             break;
@@ -1007,13 +1027,14 @@ fn text(v: &Value) -> Option<String> {
     }
 }
 
-/// Parses HGETALL of the meta hash into (fence counter, holder record if any).
+/// Parses HGETALL of the meta hash into (fence counter, holder record if any). Any client can
+/// write the hash, so every field is escaped for display here, where it enters (printable.rs).
 fn parse_meta(v: &Value) -> (i64, Option<Holder>) {
     let mut map = HashMap::new();
     if let Value::Array(items) = v {
         for pair in items.chunks_exact(2) {
             if let (Some(k), Some(val)) = (text(&pair[0]), text(&pair[1])) {
-                map.insert(k, val);
+                map.insert(k, printable(&val).into_owned());
             }
         }
     }

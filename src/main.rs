@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
+use redlock::printable::printable;
 use redlock::{cli, error, exit, run};
 
 fn main() -> ExitCode {
@@ -22,7 +23,8 @@ fn main() -> ExitCode {
                 .map(str::trim)
                 .filter(|l| !l.is_empty())
                 .collect();
-            redlock::eline!("redlock: {}", message.join("; "));
+            // A cause may quote what a server or another client wrote: never for the terminal.
+            redlock::eline!("redlock: {}", printable(&message.join("; ")));
             ExitCode::from(error::exit_code(&err))
         }
     }
@@ -68,6 +70,6 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         Some(sub) => format!("redlock {sub} --help"),
         None => "redlock --help".to_string(),
     };
-    redlock::eline!("redlock: {line} (see '{help}')");
+    redlock::eline!("redlock: {} (see '{help}')", printable(line));
     ExitCode::from(exit::USAGE)
 }

@@ -1,0 +1,59 @@
+//! Text that came from outside (a Redis key or field any client can write) made safe to print.
+//!
+//! Anyone who can write to the Redis server can plant a holder record or a lock key; whoever runs
+//! `redlock status` (or meets the lock busy) would otherwise have it interpreted by their
+//! terminal: escape sequences (OSC 52 writes the clipboard, CSI moves the cursor and rewrites
+//! what was printed), `\r` (overwrites the line), and bidirectional overrides (U+202E shows
+//! text in an order other than the one it has). Such characters are shown escaped, as `\u{1b}`,
+//! so that they are visible rather than obeyed. Everything else, wide characters included, stays.
+
+use std::borrow::Cow;
+
+/// Whether `c` must not reach a terminal as is: a control character (C0, DEL, C1) or a
+/// bidirectional formatting character.
+pub fn is_unsafe(c: char) -> bool {
+    c.is_control() || is_bidi_control(c)
+}
+
+/// The characters that change the display order of text (Unicode's Bidi_Control property).
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` with every unsafe character escaped (`\u{1b}`); borrowed when there is none.
+pub fn printable(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(is_unsafe) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if is_unsafe(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_are_shown_not_obeyed() {
+        for (raw, shown) in [
+            ("alice", "alice"),
+            ("デプロイ", "デプロイ"),
+            ("\u{1b}]52;c;cm0gLXJm\u{7}", "\\u{1b}]52;c;cm0gLXJm\\u{7}"),
+            ("\u{1b}[2J\u{1b}[H", "\\u{1b}[2J\\u{1b}[H"),
+            ("ok\rEVIL", "ok\\u{d}EVIL"),
+            ("user\u{202e}gnp.exe", "user\\u{202e}gnp.exe"),
+            ("\u{9b}31m", "\\u{9b}31m"),
+            ("a\u{2066}b\u{2069}", "a\\u{2066}b\\u{2069}"),
+        ] {
+            assert_eq!(printable(raw), shown, "{raw:?}");
+        }
+        assert!(matches!(printable("plain"), Cow::Borrowed(_)));
+    }
+}

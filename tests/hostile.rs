@@ -1,0 +1,307 @@
+//! Data planted in Redis by another client, and outputs that cannot be written: what reaches the
+//! terminal and the exit status.
+//!
+//! Any client that can write to the server can set a lock's key or its holder record. Whatever it
+//! writes there must never be obeyed by the terminal of whoever looks at the lock (`status`, the
+//! "busy" message, `release --force`, the lost-lock message), and one stray key under the prefix
+//! must not break `status` for every other lock.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// What a hostile holder record carries: an OSC 52 clipboard write, a screen clear, a carriage
+/// return that overwrites the line, a right-to-left override, a C1 CSI.
+const OSC52: &str = "\u{1b}]52;c;cm0gLXJmIH4=\u{7}";
+const CLEAR: &str = "\u{1b}[2J\u{1b}[H";
+
+/// The characters a terminal acts on or reorders text by.
+fn assert_inert(text: &str, what: &str) {
+    for bad in ['\u{1b}', '\u{7}', '\r', '\u{202e}', '\u{9b}'] {
+        assert!(
+            !text.contains(bad),
+            "{what} passes {bad:?} to the terminal:\n{text:?}"
+        );
+    }
+}
+
+/// Overwrites the holder record of lock `name` with hostile fields.
+fn plant_record(redis: &RedisServer, name: &str) {
+    redis.query::<()>(&[
+        "HSET",
+        &meta_key(name),
+        "user",
+        &format!("root{OSC52}"),
+        "host",
+        &format!("web1\rEVIL{CLEAR}"),
+        "note",
+        "deploy \u{202e}hs.toor\u{9b}31m",
+        "pid",
+        "1\u{1b}[8m",
+    ]);
+}
+
+#[test]
+fn a_planted_holder_record_is_shown_escaped_everywhere() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    hold(&redis, "deploy", "60s");
+    plant_record(&redis, "deploy");
+
+    let table = redis.redlock().arg("status").run().expect(0);
+    assert_inert(&table.stdout, "status");
+    assert!(
+        table.stdout.contains("root\\u{1b}]52;c;"),
+        "the planted bytes are visible, escaped:\n{table}"
+    );
+    let named = redis.redlock().args(["status", "deploy"]).run().expect(0);
+    assert_inert(&named.stdout, "status KEY");
+
+    let busy = redis
+        .redlock()
+        .args(["acquire", "deploy", "-n"])
+        .run()
+        .expect(1);
+    assert_inert(&busy.stderr, "the busy message");
+    assert!(busy.stderr.contains("\\u{202e}"), "{busy}");
+
+    let forced = redis
+        .redlock()
+        .args(["release", "deploy", "--force"])
+        .run()
+        .expect(0);
+    assert_inert(&forced.stderr, "release --force");
+    assert!(forced.stderr.contains("root\\u{1b}"), "{forced}");
+
+    // Released: the record is the last holder's, shown in the HOLDER cell.
+    let last = redis.redlock().args(["status", "deploy"]).run().expect(1);
+    assert_inert(&last.stdout, "status of the last holder");
+}
+
+#[test]
+fn a_planted_lock_value_is_shown_escaped() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis.query::<()>(&[
+        "SET",
+        &lock_key("k"),
+        &format!("{CLEAR}{OSC52}"),
+        "PX",
+        "60000",
+    ]);
+    for args in [
+        &["status"][..],
+        &["status", "k", "--show-token"],
+        &["status", "--show-token"],
+    ] {
+        let out = redis.redlock().args(args).run().expect(0);
+        assert_inert(&out.stdout, &format!("{args:?}"));
+    }
+    let busy = redis.redlock().args(["acquire", "k", "-n"]).run().expect(1);
+    assert_inert(&busy.stderr, "the busy message");
+    let not_owner = redis
+        .redlock()
+        .args(["release", "k", "0123456789abcdef0123456789abcdef"])
+        .run()
+        .expect(3);
+    assert_inert(&not_owner.stderr, "the not-the-owner error");
+}
+
+#[test]
+fn the_lost_lock_message_escapes_the_new_holder() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let run = redis
+        .redlock()
+        .args(["exec", "job", "--ttl", "3s", "--", "sleep", "60"])
+        .spawn_proc();
+    assert!(
+        wait_for(
+            || redis.get(&lock_key("job")).is_some(),
+            Duration::from_secs(20)
+        ),
+        "exec never took the lock"
+    );
+    // Another token takes the key, with a hostile record of its own.
+    redis.query::<()>(&["SET", &lock_key("job"), "intruder", "PX", "60000"]);
+    redis.query::<()>(&["HSET", &meta_key("job"), "token", "intruder"]);
+    plant_record(&redis, "job");
+    let out = run.finish(Duration::from_secs(30)).expect(75);
+    assert!(out.stderr.contains("lost the lock"), "{out}");
+    assert!(out.stderr.contains("root\\u{1b}"), "{out}");
+    assert_inert(&out.stderr, "the lost-lock message");
+}
+
+#[test]
+fn one_stray_key_under_the_prefix_does_not_break_status() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut con = redis.cli();
+    let long = format!("redlock:{{{}}}", "x".repeat(600));
+    for key in [
+        b"redlock:{}".as_slice(),
+        long.as_bytes(),
+        b"redlock:{\xff\xfe}",
+        b"redlock:{a\x1bb}",
+        "redlock:{a\u{202e}b}".as_bytes(),
+    ] {
+        redis::cmd("SET")
+            .arg(key)
+            .arg("x")
+            .query::<()>(&mut con)
+            .unwrap();
+    }
+    hold(&redis, "alpha", "60s");
+
+    let out = redis.redlock().arg("status").run().expect(0);
+    let rows: Vec<&str> = out.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 1, "only the real lock is listed:\n{out}");
+    assert!(rows[0].starts_with("alpha "), "{out}");
+    assert_inert(&out.stdout, "status");
+
+    let json = redis.redlock().args(["status", "--json"]).run().expect(0);
+    let all: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(all.as_array().map(Vec::len), Some(1), "{json}");
+}
+
+#[test]
+fn a_prefix_must_be_a_namespace_of_its_own() {
+    for (prefix, says) in [
+        ("", "empty"),
+        ("{}", "'{'"),
+        ("a{b}:", "'{'"),
+        ("locks}", "'{'"),
+        ("x\u{202e}:", "direction"),
+    ] {
+        let out = redlock()
+            .args(["--prefix", prefix, "status"])
+            .run()
+            .expect(2);
+        assert_one_error_line(&out);
+        assert!(out.stderr.contains(says), "{prefix:?}:\n{out}");
+    }
+    let long = "p".repeat(257);
+    let out = redlock()
+        .args(["--prefix", &long, "status"])
+        .run()
+        .expect(2);
+    assert!(out.stderr.contains("limit is 256"), "{out}");
+}
+
+#[test]
+fn a_reservation_value_is_not_a_token() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let reserved = "~0123456789abcdef0123456789abcdef";
+    redis.query::<()>(&["SET", &lock_key("k"), reserved, "PX", "60000"]);
+    for cmd in [
+        &["release", "k", reserved][..],
+        &["extend", "k", reserved, "--ttl", "10s"],
+    ] {
+        let out = redis.redlock().args(cmd).run().expect(2);
+        assert_one_error_line(&out);
+        assert!(out.stderr.contains("cannot be a token"), "{out}");
+    }
+    assert_eq!(
+        redis.get(&lock_key("k")).as_deref(),
+        Some(reserved),
+        "the waiter's reservation stays"
+    );
+}
+
+/// A full disk is not a closed pipe: exit 74 (EX_IOERR), and a token nobody received is given
+/// back.
+#[test]
+fn an_output_that_cannot_be_written_exits_74() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    if !std::path::Path::new("/dev/full").exists() {
+        return;
+    }
+    let out = redis.sh(r#"redlock acquire k >/dev/full"#).run().expect(74);
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains("released 'k' again"), "{out}");
+    assert_eq!(redis.get(&lock_key("k")), None, "the lock was given back");
+
+    hold(&redis, "k", "60s");
+    let out = redis.sh("redlock status >/dev/full").run().expect(74);
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains("cannot write to stdout"), "{out}");
+}
+
+/// The ACL rules the README gives for a user that may only touch redlock's keys and channels.
+const README_ACL: &str = "resetkeys ~redlock:* resetchannels &redlock:* -@all +@connection \
++eval +evalsha +script|load +scan +blpop +subscribe +wait +get +set +del +exists +pttl +pexpire +hget +hset \
++hdel +hmget +hgetall +hincrby +zadd +zrem +zrange +zscore +zcard +lpush +publish +time +info";
+
+#[test]
+fn the_readme_acl_confines_redlock_to_its_prefix() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .unwrap()
+        .replace("\\\n", " ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        readme.contains(&format!("ACL SETUSER locks on >PASSWORD {README_ACL}")),
+        "the README's ACL example differs from the one tested here"
+    );
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut rule = vec!["ACL", "SETUSER", "locks", "on", ">pw"];
+    rule.extend(README_ACL.split(' '));
+    redis.query::<()>(&rule);
+    let url = format!("redis://locks:pw@127.0.0.1:{}", redis.port());
+    let with_user = || {
+        let mut cmd = redlock();
+        cmd.env("REDLOCK_URL", &url);
+        cmd
+    };
+    // Everything redlock does works with these rules alone.
+    let token = with_user().args(["acquire", "k"]).run().ok();
+    with_user().args(["acquire", "k", "-n"]).run().expect(1);
+    with_user()
+        .args(["extend", "k", &token, "--ttl", "10s"])
+        .run()
+        .expect(0);
+    with_user().arg("status").run().expect(0);
+    let waiter = with_user()
+        .args(["acquire", "k", "--wait", "30s"])
+        .spawn_proc();
+    assert!(
+        wait_for(|| queue(&redis, "k").len() == 1, Duration::from_secs(20)),
+        "the waiter never queued"
+    );
+    with_user().args(["release", "k", &token]).run().expect(0);
+    let next = waiter.finish(Duration::from_secs(30)).ok();
+    with_user().args(["release", "k", &next]).run().expect(0);
+    with_user()
+        .args(["exec", "k", "--ttl", "3s", "--", "true"])
+        .run()
+        .expect(0);
+    // Nothing else: another prefix, or another application's keys, are refused (77).
+    let out = with_user()
+        .args(["--prefix", "app:", "acquire", "k"])
+        .run()
+        .expect(77);
+    assert_one_error_line(&out);
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let err = redis::cmd("SET")
+        .arg("session:1")
+        .arg("x")
+        .query::<()>(&mut con)
+        .unwrap_err();
+    assert!(err.to_string().contains("NoPerm"), "{err}");
+}
