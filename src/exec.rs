@@ -480,7 +480,9 @@ impl Supervisor<'_> {
                 Err(RecvTimeoutError::Disconnected) => {
                     // Cannot happen while we hold a sender's clone in the signal thread; wait
                     // for the child the plain way rather than spin.
-                    return self.child.wait().context("cannot wait for the command");
+                    let status = self.child.wait().context("cannot wait for the command")?;
+                    self.settle(rx, Instant::now());
+                    return Ok(status);
                 }
             }
         }

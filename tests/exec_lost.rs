@@ -2,6 +2,11 @@
 //! redlock frozen past its TTL while another client takes the lock, and Redis frozen. In every
 //! case the command is stopped (as `--on-lost` says), redlock exits 75 and says why on stderr,
 //! and whatever another client holds now is left alone.
+//!
+//! And losing it where nothing sees it until the command has ended: under a command shorter than
+//! a renewal interval (found at release), or while redlock itself is stopped past its deadline.
+//! The command ran without the lock, so redlock exits 75 all the same (`--on-lost ignore` keeps a
+//! success) and says so even with `-q`.
 
 mod common;
 mod exec_support;
