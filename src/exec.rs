@@ -144,7 +144,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         return Ok(child_code);
     }
     let code = exit_status(child_code, true, args.on_lost);
-    let kept = if code == child_code {
+    let kept = if code == exit::OK {
         " (exit status 0 kept: --on-lost ignore)"
     } else {
         ""

@@ -390,6 +390,11 @@ fn lost_under_a_short_command(
         said.is_some_and(|l| l.contains("at release")),
         "no message about the loss, or one that does not say how it was found:\n{out}"
     );
+    assert_eq!(
+        out.stderr.contains("exit status 0 kept"),
+        expected == 0,
+        "says a success was kept, or not:\n{out}"
+    );
     out
 }
 
