@@ -245,7 +245,10 @@ impl Redis {
             let outcome = match &result {
                 Ok(_) => "ok".to_string(),
                 Err(e) if waiting && e.is_timeout() => "no wake-up; looking again".to_string(),
-                Err(e) => format!("error: {}", crate::error::redis_text(e)),
+                Err(e) => format!(
+                    "error: {}",
+                    crate::printable::printable(&crate::error::redis_text(e))
+                ),
             };
             crate::eline!(
                 "redlock: {what} on {}: {outcome} ({:.1?})",

@@ -13,7 +13,7 @@ use crate::cli::{AcquireArgs, ExtendArgs, LockArgs, ReleaseArgs, StatusArgs};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
 use crate::exit;
-use crate::lock::{self, Acquired, Keys, Lock, Verdict, Wait};
+use crate::lock::{self, Acquired, Keys, Lock, Releaser, Verdict, Wait};
 use crate::owner;
 use crate::signals;
 use crate::store::{self, Store};
@@ -170,7 +170,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         .and_then(|()| stdout.flush())
     {
         // Nobody received the token, so nobody could ever release this lock: give it back.
-        store.release(&keys, Some(&lock.token))?;
+        store.release(&keys, &Releaser::Holder(lock.token.clone()))?;
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             crate::eline!(
                 "redlock: cannot print the token ({e}); released '{}' again",
@@ -232,13 +232,15 @@ fn token_arg(token: Option<&str>) -> Result<&str> {
 
 pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
     let keys = Keys::new(&config.prefix, &args.key)?;
-    let token = if args.force {
-        None
+    let by = if args.force {
+        // Recorded as `forced_by`: the calling script, as a holder's record names it.
+        let ppid = owner::parent_pid();
+        Releaser::Force(owner::owner(ppid, Some(""), String::new))
     } else {
-        Some(token_arg(args.token.as_deref())?)
+        Releaser::Holder(token_arg(args.token.as_deref())?.to_string())
     };
     let mut store = store::open(config)?;
-    match store.release(&keys, token)? {
+    match store.release(&keys, &by)? {
         Verdict::Done(previous) => {
             if args.force {
                 let who = previous
@@ -261,8 +263,13 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
             say(config, format!("'{}' was not held", keys.name));
             Ok(exit::OK)
         }
-        other => Err(lock::not_owner(&other, token.unwrap_or_default()))
-            .context(format!("cannot release '{}'", keys.name)),
+        other => {
+            let token = match &by {
+                Releaser::Holder(token) => token.as_str(),
+                Releaser::Force(_) => "",
+            };
+            Err(lock::not_owner(&other, token)).context(format!("cannot release '{}'", keys.name))
+        }
     }
 }
 

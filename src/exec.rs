@@ -14,7 +14,12 @@
 //! - The child shares our process group, so terminal signals (Ctrl-C) reach it directly; signals
 //!   sent to redlock alone are forwarded. It gets SIGTERM if redlock dies (PR_SET_PDEATHSIG), so it
 //!   never runs on unlocked after a `kill -9` of redlock.
-//! - Release happens after the child has been reaped, then redlock exits with the child's status.
+//! - Release happens after the child has been reaped, then redlock exits with the child's status,
+//!   unless the lock was not provably ours for the command's whole run: lost while it ran, its
+//!   deadline passed by the time the child was reaped (redlock stopped or starved: nothing
+//!   checked it meanwhile), or the release found another token or no key (a command shorter than
+//!   a renewal interval is checked by nothing else). Then redlock says so on stderr whatever
+//!   `-q` says, and exits 75 (`--on-lost ignore` keeps a success: see [`exit_status`]).
 
 use std::ffi::{OsStr, OsString};
 use std::ops::ControlFlow;
@@ -31,7 +36,7 @@ use crate::commands::{say, take_lock};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure};
 use crate::exit;
-use crate::lock::{Keys, Lock, Verdict, human_ms};
+use crate::lock::{Keys, Lock, Releaser, Verdict, forced_reason, human_ms};
 use crate::notify;
 use crate::owner;
 use crate::signals::{self, Signal};
@@ -116,27 +121,53 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         // SAFETY: getsid(0) and getpid have no preconditions.
         session_leader: unsafe { libc::getsid(0) == libc::getpid() },
         lost: None,
+        lost_unseen: None,
         last_renew_error: None,
     };
     let status = supervisor.run(&rx);
     drop(stop_tx);
-    let lost = supervisor.lost.is_some();
-    let code = match status {
-        Ok(status) => {
-            let child_code = exit_code(status);
-            if lost && !(args.on_lost == OnLost::Ignore && child_code == 0) {
-                exit::LOCK_LOST
-            } else {
-                child_code
-            }
-        }
+    let status = match status {
+        Ok(status) => status,
         Err(e) => return release_after(config, store.as_mut(), &lock, Err(e)),
     };
-    if lost {
-        // Another client may hold the lock now; there is nothing of ours to release.
-        return Ok(code);
+    let child_code = exit_code(status);
+    if supervisor.lost.is_some() {
+        // Said when it happened. Another client may hold the lock now; there is nothing of ours
+        // to release.
+        return Ok(exit_status(child_code, true, args.on_lost));
     }
-    release_after(config, store.as_mut(), &lock, Ok(code))
+    // Released even when the deadline passed: the lock may still be ours, and the release
+    // deletes it only if it is.
+    let mut why: Vec<String> = supervisor.lost_unseen.into_iter().collect();
+    why.extend(release(store.as_mut(), &lock).map(|why| format!("at release, {why}")));
+    if why.is_empty() {
+        return Ok(child_code);
+    }
+    let code = exit_status(child_code, true, args.on_lost);
+    let kept = if code == exit::OK {
+        " (exit status 0 kept: --on-lost ignore)"
+    } else {
+        ""
+    };
+    // Not `say`: a command that ran without its lock must not pass for a success unnoticed.
+    crate::eline!(
+        "redlock: lost the lock '{}' during the command (found after it ended): {}; it may have \
+         run without the lock{kept}",
+        keys.name,
+        why.join("; ")
+    );
+    Ok(code)
+}
+
+/// The exit status of `exec` once the command has ended with `child_code`: the command's own,
+/// unless the lock was `lost` (not provably ours for the command's whole run); then 75, except
+/// that `--on-lost ignore` keeps a success, since the user asked for the command to run on.
+fn exit_status(child_code: u8, lost: bool, on_lost: OnLost) -> u8 {
+    if lost && !(on_lost == OnLost::Ignore && child_code == exit::OK) {
+        exit::LOCK_LOST
+    } else {
+        child_code
+    }
 }
 
 /// A stop signal already delivered, if any. The other events go back on the channel (`tx` is
@@ -155,39 +186,45 @@ fn pending_stop(rx: &Receiver<Event>, tx: &Sender<Event>) -> Option<i32> {
     stop
 }
 
-/// Releases the lock, then passes `result` on. A failed release is reported, not fatal: the lock
-/// expires by its TTL.
+/// Releases the lock (the command never ran, or cannot be waited for), then passes `result` on.
 fn release_after(
     config: &Config,
     store: &mut dyn Store,
     lock: &Lock,
     result: Result<u8>,
 ) -> Result<u8> {
-    let release = |store: &mut dyn Store| store.release(&lock.keys, Some(&lock.token));
-    let released = release(store).or_else(|first| {
+    if let Some(why) = release(store, lock) {
+        say(
+            config,
+            format!("'{}' was no longer ours at release: {why}", lock.keys.name),
+        );
+    }
+    result
+}
+
+/// Releases the lock; returns why not if the release found it no longer ours. A failed release
+/// is reported, not fatal: the lock expires by its TTL.
+fn release(store: &mut dyn Store, lock: &Lock) -> Option<String> {
+    let by = Releaser::Holder(lock.token.clone());
+    let released = store.release(&lock.keys, &by).or_else(|first| {
         // The main connection may have gone stale during a long run: try once on a fresh one.
         store
             .recover()
-            .and_then(|()| release(store))
+            .and_then(|()| store.release(&lock.keys, &by))
             .map_err(|_| first)
     });
     match released {
-        Ok(Verdict::Done(_)) => {}
-        Ok(other) => say(
-            config,
-            format!(
-                "'{}' was no longer ours at release: {}",
+        Ok(Verdict::Done(_)) => None,
+        Ok(other) => Some(loss_reason(store, lock, &other)),
+        Err(e) => {
+            crate::eline!(
+                "redlock: cannot release '{}': {e:#}; it expires within {}",
                 lock.keys.name,
-                crate::lock::not_owner(&other, &lock.token)
-            ),
-        ),
-        Err(e) => crate::eline!(
-            "redlock: cannot release '{}': {e:#}; it expires within {}",
-            lock.keys.name,
-            human_ms(lock.ttl)
-        ),
+                human_ms(lock.ttl)
+            );
+            None
+        }
     }
-    result
 }
 
 /// Starts the command with the lock's variables, tied to our lifetime (see `spawn.rs`).
@@ -269,7 +306,7 @@ fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Even
                         next = interval.saturating_sub(sent.elapsed());
                         Event::Renewed(sent)
                     }
-                    Ok(lost) => Event::Lost(lost_reason(&lost)),
+                    Ok(lost) => Event::Lost(loss_reason(con.as_mut(), &lock, &lost)),
                     Err(e) => {
                         // A fresh connection next time: this one may still have a reply on its
                         // way (a quorum reconnects only the nodes that failed).
@@ -292,9 +329,28 @@ fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Even
     }
 }
 
+/// Why a renewal or the release found the lock no longer ours: the verdict and, if a forced
+/// release took it, who forced it and when (one more read, on this rare path; without an answer,
+/// the verdict alone).
+fn loss_reason(store: &mut dyn Store, lock: &Lock, verdict: &Verdict) -> String {
+    let forced = store
+        .inspect(&lock.keys)
+        .ok()
+        .and_then(|s| s.forced_of(&lock.token).cloned());
+    match (forced, verdict) {
+        (Some(f), Verdict::HeldByOther(_)) => {
+            format!("{}; {}", forced_reason(Some(&f)), lost_reason(verdict))
+        }
+        (Some(f), _) => forced_reason(Some(&f)),
+        (None, _) => lost_reason(verdict),
+    }
+}
+
 fn lost_reason(v: &Verdict) -> String {
     match v {
-        Verdict::Free => "the lock key is gone (expired, or deleted by someone else)".into(),
+        Verdict::Free => {
+            "the lock key is gone (expired, or deleted, flushed or evicted by someone else)".into()
+        }
         Verdict::HeldByOther(Some(h)) => format!(
             "the lock is now held by {} (fence {}, token {}…)",
             h.who(),
@@ -332,7 +388,11 @@ struct Supervisor<'a> {
     terminations: u32,
     /// We lead our session, so a terminal hangup reached us alone.
     session_leader: bool,
+    /// Why the lock was lost while the command ran (said, and acted on, at once).
     lost: Option<String>,
+    /// Why the lock was not provably ours when the command's exit was seen, although no loss had
+    /// been noticed while it ran: its deadline had passed, or a loss was still on the channel.
+    lost_unseen: Option<String>,
     last_renew_error: Option<String>,
 }
 
@@ -345,6 +405,7 @@ impl Supervisor<'_> {
                 .try_wait()
                 .context("cannot wait for the command")?
             {
+                self.settle(rx, Instant::now());
                 return Ok(status);
             }
             let now = Instant::now();
@@ -412,16 +473,55 @@ impl Supervisor<'_> {
                 }
                 Ok(Event::TakenAway { token, why }) => {
                     if self.lost.is_none() && token == self.lock.token {
-                        self.lose(why.to_string());
+                        self.lose(why);
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     // Cannot happen while we hold a sender's clone in the signal thread; wait
                     // for the child the plain way rather than spin.
-                    return self.child.wait().context("cannot wait for the command");
+                    let status = self.child.wait().context("cannot wait for the command")?;
+                    self.settle(rx, Instant::now());
+                    return Ok(status);
                 }
             }
+        }
+    }
+
+    /// Once the command was reaped at `reaped`: takes in what is still on the channel (a renewal
+    /// or a loss that came in meanwhile), then records in `lost_unseen` whether the lock had
+    /// stopped being provably ours. Its deadline having passed means nothing renewed it for a
+    /// whole TTL before the exit was seen (redlock stopped or starved, or Redis silent): it may
+    /// have expired, and another client may have held it, while the command ran.
+    fn settle(&mut self, rx: &Receiver<Event>, reaped: Instant) {
+        if self.lost.is_some() {
+            return;
+        }
+        for event in rx.try_iter() {
+            match event {
+                Event::Renewed(sent) if sent < self.deadline => {
+                    self.deadline = self.deadline.max(self.lock.valid_until(sent));
+                    self.last_renew_error = None;
+                }
+                Event::RenewFailed(e) => self.last_renew_error = Some(e),
+                Event::Lost(why) => {
+                    self.lost_unseen.get_or_insert(why);
+                }
+                Event::TakenAway { token, why } if token == self.lock.token => {
+                    self.lost_unseen.get_or_insert(why);
+                }
+                // The command is gone: nothing to forward a signal to.
+                _ => {}
+            }
+        }
+        if self.lost_unseen.is_none() && reaped >= self.deadline {
+            let why = match &self.last_renew_error {
+                Some(e) => format!("no renewal succeeded before the lock's TTL ran out ({e})"),
+                None => "no renewal succeeded before the lock's TTL ran out (redlock was stopped \
+                         or starved meanwhile)"
+                    .to_string(),
+            };
+            self.lost_unseen = Some(why);
         }
     }
 
@@ -501,6 +601,29 @@ mod tests {
         assert_eq!(exit_code(ExitStatus::from_raw(SIGKILL)), 137);
     }
 
+    /// Lost or not, and what `--on-lost` says, decide between the command's status and 75.
+    #[test]
+    fn a_lost_lock_is_75_unless_ignore_keeps_a_success() {
+        use OnLost::*;
+        for (child, lost, on_lost, expected) in [
+            (0, false, Term, 0),
+            (3, false, Term, 3),
+            (0, false, Ignore, 0),
+            (0, true, Term, 75),
+            (0, true, Kill, 75),
+            (143, true, Term, 75),
+            (0, true, Ignore, 0),
+            (3, true, Ignore, 75),
+            (130, true, Ignore, 75),
+        ] {
+            assert_eq!(
+                exit_status(child, lost, on_lost),
+                expected,
+                "child {child}, lost {lost}, --on-lost {on_lost:?}"
+            );
+        }
+    }
+
     /// Fails if looking for a stop signal before the command starts throws away the announcement
     /// of a forced release that arrived meanwhile (the supervisor would learn it only at the next
     /// renewal).
@@ -509,7 +632,7 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let taken = || Event::TakenAway {
             token: "t".into(),
-            why: "forced",
+            why: "forced".into(),
         };
         let signal = |signo| {
             Event::Signal(Signal {

@@ -4,8 +4,9 @@
 //! - A lock is the string key `PREFIX{NAME}` holding the holder's token, with a PX expiry. Only
 //!   `SET NX PX` creates it; only the Lua scripts in `src/scripts/` change or delete it, and they
 //!   compare the token first, so a client never releases or extends a lock it does not hold.
-//! - Beside it, `PREFIX{NAME}:meta` (a hash that never expires) keeps the fence counter and the
-//!   record of the last holder; `:q`, `:leases` and `:w:TOKEN` hold the waiters (below). The
+//! - Beside it, `PREFIX{NAME}:meta` (a hash that never expires) keeps the fence counter, the
+//!   record of the last holder and that of the last forced release (`forced_token`, `forced_by`,
+//!   `forced_at`: see [`Forced`]); `:q`, `:leases` and `:w:TOKEN` hold the waiters (below). The
 //!   `{NAME}` hash tag puts every key of one lock in one Cluster slot.
 //! - The fence is incremented exactly once per successful acquisition, in the same script, so
 //!   successive holders see strictly increasing fences.
@@ -203,6 +204,36 @@ pub fn looks_like_fingerprint(s: &str) -> bool {
     s.len() == FINGERPRINT_LEN && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// The last forced release of a lock (`release --force`), as `release.lua` records it in the meta
+/// hash. It names the token it took the lock from, so that it stays true when the next holder's
+/// record replaces the evicted one's: the evicted holder can still learn who did it, however late
+/// it looks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forced {
+    /// The token the lock was taken from.
+    pub token: String,
+    /// Who forced it: `user@host (pid N)`, the pid being the calling script's (as for a holder).
+    pub by: String,
+    /// When, by the server's clock (ms).
+    pub at_ms: i64,
+}
+
+/// Why a holder lost its lock to a forced release: by whom and when, if known.
+pub fn forced_reason(forced: Option<&Forced>) -> String {
+    match forced {
+        Some(f) => {
+            let at =
+                std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(f.at_ms).unwrap_or(0));
+            format!(
+                "it was force-released by {} at {} (`redlock release --force`)",
+                f.by,
+                humantime::format_rfc3339_seconds(at)
+            )
+        }
+        None => "it was force-released (`redlock release --force`)".to_string(),
+    }
+}
+
 /// The state of one lock, read in one atomic snapshot.
 #[derive(Debug, Clone)]
 pub struct State {
@@ -222,6 +253,9 @@ pub struct State {
     pub last: Option<Box<Holder>>,
     /// Clients queued for the lock (some may have died and not yet been dropped).
     pub waiters: i64,
+    /// The last forced release of this lock, whichever holder it evicted (see
+    /// [`State::forced_of`]).
+    pub forced: Option<Box<Forced>>,
     /// A quorum: how the nodes voted, and each node's own view.
     pub quorum: Option<QuorumView>,
 }
@@ -242,6 +276,11 @@ pub struct QuorumView {
 impl State {
     pub fn held(&self) -> bool {
         self.token.is_some()
+    }
+
+    /// The forced release that took the lock from `token`, if that is how its hold ended.
+    pub fn forced_of(&self, token: &str) -> Option<&Forced> {
+        self.forced.as_deref().filter(|f| f.token == token)
     }
 
     /// Released and reserved for the first waiter, who has not claimed it yet.
@@ -316,6 +355,16 @@ pub struct Lock {
     pub run_ids: Vec<Option<String>>,
 }
 
+/// Who releases a lock.
+#[derive(Debug, Clone)]
+pub enum Releaser {
+    /// The holder of this token: the lock is released only if the token holds it.
+    Holder(String),
+    /// Anyone, whoever holds the lock (`release --force`); this owner is recorded in the meta
+    /// hash as the one who forced it (see [`Forced`]).
+    Force(Owner),
+}
+
 /// What happened to a release or an extension.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -358,8 +407,9 @@ pub enum Wait {
     Forever,
 }
 
-/// The outcome of [`acquire`].
+/// The outcome of [`acquire`]. (One per command, moved once: not worth a box.)
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum Acquired {
     Held(Lock),
     /// Not acquired: busy when we gave up. The last known holder is included.
@@ -547,7 +597,7 @@ pub fn acquire(
                     queued = false;
                     if let Some(sig) = park.interrupted() {
                         store
-                            .release(keys, Some(&lock.token))
+                            .release(keys, &Releaser::Holder(lock.token.clone()))
                             .context("interrupted right after acquiring; releasing failed")?;
                         return Ok(Acquired::Interrupted(sig));
                     }
@@ -800,27 +850,34 @@ pub fn leave_to(
     Ok(text(&next))
 }
 
-/// Deletes the lock if `token` holds it, handing it to the first waiter; with `None`, releases
-/// it whoever holds it (`--force`). With `quiet`, the waiter is not woken (a quorum's queue node:
-/// the other nodes reserve the lock for it first, then [`wake`] wakes it). With `to` (a quorum's
-/// other nodes, which keep no queue), the lock is reserved for that waiter in the same step.
-/// Returns the verdict and the waiter the lock was handed to.
+/// Deletes the lock if the releaser's token holds it, handing it to the first waiter; with
+/// [`Releaser::Force`], releases it whoever holds it and records who forced it. With `quiet`, the
+/// waiter is not woken (a quorum's queue node: the other nodes reserve the lock for it first, then
+/// [`wake`] wakes it). With `to` (a quorum's other nodes, which keep no queue), the lock is
+/// reserved for that waiter in the same step. Returns the verdict and the waiter the lock was
+/// handed to.
 pub fn release(
     redis: &mut Redis,
     keys: &Keys,
-    token: Option<&str>,
+    by: &Releaser,
     quiet: bool,
     to: Option<&str>,
 ) -> Result<(Verdict, Option<String>)> {
+    let (token, forcer) = match by {
+        Releaser::Holder(token) => (token.as_str(), None),
+        Releaser::Force(owner) => ("", Some(owner)),
+    };
     let reply: Vec<Value> = redis.call("release", |con| {
-        scripts::RELEASE
-            .key(keys.all().as_slice())
-            .arg(token.unwrap_or(""))
-            .arg(if token.is_some() { "" } else { "force" })
+        let mut call = scripts::RELEASE.key(keys.all().as_slice());
+        call.arg(token)
+            .arg(if forcer.is_some() { "force" } else { "" })
             .arg(millis(CLAIM_WINDOW))
             .arg(if quiet { "quiet" } else { "" })
-            .arg(to.unwrap_or(""))
-            .invoke(con)
+            .arg(to.unwrap_or(""));
+        if let Some(o) = forcer {
+            call.arg(&o.host).arg(o.pid).arg(&o.user);
+        }
+        call.invoke(con)
     })?;
     let next = match reply.as_slice() {
         [Value::Int(1), _, next] => text(next),
@@ -940,6 +997,7 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
     // keeps equal tokens equal.
     let token = text(token).map(|t| printable(&t).into_owned());
     let (fence, recorded) = parse_meta(meta);
+    let forced = parse_forced(meta).map(Box::new);
     let last = recorded.clone().filter(|_| token.is_none()).map(Box::new);
     let holder = recorded.filter(|h| Some(&h.token) == token.as_ref());
     Ok(State {
@@ -951,6 +1009,7 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
         holder,
         last,
         waiters: *waiters,
+        forced,
         quorum: None,
     })
 }
@@ -1027,9 +1086,9 @@ fn text(v: &Value) -> Option<String> {
     }
 }
 
-/// Parses HGETALL of the meta hash into (fence counter, holder record if any). Any client can
-/// write the hash, so every field is escaped for display here, where it enters (printable.rs).
-fn parse_meta(v: &Value) -> (i64, Option<Holder>) {
+/// HGETALL of the meta hash as a map. Any client can write the hash, so every value is escaped
+/// for display here, where it enters (printable.rs).
+fn meta_map(v: &Value) -> HashMap<String, String> {
     let mut map = HashMap::new();
     if let Value::Array(items) = v {
         for pair in items.chunks_exact(2) {
@@ -1038,6 +1097,22 @@ fn parse_meta(v: &Value) -> (i64, Option<Holder>) {
             }
         }
     }
+    map
+}
+
+/// The last forced release in HGETALL of the meta hash, if one is recorded.
+fn parse_forced(v: &Value) -> Option<Forced> {
+    let mut map = meta_map(v);
+    Some(Forced {
+        token: map.remove("forced_token")?,
+        by: map.remove("forced_by").unwrap_or_default(),
+        at_ms: map.get("forced_at")?.parse().ok()?,
+    })
+}
+
+/// Parses HGETALL of the meta hash into (fence counter, holder record if any).
+fn parse_meta(v: &Value) -> (i64, Option<Holder>) {
+    let map = meta_map(v);
     let fence = map.get("fence").and_then(|f| f.parse().ok()).unwrap_or(0);
     let ms = |field: &str| map.get(field).and_then(|v| v.parse::<i64>().ok());
     let holder = map.get("token").map(|token| Holder {
@@ -1100,6 +1175,44 @@ mod tests {
         assert_eq!(block_time(30_000), BLOCK_CAP);
         assert_eq!(block_time(-1), BLOCK_CAP);
         assert_eq!(block_time(-2), Duration::from_millis(1));
+    }
+
+    /// A forced release is read from the meta hash whoever holds the lock now, and belongs to
+    /// the token it names only.
+    #[test]
+    fn a_forced_release_names_the_token_it_evicted() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let meta = Value::Array(
+            [
+                "fence",
+                "7",
+                "token",
+                "new",
+                "forced_token",
+                "old",
+                "forced_by",
+                "ops@h (pid 9)",
+                "forced_at",
+                "1000",
+            ]
+            .iter()
+            .map(|s| bulk(s))
+            .collect(),
+        );
+        let forced = parse_forced(&meta).unwrap();
+        assert_eq!(forced.token, "old");
+        assert_eq!(forced.by, "ops@h (pid 9)");
+        assert_eq!(forced.at_ms, 1000);
+        assert_eq!(parse_meta(&meta).1.unwrap().token, "new");
+        assert_eq!(
+            parse_forced(&Value::Array(vec![bulk("fence"), bulk("1")])),
+            None
+        );
+        let why = forced_reason(Some(&forced));
+        assert!(
+            why.contains("force-released by ops@h (pid 9) at 1970-01-01T00:00:01Z"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use anyhow::Result;
 use crate::client;
 use crate::config::Config;
 use crate::error::{Kind, failure, kind_of, redis_kind};
-use crate::lock::Keys;
+use crate::lock::{Forced, Keys, forced_reason};
 use crate::wait::Event;
 
 /// The first pause before subscribing again after losing the subscription; doubles up to
@@ -104,14 +104,25 @@ fn subscribe(config: &Config, channel: &str, tx: &Sender<Event>) -> Result<Liste
 }
 
 /// The token and the reason in an announcement; `None` for anything else (a reason this version
-/// does not know is ignored: the renewal still finds the loss).
-fn parse(payload: &[u8]) -> Option<(String, &'static str)> {
-    let (reason, token) = std::str::from_utf8(payload).ok()?.split_once(':')?;
-    let why = match reason {
-        "forced" => "it was force-released (`redlock release --force`)",
-        _ => return None,
-    };
-    Some((token.to_string(), why))
+/// does not know is ignored: the renewal still finds the loss). A forced release comes as
+/// `forced:TOKEN:FORCED_AT:FORCED_BY` (see `release.lua`), or as plain `forced:TOKEN`.
+fn parse(payload: &[u8]) -> Option<(String, String)> {
+    let (reason, rest) = std::str::from_utf8(payload).ok()?.split_once(':')?;
+    match reason {
+        "forced" => {
+            let (token, more) = rest.split_once(':').unwrap_or((rest, ""));
+            let forced = more.split_once(':').and_then(|(at, by)| {
+                Some(Forced {
+                    token: token.to_string(),
+                    // Anyone may publish on the channel: never for the terminal as is.
+                    by: crate::printable::printable(by).into_owned(),
+                    at_ms: at.parse().ok()?,
+                })
+            });
+            Some((token.to_string(), forced_reason(forced.as_ref())))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -123,6 +134,12 @@ mod tests {
         let (token, why) = parse(b"forced:0123abcd").unwrap();
         assert_eq!(token, "0123abcd");
         assert!(why.contains("force-released"), "{why}");
+        let (token, why) = parse(b"forced:0123abcd:1764597600000:ops@web:1 (pid 7)").unwrap();
+        assert_eq!(token, "0123abcd");
+        assert!(
+            why.contains("force-released by ops@web:1 (pid 7) at 2025-12-01T14:00:00Z"),
+            "{why}"
+        );
         assert_eq!(parse(b"preempted:0123abcd"), None);
         assert_eq!(parse(b"0123abcd"), None);
         assert_eq!(parse(b"forced:\xff"), None);

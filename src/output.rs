@@ -3,8 +3,8 @@
 //! stdout carries machine output only; messages for humans go to stderr from the callers.
 //!
 //! The status table describes the current hold in every column; for a free lock whose meta hash
-//! keeps a last holder, HOLDER says `(last: WHO until TIME)` and FENCE is the counter, while the
-//! other columns stay `-`. Columns are padded by display width, so wide (CJK) characters, which
+//! keeps a last holder, HOLDER says `(last: WHO until TIME)` (with `, force-released by WHO` when a
+//! forced release ended that hold) and FENCE is the counter, while the other columns stay `-`. Columns are padded by display width, so wide (CJK) characters, which
 //! take two terminal cells, keep them aligned.
 
 use std::time::{Duration, UNIX_EPOCH};
@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use unicode_width::UnicodeWidthStr;
 
 use crate::cli::Format;
-use crate::lock::{Holder, Lock, State, fingerprint};
+use crate::lock::{Forced, Holder, Lock, State, fingerprint};
 
 /// The text `acquire` prints on stdout for `format`.
 pub fn acquired(lock: &Lock, format: Format) -> String {
@@ -88,7 +88,7 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
         "fence": s.fence,
         "waiters": s.waiters,
         if show_token { "token" } else { "token_fingerprint" }: token,
-        "last_holder": s.last.as_deref().map(last_json),
+        "last_holder": s.last.as_deref().map(|h| last_json(h, s.forced_of(&h.token))),
     });
     if let Some(q) = &s.quorum {
         let nodes: Vec<Value> = q
@@ -102,8 +102,9 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
     v
 }
 
-/// The last holder of a free lock: who, and how and when the hold ended.
-fn last_json(h: &Holder) -> Value {
+/// The last holder of a free lock: who, and how and when the hold ended (`forced`: by whom, if a
+/// forced release ended it).
+fn last_json(h: &Holder, forced: Option<&Forced>) -> Value {
     let ended = h.ended();
     json!({
         "user": h.user,
@@ -114,15 +115,22 @@ fn last_json(h: &Holder) -> Value {
         "acquired_at": h.acquired_ms.map(rfc3339),
         "until": ended.map(|(_, ms)| rfc3339(ms)),
         "ended": ended.map(|(how, _)| how.as_str()),
+        "forced_by": forced.map(|f| f.by.clone()),
+        "forced_at": forced.map(|f| rfc3339(f.at_ms)),
     })
 }
 
 /// The HOLDER cell of a free lock with a recorded last holder.
-fn last_cell(h: &Holder) -> String {
-    match h.ended() {
-        Some((_, ms)) => format!("(last: {} until {})", h.who(), rfc3339(ms)),
-        None => format!("(last: {})", h.who()),
+fn last_cell(h: &Holder, forced: Option<&Forced>) -> String {
+    let mut cell = match h.ended() {
+        Some((_, ms)) => format!("(last: {} until {}", h.who(), rfc3339(ms)),
+        None => format!("(last: {}", h.who()),
+    };
+    if let Some(f) = forced {
+        cell.push_str(&format!(", force-released by {}", f.by));
     }
+    cell.push(')');
+    cell
 }
 
 /// One quorum node's view of a lock.
@@ -200,7 +208,7 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
             match (s.held(), h, &s.last) {
                 (true, Some(h), _) => h.who(),
                 (true, None, _) => "unknown".to_string(),
-                (false, _, Some(last)) => last_cell(last),
+                (false, _, Some(last)) => last_cell(last, s.forced_of(&last.token)),
                 _ => dash(),
             },
             s.fence.to_string(),
@@ -266,6 +274,38 @@ mod tests {
         assert_eq!(coarse(ms(1318)), "1s");
         assert_eq!(coarse(ms(28_900)), "28s");
         assert_eq!(coarse(ms(192_500)), "3m 12s");
+    }
+
+    #[test]
+    fn the_last_holder_names_who_forced_its_release() {
+        let h = Holder {
+            token: "t1".into(),
+            user: "ci".into(),
+            host: "web1".into(),
+            pid: "4".into(),
+            released_ms: Some(1_764_597_600_000),
+            ..Holder::default()
+        };
+        assert_eq!(
+            last_cell(&h, None),
+            "(last: ci@web1 (pid 4) until 2025-12-01T14:00:00Z)"
+        );
+        let f = Forced {
+            token: "t1".into(),
+            by: "ops@laptop (pid 9)".into(),
+            at_ms: 1_764_597_600_000,
+        };
+        assert_eq!(
+            last_cell(&h, Some(&f)),
+            "(last: ci@web1 (pid 4) until 2025-12-01T14:00:00Z, force-released by ops@laptop \
+             (pid 9))"
+        );
+        let v = last_json(&h, Some(&f));
+        assert_eq!(v["forced_by"], "ops@laptop (pid 9)");
+        assert_eq!(v["forced_at"], "2025-12-01T14:00:00Z");
+        assert_eq!(v["ended"], "released");
+        let v = last_json(&h, None);
+        assert!(v["forced_by"].is_null() && v["forced_at"].is_null(), "{v}");
     }
 
     #[test]

@@ -49,7 +49,7 @@ use crate::client::Redis;
 use crate::config::{Config, Endpoint};
 use crate::error::{Kind, failure, kind_of};
 use crate::lock::{
-    self, Attempt, Doubt, Keys, Lock, Owner, QuorumView, State, Verdict, fingerprint,
+    self, Attempt, Doubt, Keys, Lock, Owner, QuorumView, Releaser, State, Verdict, fingerprint,
 };
 use crate::store::Store;
 
@@ -612,12 +612,13 @@ impl Store for Nodes {
         self.leave_with(keys, token, Doubt::Unsure)
     }
 
-    fn release(&mut self, keys: &Keys, token: Option<&str>) -> Result<Verdict> {
+    fn release(&mut self, keys: &Keys, by: &Releaser) -> Result<Verdict> {
         let n = self.n();
-        let (k, t) = (keys.clone(), token.map(str::to_string));
+        // Every node gets the same releaser: a forced release records the same forcer on each.
+        let (k, by) = (keys.clone(), by.clone());
         let answers = self.hand_on(
             keys,
-            move |con, quiet, to| lock::release(con, &k, t.as_deref(), quiet, to),
+            move |con, quiet, to| lock::release(con, &k, &by, quiet, to),
             |(_, next): &(Verdict, Option<String>)| next.clone(),
         );
         let failed = self.failures(&answers);
@@ -826,6 +827,11 @@ fn verdict(
         holder: None,
         last: None,
         waiters,
+        // The latest forced release any node recorded (a forced release records it on each).
+        forced: answered
+            .iter()
+            .filter_map(|s| s.forced.clone())
+            .max_by_key(|f| f.at_ms),
         quorum: None,
     };
     let (verdict, agree) = match best {

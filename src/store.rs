@@ -10,7 +10,7 @@ use anyhow::Result;
 
 use crate::client::{Redis, unexpected_reply};
 use crate::config::{Config, Servers};
-use crate::lock::{self, Attempt, Keys, Owner, State, Verdict};
+use crate::lock::{self, Attempt, Keys, Owner, Releaser, State, Verdict};
 use crate::quorum::Nodes;
 
 /// The lock operations, on whatever servers the configuration names.
@@ -37,8 +37,8 @@ pub trait Store: Send {
     /// [`Store::leave`] for a token one of whose attempts may still be on its way (its reply was
     /// lost): also leaves a tombstone that makes that attempt do nothing when it arrives.
     fn abandon(&mut self, keys: &Keys, token: &str) -> Result<()>;
-    /// Releases the lock if `token` holds it (`None`: whoever holds it).
-    fn release(&mut self, keys: &Keys, token: Option<&str>) -> Result<Verdict>;
+    /// Releases the lock if the releaser's token holds it (or, by force, whoever holds it).
+    fn release(&mut self, keys: &Keys, by: &Releaser) -> Result<Verdict>;
     /// Resets the TTL if `token` holds the lock.
     fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict>;
     /// One lock's state.
@@ -84,8 +84,8 @@ impl Store for Redis {
         lock::leave_to(self, keys, token, false, None, lock::Doubt::Unsure).map(|_| ())
     }
 
-    fn release(&mut self, keys: &Keys, token: Option<&str>) -> Result<Verdict> {
-        Ok(lock::release(self, keys, token, false, None)?.0)
+    fn release(&mut self, keys: &Keys, by: &Releaser) -> Result<Verdict> {
+        Ok(lock::release(self, keys, by, false, None)?.0)
     }
 
     fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {

@@ -39,7 +39,7 @@ pub enum Event {
     /// `exec`: the lock of `token` was taken away from its holder, for `why` (see `notify.rs`).
     TakenAway {
         token: String,
-        why: &'static str,
+        why: String,
     },
 }
 

@@ -2,6 +2,11 @@
 //! redlock frozen past its TTL while another client takes the lock, and Redis frozen. In every
 //! case the command is stopped (as `--on-lost` says), redlock exits 75 and says why on stderr,
 //! and whatever another client holds now is left alone.
+//!
+//! And losing it where nothing sees it until the command has ended: under a command shorter than
+//! a renewal interval (found at release), or while redlock itself is stopped past its deadline.
+//! The command ran without the lock, so redlock exits 75 all the same (`--on-lost ignore` keeps a
+//! success) and says so even with `-q`.
 
 mod common;
 mod exec_support;
@@ -343,4 +348,184 @@ fn a_dropped_subscription_is_made_again() {
     let took = forced.elapsed();
     assert!(took < Duration::from_secs(5), "took {took:?}:\n{out}");
     assert!(out.stderr.contains("force-released"), "{out}");
+}
+
+/// A command over long before its first renewal (TTL/3 = 20s here) whose lock `take` takes away
+/// while it runs: nothing checks the lock meanwhile, so only the release finds the loss. redlock
+/// must still exit 75 (or keep a success with `--on-lost ignore`) and say so even with `-q`, since
+/// the command may have run while another client held the lock. Returns redlock's output.
+fn lost_under_a_short_command(
+    redis: &RedisServer,
+    on_lost: &str,
+    child_code: &str,
+    expected: i32,
+    take: impl FnOnce(),
+) -> Output {
+    let mut proc = exec(redis)
+        .args([
+            "-q",
+            "k",
+            "--ttl",
+            "60s",
+            "--on-lost",
+            on_lost,
+            "-c",
+            &waiter(),
+        ])
+        .env("CODE", child_code)
+        .spawn_proc();
+    wait_ready(redis, &mut proc);
+    take();
+    done(redis);
+    let out = proc.finish(EVENT).expect(expected);
+    assert_eq!(
+        out.stdout, "finished\n",
+        "ran to its end undisturbed:\n{out}"
+    );
+    let said = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("redlock: lost the lock 'k' during the command"));
+    assert!(
+        said.is_some_and(|l| l.contains("at release")),
+        "no message about the loss, or one that does not say how it was found:\n{out}"
+    );
+    assert_eq!(
+        out.stderr.contains("exit status 0 kept"),
+        expected == 0,
+        "says a success was kept, or not:\n{out}"
+    );
+    out
+}
+
+/// Forbids pub/sub to the default user (as Redis 7 does for a new ACL user), so that `exec` has
+/// no announcement of a forced release to listen to: it learns of one only at its next renewal or
+/// at release, as a command shorter than the 50ms before it listens does.
+fn no_channels(redis: &RedisServer) {
+    redis.query::<()>(&["ACL", "SETUSER", "default", "resetchannels"]);
+}
+
+#[test]
+fn a_lock_deleted_under_a_short_command_exits_75_and_says_so_even_with_q() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = lost_under_a_short_command(&redis, "term", "0", LOST, || {
+        redis.query::<()>(&["DEL", &lock_key("k")]);
+    });
+    assert!(out.stderr.contains("gone"), "says why:\n{out}");
+    assert_eq!(redis.keys(), [meta_key("k")], "{out}");
+}
+
+#[test]
+fn a_flushall_under_a_short_command_exits_75_and_says_so_even_with_q() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = lost_under_a_short_command(&redis, "term", "0", LOST, || {
+        redis.query::<()>(&["FLUSHALL"]);
+    });
+    assert!(out.stderr.contains("gone"), "says why:\n{out}");
+    assert_eq!(redis.dbsize(), 0, "{out}");
+}
+
+/// The release finds another client's lock (taken after a forced release): 75, naming both the
+/// new holder and who forced the release, and the new holder's lock is left alone.
+#[test]
+fn a_lock_forced_and_retaken_under_a_short_command_exits_75_naming_both() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    no_channels(&redis);
+    let mut next = String::new();
+    let out = lost_under_a_short_command(&redis, "term", "0", LOST, || {
+        redis
+            .redlock()
+            .args(["release", "k", "--force"])
+            .run()
+            .expect(0);
+        next = hold(&redis, "k", "60s");
+    });
+    let forcer = format!("(pid {})", std::process::id());
+    assert!(
+        out.stderr.contains("force-released by ") && out.stderr.contains(&forcer),
+        "does not name the forcer {forcer}:\n{out}"
+    );
+    assert!(out.stderr.contains("now held by"), "{out}");
+    assert_eq!(redis.get(&lock_key("k")), Some(next), "{out}");
+}
+
+#[test]
+fn a_forced_release_under_a_short_command_exits_75_and_names_the_forcer() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    no_channels(&redis);
+    let out = lost_under_a_short_command(&redis, "term", "0", LOST, || {
+        redis
+            .redlock()
+            .args(["release", "k", "--force"])
+            .run()
+            .expect(0);
+    });
+    let forcer = format!("(pid {})", std::process::id());
+    assert!(
+        out.stderr.contains("force-released by ") && out.stderr.contains(&forcer),
+        "does not name the forcer {forcer}:\n{out}"
+    );
+}
+
+/// `--on-lost ignore` keeps its rule when the loss is found at release: a success stays 0 (the
+/// user asked for the command to run on without the lock), but the loss is still said with -q.
+#[test]
+fn on_lost_ignore_keeps_a_success_found_lost_at_release_and_says_so() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = lost_under_a_short_command(&redis, "ignore", "0", 0, || {
+        redis.query::<()>(&["DEL", &lock_key("k")]);
+    });
+    assert!(out.stderr.contains("--on-lost ignore"), "{out}");
+}
+
+#[test]
+fn on_lost_ignore_turns_a_failure_found_lost_at_release_into_75() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    lost_under_a_short_command(&redis, "ignore", "3", LOST, || {
+        redis.query::<()>(&["DEL", &lock_key("k")]);
+    });
+}
+
+/// redlock (its pid alone: the child runs on) stopped until its lock has expired on the server,
+/// while the command finishes; thawed, redlock sees the exit before anything else, but the lock
+/// was not ours for the command's whole run: 75, said even with -q.
+#[test]
+fn a_holder_stopped_past_its_ttl_while_its_command_ended_exits_75() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut proc = exec(&redis)
+        .args(["-q", "k", "--ttl", "3s", "-c", &waiter()])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    let child = child_pid(&redis);
+    proc.signal(libc::SIGSTOP);
+    assert!(
+        wait_for(|| redis.pttl(&lock_key("k")) == -2, EVENT),
+        "the lock of a stopped holder never expired"
+    );
+    done(&redis);
+    assert!(wait_for(|| dead(child), EVENT), "the command did not end");
+    proc.signal(libc::SIGCONT);
+    let out = proc.finish(EVENT).expect(LOST);
+    assert_eq!(out.stdout, "finished\n", "{out}");
+    assert!(
+        out.stderr
+            .contains("redlock: lost the lock 'k' during the command (found after it ended)"),
+        "{out}"
+    );
+    assert!(out.stderr.contains("TTL ran out"), "says why:\n{out}");
+    assert_eq!(redis.keys(), [meta_key("k")], "{out}");
 }

@@ -918,7 +918,8 @@ fn release_sections(r: &mut Roff) {
         r,
         [roman(
             "Break a lock left behind by a crashed holder (the previous holder is printed on \
-             stderr):",
+             stderr; who forced it and when is recorded for the evicted holder's message and for \
+             redlock status):",
         )],
         &["redlock release deploy-prod --force"],
     );
@@ -1042,7 +1043,26 @@ fn exec_sections(r: &mut Roff) {
                  announced to the holder, which stops its command at once rather than at its \
                  next renewal; a holder that misses the announcement (in the command's first \
                  50 ms, or its connection for it dropped at that instant) finds the loss at its \
-                 next renewal.",
+                 next renewal. Its message names who forced the release and when.",
+            ),
+        ],
+    );
+    para(
+        r,
+        [
+            roman(
+                "A loss found only after the command ended counts the same: if the release finds \
+                 another token or no key (a command shorter than a third of the TTL is checked by \
+                 nothing else), or if the lock's deadline had passed when the command's exit was \
+                 seen (redlock stopped or starved past its TTL), redlock exits with status 75, \
+                 not the command's 0, and says so on stderr even with ",
+            ),
+            bold("-q"),
+            roman(". With "),
+            bold("--on-lost ignore"),
+            roman(
+                ", a command that succeeded still yields 0 (the message says so) and one that \
+                 failed yields 75.",
             ),
         ],
     );

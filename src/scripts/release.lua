@@ -2,7 +2,8 @@
 --
 -- ARGV token, 'force' to release whoever holds it, claim_ms, 'quiet' (a quorum's queue node: do
 --      not wake the next waiter yet, the other nodes reserve the lock for it first), waiter (a
---      quorum's other nodes: reserve the lock for this waiter, chosen by the queue node)
+--      quorum's other nodes: reserve the lock for this waiter, chosen by the queue node); with
+--      'force' also the forcer's host, pid and user (recorded as forced_by)
 --
 -- Returns {1, holder-record, next} released: the record names who held it (for --force; empty
 -- otherwise) and `next` is the waiter it was handed to, or false; {0} already free (expired or
@@ -13,7 +14,14 @@
 -- hand-over to the first waiter is in the same step, so no newcomer can slip in between.
 --
 -- The holder record stays (it becomes the last holder's, for `status`), dated with the release.
--- With 'force', the evicted holder's token is published on KEYS[1] .. ':events' as 'forced:TOKEN'.
+-- With 'force', the evicted holder's token is published on KEYS[1] .. ':events' as
+-- 'forced:TOKEN:FORCED_AT:FORCED_BY' (a redlock token never contains ':'), and in the same step
+-- the meta hash records the forced release: forced_token (the evicted token), forced_by
+-- ('user@host (pid N)', the forcer's calling script) and forced_at (server ms). Those three
+-- fields are not part of the holder record: the next acquisition leaves them, so an evicted
+-- holder that looks only after someone else took the lock still finds who forced it (it compares
+-- forced_token with its own); the next forced release overwrites them. A release that is not
+-- forced never touches them.
 local current = redis.call('GET', LOCK)
 if not current then
   return {0}
@@ -26,12 +34,16 @@ if current == ARGV[1] then
 end
 if ARGV[2] == 'force' then
   local record = holder(current)
-  -- Tell the holder now rather than at its next renewal (`exec` listens on this channel; see
-  -- notify.rs). Fire-and-forget: a holder not listening at this instant learns it by renewing.
-  -- A reservation ('~' .. waiter) has no holder to tell. pcall: an ACL user without the channel
-  -- (Redis 7 gives new users none) still releases; its holder learns it by renewing.
+  -- A reservation ('~' .. waiter) has no holder to tell, nor to record as evicted.
   if string.sub(current, 1, 1) ~= '~' then
-    redis.pcall('PUBLISH', LOCK .. ':events', 'forced:' .. current)
+    local by = (ARGV[8] or '?') .. '@' .. (ARGV[6] or '?') .. ' (pid ' .. (ARGV[7] or '?') .. ')'
+    local at = now_ms()
+    redis.call('HSET', META, 'forced_token', current, 'forced_by', by, 'forced_at', at)
+    -- Tell the holder now rather than at its next renewal (`exec` listens on this channel; see
+    -- notify.rs). Fire-and-forget: a holder not listening at this instant learns it by renewing.
+    -- pcall: an ACL user without the channel (Redis 7 gives new users none) still releases; its
+    -- holder learns it by renewing.
+    redis.pcall('PUBLISH', LOCK .. ':events', 'forced:' .. current .. ':' .. at .. ':' .. by)
   end
   return {1, record, pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])}
 end

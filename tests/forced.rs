@@ -1,0 +1,188 @@
+//! Forced releases leave a record of who forced them and when (`forced_by`, `forced_at` in the
+//! lock's meta hash, with `forced_token`, the token they evicted), which `status` shows for the
+//! last holder and which an `exec` holder names in its lost-lock message, whether it hears of the
+//! release at once (pub/sub), at its next renewal, or at release. A release that is not forced
+//! records nothing of the kind.
+
+mod common;
+mod exec_support;
+
+use common::nodes::Nodes;
+use common::*;
+use exec_support::*;
+use serde_json::Value;
+
+/// Exit status when the lock was lost.
+const LOST: i32 = 75;
+
+/// How the test process (the forcer's calling script, as `forced_by` names it) shows in a record.
+fn me() -> String {
+    format!("(pid {})", std::process::id())
+}
+
+fn force(redis: &RedisServer, name: &str) {
+    redis
+        .redlock()
+        .args(["release", name, "--force"])
+        .run()
+        .expect(0);
+}
+
+fn status_json(redis: &RedisServer, name: &str) -> Value {
+    let out = redis
+        .redlock()
+        .args(["status", "--json", name])
+        .run()
+        .expect(1);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+    v[0].clone()
+}
+
+/// Forbids pub/sub to the default user (as Redis 7 does for a new ACL user): an `exec` holder
+/// hears of a forced release only at its next renewal, or at release.
+fn no_channels(redis: &RedisServer) {
+    redis.query::<()>(&["ACL", "SETUSER", "default", "resetchannels"]);
+}
+
+#[test]
+fn a_forced_release_is_recorded_and_status_names_the_forcer() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = hold(&redis, "k", "60s");
+    let before = redis.now_ms();
+    force(&redis, "k");
+    let after = redis.now_ms();
+
+    let meta = redis.meta("k");
+    assert_eq!(meta["forced_token"], token, "{meta:?}");
+    let by = &meta["forced_by"];
+    assert!(by.contains('@') && by.ends_with(&me()), "{meta:?}");
+    let at: i64 = meta["forced_at"].parse().unwrap();
+    assert!((before..=after).contains(&at), "{before} {at} {after}");
+
+    let out = redis.redlock().args(["status", "k"]).run().expect(1);
+    assert!(
+        out.stdout.contains(&format!(", force-released by {by})")),
+        "the last holder's cell does not name the forcer:\n{out}"
+    );
+    let last = &status_json(&redis, "k")["last_holder"];
+    assert_eq!(last["forced_by"], by.as_str(), "{last}");
+    assert!(last["forced_at"].as_str().is_some_and(|t| t.ends_with('Z')));
+    assert_eq!(last["ended"], "released", "{last}");
+}
+
+/// The record of a forced release describes the hold it ended, and only that one: the next
+/// holder's normal release shows no forcer, and leaves the record as it was.
+#[test]
+fn a_release_that_is_not_forced_records_nothing_and_shows_no_forcer() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = hold(&redis, "k", "60s");
+    release(&redis, "k", &token);
+    let meta = redis.meta("k");
+    assert!(
+        !meta.keys().any(|k| k.starts_with("forced")),
+        "a normal release wrote {meta:?}"
+    );
+    let last = &status_json(&redis, "k")["last_holder"];
+    assert_eq!(last["forced_by"], Value::Null, "{last}");
+    assert_eq!(last["forced_at"], Value::Null, "{last}");
+
+    hold(&redis, "k", "60s");
+    force(&redis, "k");
+    let forced = redis.meta("k");
+    let token = hold(&redis, "k", "60s");
+    release(&redis, "k", &token);
+    let meta = redis.meta("k");
+    for field in ["forced_token", "forced_by", "forced_at"] {
+        assert_eq!(meta[field], forced[field], "{field}: {meta:?}");
+    }
+    let out = redis.redlock().args(["status", "k"]).run().expect(1);
+    assert!(!out.stdout.contains("force-released"), "{out}");
+    let last = &status_json(&redis, "k")["last_holder"];
+    assert_eq!(last["forced_by"], Value::Null, "{last}");
+}
+
+/// Heard at once, on the lock's channel: the holder's message names the forcer and the time.
+#[test]
+fn an_exec_holder_told_of_a_forced_release_names_the_forcer() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut proc = exec(&redis)
+        .args(["-q", "k", "--ttl", "60s", "-c", &trapper()])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    wait_subscribed(&[&redis], "k");
+    force(&redis, "k");
+    let out = proc.finish(EVENT).expect(LOST);
+    let by = &redis.meta("k")["forced_by"];
+    assert_eq!(out.stdout, "got TERM\n", "stopped at once:\n{out}");
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("redlock: lost the lock 'k'"))
+        .unwrap_or_else(|| panic!("no lost-lock message:\n{out}"));
+    assert!(
+        line.contains(&format!("force-released by {by} at 20")),
+        "does not name {by} and when:\n{out}"
+    );
+}
+
+/// Not listening (no channel permission): the next renewal finds the key gone, and the message
+/// still names the forcer, read from the meta hash.
+#[test]
+fn an_exec_holder_that_finds_a_forced_release_by_renewing_names_the_forcer() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    no_channels(&redis);
+    let mut proc = exec(&redis)
+        .args(["-q", "k", "--ttl", "1s", "-c", &trapper()])
+        .spawn_proc();
+    wait_ready(&redis, &mut proc);
+    force(&redis, "k");
+    let out = proc.finish(EVENT).expect(LOST);
+    assert_eq!(out.stdout, "got TERM\n", "stopped while it ran:\n{out}");
+    let by = &redis.meta("k")["forced_by"];
+    assert!(
+        out.stderr
+            .contains(&format!("force-released by {by} at 20")),
+        "does not name {by}:\n{out}"
+    );
+}
+
+/// On a quorum, every node records the same forcer, and `status` shows it.
+#[test]
+fn a_forced_release_on_a_quorum_is_recorded_on_every_node() {
+    let Some(nodes) = Nodes::start(3) else {
+        return;
+    };
+    let token = nodes
+        .redlock()
+        .args(["acquire", "k", "--ttl", "60s"])
+        .run()
+        .ok();
+    nodes
+        .redlock()
+        .args(["release", "k", "--force"])
+        .run()
+        .expect(0);
+    let by = nodes[0].meta("k")["forced_by"].clone();
+    assert!(by.ends_with(&me()), "{by}");
+    for s in nodes.servers() {
+        let meta = s.meta("k");
+        assert_eq!(meta["forced_token"], token, "{}: {meta:?}", s.url());
+        assert_eq!(meta["forced_by"], by, "{}: {meta:?}", s.url());
+        assert!(meta.contains_key("forced_at"), "{}: {meta:?}", s.url());
+    }
+    let out = nodes
+        .redlock()
+        .args(["status", "--json", "k"])
+        .run()
+        .expect(1);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+    assert_eq!(v[0]["last_holder"]["forced_by"], by.as_str(), "{v}");
+}
