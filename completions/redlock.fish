@@ -25,7 +25,7 @@ function __fish_redlock_using_subcommand
 end
 
 complete -c redlock -n "__fish_redlock_needs_command" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
-complete -c redlock -n "__fish_redlock_needs_command" -l password-file -d 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD' -r -F
+complete -c redlock -n "__fish_redlock_needs_command" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_needs_command" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
 complete -c redlock -n "__fish_redlock_needs_command" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
 complete -c redlock -n "__fish_redlock_needs_command" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
@@ -53,7 +53,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l format -d 'W
 env\t'REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines, for v=$(...) || exit; eval "$v"'
 json\t'One JSON object'"
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
@@ -68,7 +68,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s v -l verbose
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s V -l version -d 'Print version'
 complete -c redlock -n "__fish_redlock_using_subcommand release" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
-complete -c redlock -n "__fish_redlock_using_subcommand release" -l password-file -d 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand release" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
@@ -84,7 +84,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand release" -s h -l help -d
 complete -c redlock -n "__fish_redlock_using_subcommand release" -s V -l version -d 'Print version'
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l ttl -d 'New lifetime, counted from now' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
-complete -c redlock -n "__fish_redlock_using_subcommand extend" -l password-file -d 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand extend" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
@@ -98,7 +98,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand extend" -s v -l verbose 
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -s V -l version -d 'Print version'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
-complete -c redlock -n "__fish_redlock_using_subcommand status" -l password-file -d 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand status" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
@@ -124,7 +124,7 @@ ignore\t'Warn and let the command finish'"
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l kill-after -d 'After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s c -l command -d 'Run this shell command with /bin/sh -c instead of CMD' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l password-file -d 'Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F

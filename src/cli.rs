@@ -166,20 +166,41 @@ pub struct GlobalArgs {
     #[arg(short = 'u', long = "url", value_name = "URL", global = true)]
     pub url: Vec<String>,
 
-    /// Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD
-    #[arg(long, value_name = "FILE", global = true)]
+    /// Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and
+    /// $REDLOCK_PASSWORD
+    ///
+    /// A FIFO or pipe works too (--password-file <(vault read ...)); redlock warns when others may
+    /// read FILE.
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        env = "REDLOCK_PASSWORD_FILE"
+    )]
     pub password_file: Option<PathBuf>,
 
     /// PEM file with the CA certificate(s) that signed the server's certificate (rediss://)
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(long, value_name = "FILE", global = true, env = "REDLOCK_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
 
     /// PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)
-    #[arg(long, value_name = "FILE", global = true, requires = "tls_key")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        env = "REDLOCK_TLS_CERT",
+        requires = "tls_key"
+    )]
     pub tls_cert: Option<PathBuf>,
 
     /// PEM file with the private key of --tls-cert
-    #[arg(long, value_name = "FILE", global = true, requires = "tls_cert")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        env = "REDLOCK_TLS_KEY",
+        requires = "tls_cert"
+    )]
     pub tls_key: Option<PathBuf>,
 
     /// The URLs are seed nodes of a Redis Cluster (the lock's keys share one hash slot)
