@@ -249,8 +249,9 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Take a lock and print its token (the lock stays held after redlock exits)
     #[command(
-        after_help = "Example:\n  T=$(redlock acquire migrate --ttl 5m) || exit\n  \
-        trap 'redlock release migrate \"$T\"' EXIT"
+        after_help = "Example:\n  REDLOCK_TOKEN=$(redlock acquire migrate --ttl 5m) || exit\n  \
+        export REDLOCK_TOKEN    # release and extend read it (argv shows in ps)\n  \
+        trap 'redlock release migrate' EXIT"
     )]
     Acquire(AcquireArgs),
 
@@ -295,7 +296,8 @@ pub struct LockArgs {
     #[arg(short = 'E', long, value_name = "N", default_value_t = 1)]
     pub conflict_exit_code: u8,
 
-    /// Describe the holder in 'redlock status' (default: the command line)
+    /// Describe the holder in 'redlock status' (default: the command line); passwords and tokens
+    /// in it are shown as ***
     #[arg(long, value_name = "TEXT")]
     pub note: Option<String>,
 
