@@ -193,29 +193,48 @@ fn socket_server_with_password(dir: &Path, name: &str) -> Option<(RedisServer, S
 }
 
 #[test]
-fn a_socket_password_is_hidden_in_logs_and_errors_and_from_the_command() {
+fn a_socket_password_is_hidden_in_the_verbose_log() {
     let dir = tempfile::tempdir().unwrap();
     let Some((_redis, url)) = socket_server_with_password(dir.path(), "one") else {
         return;
     };
     // -v logs every round trip with the URL.
     let out = redlock().args(["-v", "-u", &url, "acquire", "k"]).run();
-    let token = out.stdout.trim().to_string();
-    assert!(is_token(&token), "{out}");
+    assert!(is_token(out.stdout.trim()), "{out}");
     assert!(out.stderr.contains("pass=***"), "{out}");
     assert_no_password(&out);
-    // An error names the URL.
-    let wrong = url.replace(PW, "wrong");
+}
+
+#[test]
+fn a_socket_password_is_hidden_in_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((_redis, url)) = socket_server_with_password(dir.path(), "one") else {
+        return;
+    };
+    // Refused credentials: the error names the URL.
+    let wrong = url.replace(PW, "WrongPassword");
     let out = redlock().args(["-u", &wrong, "status"]).run().expect(77);
+    assert_one_error_line(&out);
     assert!(out.stderr.contains("pass=***"), "{out}");
-    assert!(!out.stderr.contains("wrong"), "{out}");
-    redlock()
-        .args(["-u", &url, "release", "k", &token])
+    assert!(!out.stderr.contains("WrongPassword"), "{out}");
+    // A URL given twice: the error names it.
+    let out = redlock()
+        .args(["-u", &url, "-u", &format!("{url}&db=0"), "status"])
         .run()
-        .expect(0);
+        .expect(2);
+    assert_one_error_line(&out);
+    assert_no_password(&out);
+}
+
+#[test]
+fn a_socket_password_is_kept_from_the_commands_redlock_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((_redis, url)) = socket_server_with_password(dir.path(), "one") else {
+        return;
+    };
     // The command's REDLOCK_URL has no password, and a redlock it runs still gets in.
     let out = redlock()
-        .args(["-u", &url, "exec", "k", "--"])
+        .args(["-u", &format!("{url}&db=3"), "exec", "k", "--"])
         .args([
             "sh",
             "-c",
@@ -228,7 +247,7 @@ fn a_socket_password_is_hidden_in_logs_and_errors_and_from_the_command() {
     let socket = dir.path().join("one.sock");
     assert!(
         out.stdout
-            .contains(&format!("url=unix://{}\n", socket.display())),
+            .contains(&format!("url=unix://{}?db=3\n", socket.display())),
         "{out}"
     );
 }
