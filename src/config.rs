@@ -2,8 +2,10 @@
 //!
 //! Everything the user can get wrong about *where* Redis is and *how* to reach it is checked here,
 //! before any connection is attempted, and reported as a usage error (exit 2). The password is
-//! kept only inside the `redis::ConnectionInfo`; every string meant for humans or for a child
-//! process is built from a redacted copy of the URL.
+//! kept only inside the `redis::ConnectionInfo` and [`ForChild`] (which `exec` hands on in a file,
+//! never in an environment variable); every string meant for humans or for a child process is
+//! built from a redacted copy of the URL: userinfo password and `pass=` shown as `***` or left
+//! out, and a URL that does not parse shown only from its last `@` on.
 
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
