@@ -166,20 +166,41 @@ pub struct GlobalArgs {
     #[arg(short = 'u', long = "url", value_name = "URL", global = true)]
     pub url: Vec<String>,
 
-    /// Read the Redis password from FILE (first line); overrides the URL and $REDLOCK_PASSWORD
-    #[arg(long, value_name = "FILE", global = true)]
+    /// Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and
+    /// $REDLOCK_PASSWORD
+    ///
+    /// A FIFO or pipe works too (--password-file <(vault read ...)); redlock warns when others may
+    /// read FILE.
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        env = "REDLOCK_PASSWORD_FILE"
+    )]
     pub password_file: Option<PathBuf>,
 
     /// PEM file with the CA certificate(s) that signed the server's certificate (rediss://)
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(long, value_name = "FILE", global = true, env = "REDLOCK_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
 
     /// PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)
-    #[arg(long, value_name = "FILE", global = true, requires = "tls_key")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        env = "REDLOCK_TLS_CERT",
+        requires = "tls_key"
+    )]
     pub tls_cert: Option<PathBuf>,
 
     /// PEM file with the private key of --tls-cert
-    #[arg(long, value_name = "FILE", global = true, requires = "tls_cert")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        env = "REDLOCK_TLS_KEY",
+        requires = "tls_cert"
+    )]
     pub tls_key: Option<PathBuf>,
 
     /// The URLs are seed nodes of a Redis Cluster (the lock's keys share one hash slot)
@@ -228,8 +249,9 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Take a lock and print its token (the lock stays held after redlock exits)
     #[command(
-        after_help = "Example:\n  T=$(redlock acquire migrate --ttl 5m) || exit\n  \
-        trap 'redlock release migrate \"$T\"' EXIT"
+        after_help = "Example:\n  REDLOCK_TOKEN=$(redlock acquire migrate --ttl 5m) || exit\n  \
+        export REDLOCK_TOKEN    # release and extend read it (argv shows in ps)\n  \
+        trap 'redlock release migrate' EXIT"
     )]
     Acquire(AcquireArgs),
 
@@ -274,7 +296,8 @@ pub struct LockArgs {
     #[arg(short = 'E', long, value_name = "N", default_value_t = 1)]
     pub conflict_exit_code: u8,
 
-    /// Describe the holder in 'redlock status' (default: the command line)
+    /// Describe the holder in 'redlock status' (default: the command line); passwords and tokens
+    /// in it are shown as ***
     #[arg(long, value_name = "TEXT")]
     pub note: Option<String>,
 

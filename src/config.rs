@@ -2,11 +2,15 @@
 //!
 //! Everything the user can get wrong about *where* Redis is and *how* to reach it is checked here,
 //! before any connection is attempted, and reported as a usage error (exit 2). The password is
-//! kept only inside the `redis::ConnectionInfo`; every string meant for humans or for a child
-//! process is built from a redacted copy of the URL.
+//! kept only inside the `redis::ConnectionInfo` and [`ForChild`] (which `exec` hands on in a file,
+//! never in an environment variable); every string meant for humans or for a child process is
+//! built from a redacted copy of the URL: userinfo password and `pass=` shown as `***` or left
+//! out, and a URL that does not parse shown only from its last `@` on.
 
-use std::path::Path;
-use std::time::Duration;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use redis::IntoConnectionInfo;
@@ -83,49 +87,73 @@ pub struct Config {
     pub io_timeout: Duration,
     pub quiet: bool,
     pub verbose: bool,
+    pub for_child: ForChild,
 }
 
-/// The environment variables redlock reads, in one place so tests and docs agree.
+/// What a command started by `exec` needs to run `redlock` against the same servers, beyond
+/// the URLs: the one password every server takes, and the TLS files as absolute paths.
+#[derive(Clone, Default)]
+pub struct ForChild {
+    /// The password every endpoint authenticates with, when they share one (from the URL,
+    /// `REDLOCK_PASSWORD` or `--password-file`); `None` when there is none, or when the servers
+    /// each have their own (one password file cannot carry several).
+    pub password: Option<String>,
+    pub tls_ca: Option<PathBuf>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+}
+
+/// The environment variables redlock reads, in one place so tests and docs agree. (Those that
+/// stand for a flag, `REDLOCK_PASSWORD_FILE`, `REDLOCK_TLS_CA`, ..., are read by clap.)
 pub struct Env {
-    pub url: Option<String>,
+    /// The URL list, and the variable it came from (for messages).
+    pub url: Option<(&'static str, String)>,
     pub password: Option<String>,
 }
 
 impl Env {
     pub fn from_process() -> Self {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let var = |name: &'static str| {
+            std::env::var(name)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(|v| (name, v))
+        };
         Env {
             url: var("REDLOCK_URL").or_else(|| var("REDIS_URL")),
-            password: var("REDLOCK_PASSWORD"),
+            password: var("REDLOCK_PASSWORD").map(|(_, v)| v),
         }
     }
 }
 
 impl Config {
     pub fn resolve(args: &GlobalArgs, env: &Env) -> Result<Config> {
-        let urls: Vec<String> = if args.url.is_empty() {
-            env.url
-                .as_deref()
-                .unwrap_or(DEFAULT_URL)
-                .split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect()
-        } else {
-            args.url.clone()
-        };
-        if urls.is_empty() {
-            return Err(usage("empty Redis URL; set --url or REDLOCK_URL"));
-        }
         let password = match &args.password_file {
-            Some(path) => Some(read_password(path)?),
+            Some(path) => Some(read_password(path, args.quiet)?),
             None => env.password.clone(),
         };
         let tls = tls_certificates(args)?;
-        let endpoints = urls
-            .iter()
-            .map(|u| parse_url(u, password.clone(), tls.clone()))
-            .collect::<Result<Vec<_>>>()?;
+        let endpoints = if args.url.is_empty() {
+            let (var, list) = match &env.url {
+                Some((var, list)) => (*var, list.as_str()),
+                None => ("REDLOCK_URL", DEFAULT_URL),
+            };
+            parse_url_list(var, list, &password, &tls)?
+        } else {
+            args.url
+                .iter()
+                .map(|u| parse_url(u, password.clone(), tls.clone()))
+                .collect::<Result<Vec<_>>>()?
+        };
+        if endpoints.is_empty() {
+            return Err(usage("empty Redis URL; set --url or REDLOCK_URL"));
+        }
+        let for_child = ForChild {
+            password: shared_password(&endpoints),
+            tls_ca: args.tls_ca.as_deref().map(absolute),
+            tls_cert: args.tls_cert.as_deref().map(absolute),
+            tls_key: args.tls_key.as_deref().map(absolute),
+        };
         let servers = servers(endpoints, args)?;
         check_prefix(&args.prefix)?;
         for (name, d) in [
@@ -143,6 +171,7 @@ impl Config {
             io_timeout: args.io_timeout,
             quiet: args.quiet,
             verbose: args.verbose,
+            for_child,
         })
     }
 }
@@ -179,6 +208,65 @@ fn check_prefix(prefix: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Parses a comma-separated URL list from environment variable `var`. A URL that does not parse
+/// may be the head of a password cut at a comma (`redis://:a,b@host`): when an `@` follows it
+/// in the list, the error prints none of it and says so.
+fn parse_url_list(
+    var: &str,
+    list: &str,
+    password: &Option<String>,
+    tls: &Option<redis::TlsCertificates>,
+) -> Result<Vec<Endpoint>> {
+    let mut endpoints = Vec::new();
+    let mut start = 0;
+    let fragments: Vec<&str> = list.split(',').collect();
+    for (i, fragment) in fragments.iter().enumerate() {
+        let end = start + fragment.len();
+        let rest = &list[end..];
+        start = end + 1;
+        let url = fragment.trim();
+        if url.is_empty() {
+            continue;
+        }
+        match parse_url(url, password.clone(), tls.clone()) {
+            Ok(ep) => endpoints.push(ep),
+            Err(_) if rest.contains('@') => {
+                return Err(usage(format!(
+                    "${var} holds an invalid URL (item {} of {}, not printed: an '@' follows it, so \
+                     it may be part of a password); ${var} is split at commas, so a ',' in a \
+                     password must be percent-encoded as %2C (or give the password in \
+                     REDLOCK_PASSWORD or --password-file)",
+                    i + 1,
+                    fragments.len()
+                )));
+            }
+            Err(e) if fragments.len() > 1 && fragment.contains('@') => {
+                return Err(usage(format!(
+                    "{e:#} (${var} is split at commas: a ',' in a password must be \
+                     percent-encoded as %2C)"
+                )));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(endpoints)
+}
+
+/// The password every endpoint authenticates with, if they share one.
+fn shared_password(endpoints: &[Endpoint]) -> Option<String> {
+    let mut passwords = endpoints.iter().map(|e| e.info.redis_settings().password());
+    let first = passwords.next()??;
+    passwords
+        .all(|p| p == Some(first))
+        .then(|| first.to_string())
+}
+
+/// `path` made absolute (from the current directory), so that a command that changes directory
+/// still finds it. Left as given if the current directory is unknown.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Checks that the endpoints fit the mode (--cluster, --sentinel, or one or several masters).
@@ -238,21 +326,114 @@ fn servers(mut endpoints: Vec<Endpoint>, args: &GlobalArgs) -> Result<Servers> {
     Ok(Servers::Quorum(endpoints))
 }
 
-fn read_password(path: &Path) -> Result<String> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        usage(format!(
-            "cannot read --password-file {}: {e}",
-            path.display()
-        ))
-    })?;
-    let line = text.lines().next().unwrap_or("").to_string();
-    if line.is_empty() {
+/// The longest password line read from `--password-file`, in bytes.
+const MAX_PASSWORD: usize = 4096;
+
+/// How long `--password-file` waits for a pipe's writer to send the password.
+const PASSWORD_WAIT: Duration = Duration::from_secs(10);
+
+/// The first line of `--password-file` (or `$REDLOCK_PASSWORD_FILE`), read with bounds: a FIFO
+/// without a writer is empty at once (the open does not block), a pipe whose writer stays silent
+/// is an error after [`PASSWORD_WAIT`], and `/dev/zero` or a huge file costs at most
+/// [`MAX_PASSWORD`] bytes. Warns (unless `quiet`) when others may read the file.
+fn read_password(path: &Path, quiet: bool) -> Result<String> {
+    let shown = path.display();
+    let cannot = |e: std::io::Error| usage(format!("cannot read --password-file {shown}: {e}"));
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    // A file without a name (an exec's memfd, a deleted file) is reachable by its owner alone.
+    let others = meta.mode() & 0o044;
+    if !quiet && meta.is_file() && meta.nlink() > 0 && others != 0 {
+        let who = match others {
+            0o040 => "its group",
+            0o004 => "every user",
+            _ => "its group and every user",
+        };
+        crate::eline!(
+            "redlock: warning: --password-file {shown} is readable by {who} (mode {:o}); \
+             restrict it with chmod 600",
+            meta.mode() & 0o7777
+        );
+    }
+    let mut line = Vec::new();
+    let mut chunk = [0u8; 512];
+    let deadline = Instant::now() + PASSWORD_WAIT;
+    loop {
+        let room = (MAX_PASSWORD + 1 - line.len()).min(chunk.len());
+        match file.read(&mut chunk[..room]) {
+            Ok(0) => break,
+            Ok(n) => {
+                line.extend_from_slice(&chunk[..n]);
+                if line.contains(&b'\n') || line.len() > MAX_PASSWORD {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if !readable_before(&file, deadline) {
+                    return Err(usage(format!(
+                        "--password-file {shown}: no password arrived within {}s",
+                        PASSWORD_WAIT.as_secs()
+                    )));
+                }
+            }
+            Err(e) => return Err(cannot(e)),
+        }
+    }
+    if let Some(end) = line.iter().position(|&b| b == b'\n') {
+        line.truncate(end);
+    }
+    if line.ends_with(b"\r") {
+        line.pop();
+    }
+    if line.len() > MAX_PASSWORD {
         return Err(usage(format!(
-            "--password-file {} is empty",
-            path.display()
+            "--password-file {shown}: the first line is longer than {MAX_PASSWORD} bytes; is it \
+             the right file?"
         )));
     }
+    if line.contains(&0) {
+        return Err(usage(format!(
+            "--password-file {shown}: the first line holds a NUL byte; is it the right file?"
+        )));
+    }
+    let line = String::from_utf8(line).map_err(|_| {
+        usage(format!(
+            "--password-file {shown}: the first line is not UTF-8"
+        ))
+    })?;
+    if line.is_empty() {
+        return Err(usage(format!("--password-file {shown} is empty")));
+    }
     Ok(line)
+}
+
+/// Waits until `file` has data (or its writer closed it), at most until `deadline`.
+fn readable_before(file: &std::fs::File, deadline: Instant) -> bool {
+    use std::os::fd::AsRawFd;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut pfd = libc::pollfd {
+            fd: file.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+        // SAFETY: poll reads and writes the one pollfd we pass.
+        match unsafe { libc::poll(&mut pfd, 1, ms) } {
+            n if n > 0 => return true,
+            0 => return false,
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return true, // Let the read report the error.
+        }
+    }
 }
 
 fn read_pem(path: &Path, flag: &str) -> Result<Vec<u8>> {
@@ -278,7 +459,14 @@ fn tls_certificates(args: &GlobalArgs) -> Result<Option<redis::TlsCertificates>>
             client_cert: read_pem(cert, "--tls-cert")?,
             client_key: read_pem(key, "--tls-key")?,
         }),
-        _ => None,
+        (None, None) => None,
+        // clap enforces this for the flags, not for $REDLOCK_TLS_CERT / $REDLOCK_TLS_KEY.
+        _ => {
+            return Err(usage(
+                "--tls-cert and --tls-key go together (check $REDLOCK_TLS_CERT and \
+                 $REDLOCK_TLS_KEY)",
+            ));
+        }
     };
     if root_cert.is_none() && client_tls.is_none() {
         return Ok(None);
@@ -369,15 +557,29 @@ pub fn parse_url(
     }
     info = info.set_redis_settings(settings);
 
+    // `public` loses the password (userinfo, or a socket URL's `pass=`), `display` shows `***`.
     let has_password = url.password().is_some();
     let _ = url.set_password(None);
+    let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+    let mut display_url = url.clone();
+    if pairs.iter().any(|(k, _)| secret_param(k)) {
+        let kept: Vec<&(String, String)> = pairs.iter().filter(|(k, _)| !secret_param(k)).collect();
+        if kept.is_empty() {
+            url.set_query(None);
+        } else {
+            url.query_pairs_mut().clear().extend_pairs(kept);
+        }
+        display_url.query_pairs_mut().clear().extend_pairs(
+            pairs
+                .iter()
+                .map(|(k, v)| (k, if secret_param(k) { "***" } else { v })),
+        );
+    }
+    if has_password {
+        let _ = display_url.set_password(Some("***"));
+    }
     let public = url.to_string();
-    let display = if has_password {
-        let _ = url.set_password(Some("***"));
-        url.to_string()
-    } else {
-        public.clone()
-    };
+    let display = display_url.to_string();
     Ok(Endpoint {
         info,
         display,
@@ -398,14 +600,47 @@ fn userinfo_cut_short(raw: &str) -> bool {
         .is_some_and(|at| rest[..at].contains(['#', '?', '/']))
 }
 
-/// Hides anything between `://` and `@` in a string that did not parse as a URL.
+/// Whether a URL query parameter carries a password: `pass` (what the driver reads for a Unix
+/// socket), or `password`, which users try.
+fn secret_param(name: &str) -> bool {
+    name.eq_ignore_ascii_case("pass") || name.eq_ignore_ascii_case("password")
+}
+
+/// A string that did not parse as a URL, safe to print: whatever its shape (`redis:/:PW@h`,
+/// `redis//:PW@h`, `redis:PW@h`), everything before its last `@` is hidden but a leading
+/// `scheme://`, and so is the value of a `pass=` or `password=` parameter.
 fn redact_unparsed(raw: &str) -> String {
-    match (raw.find("://"), raw.rfind('@')) {
-        (Some(start), Some(at)) if at > start => {
-            format!("{}://***@{}", &raw[..start], &raw[at + 1..])
+    let shown = match raw.rfind('@') {
+        Some(at) => {
+            let scheme = raw
+                .find("://")
+                .filter(|&i| i < at && is_scheme(&raw[..i]))
+                .map_or(String::new(), |i| format!("{}://", &raw[..i]));
+            format!("{scheme}***@{}", &raw[at + 1..])
         }
-        _ => raw.to_string(),
+        None => raw.to_string(),
+    };
+    let mut out = String::with_capacity(shown.len());
+    let mut rest = shown.as_str();
+    while let Some(eq) = rest.find('=') {
+        let name_start = rest[..eq].rfind(['?', '&', ';']).map_or(0, |i| i + 1);
+        let hide = secret_param(&rest[name_start..eq]) && name_start > 0;
+        out.push_str(&rest[..=eq]);
+        rest = &rest[eq + 1..];
+        if hide {
+            out.push_str("***");
+            rest = &rest[rest.find('&').unwrap_or(rest.len())..];
+        }
     }
+    out.push_str(rest);
+    out
+}
+
+/// Whether `s` is a URL scheme: a letter, then letters, digits, `+`, `-` or `.`.
+fn is_scheme(s: &str) -> bool {
+    s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
 #[cfg(test)]
@@ -469,6 +704,136 @@ mod tests {
         assert_eq!(ep.info.redis_settings().password(), Some("1234#secret"));
         parse_url("unix:///tmp/a@b/redis.sock", None, None).unwrap();
         parse_url("redis://:p@ss@host:6379", None, None).unwrap();
+    }
+
+    #[test]
+    fn socket_passwords_are_redacted_and_kept_from_the_child() {
+        let ep = parse_url("unix:///tmp/r.sock?user=bob&pass=s3cret&db=2", None, None).unwrap();
+        assert_eq!(ep.display, "unix:///tmp/r.sock?user=bob&pass=***&db=2");
+        assert_eq!(ep.public, "unix:///tmp/r.sock?user=bob&db=2");
+        assert_eq!(ep.info.redis_settings().password(), Some("s3cret"));
+        let ep = parse_url("redis+unix:///tmp/r.sock?pass=s3cret", None, None).unwrap();
+        assert_eq!(ep.display, "redis+unix:///tmp/r.sock?pass=***");
+        assert_eq!(ep.public, "redis+unix:///tmp/r.sock");
+        // `password=` does nothing for the driver, but users try it: never shown either.
+        let ep = parse_url("redis://h:6379/0?Password=s3cret", None, None).unwrap();
+        assert!(!ep.display.contains("s3cret") && !ep.public.contains("s3cret"));
+    }
+
+    #[test]
+    fn unparsable_urls_hide_everything_before_the_last_at() {
+        for (raw, want) in [
+            ("redis:/:s3cret@h", "***@h"),
+            ("redis//:s3cret@h", "***@h"),
+            ("redis:s3cret@h", "***@h"),
+            ("redis://:s3c@ret@h:1", "redis://***@h:1"),
+            ("x:s3cret://y@h", "***@h"),
+            ("unix://?pass=s3cret&db=1", "unix://?pass=***&db=1"),
+            ("redis://h", "redis://h"),
+        ] {
+            assert_eq!(redact_unparsed(raw), want, "{raw}");
+        }
+        for raw in [
+            "redis:/:s3cret@h",
+            "redis//:s3cret@h",
+            "redis:s3cret@h",
+            "unix://?pass=s3cret",
+        ] {
+            let err = match parse_url(raw, None, None) {
+                Ok(_) => panic!("{raw} was accepted"),
+                Err(e) => format!("{e:#}"),
+            };
+            assert!(!err.contains("s3cret"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_comma_in_a_listed_password_is_named_not_printed() {
+        let list = |value: &str| match parse_url_list("REDLOCK_URL", value, &None, &None) {
+            Ok(eps) => panic!("{value} gave {} endpoints", eps.len()),
+            Err(e) => format!("{e:#}"),
+        };
+        for value in [
+            "redis://:ab,cd@h:6379",
+            "redis://u:ab,cd@h",
+            "redis://h1:6379,redis://:ab,cd@h2:6379",
+            "redis://:s,e,c@h",
+        ] {
+            let err = list(value);
+            assert!(err.contains("%2C"), "{err}");
+            for part in ["ab", "cd", "s,e"] {
+                assert!(!err.contains(part), "{value}: {err}");
+            }
+        }
+        // The head parses (a port of digits): the tail fails, shown only after its '@'.
+        let err = list("redis://u:12,34@h");
+        assert!(err.contains("%2C") && !err.contains("34@"), "{err}");
+        // A list without passwords reports its URL as it is.
+        let err = list("redis://h1,http://h2");
+        assert!(err.contains("http://h2") && !err.contains("%2C"), "{err}");
+        let eps = parse_url_list(
+            "REDLOCK_URL",
+            " redis://h1 ,, redis://:p%2Cw@h2",
+            &None,
+            &None,
+        )
+        .unwrap();
+        assert_eq!(eps.len(), 2);
+        assert_eq!(eps[1].info.redis_settings().password(), Some("p,w"));
+    }
+
+    #[test]
+    fn one_password_for_every_server_is_handed_on() {
+        let eps = |urls: &[&str], pw: Option<&str>| {
+            urls.iter()
+                .map(|u| parse_url(u, pw.map(String::from), None).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(shared_password(&eps(&["redis://h"], None)), None);
+        assert_eq!(
+            shared_password(&eps(&["redis://:a@h1", "unix:///s?pass=a"], None)),
+            Some("a".into())
+        );
+        assert_eq!(
+            shared_password(&eps(&["redis://:a@h1", "redis://:b@h2"], None)),
+            None
+        );
+        assert_eq!(
+            shared_password(&eps(&["redis://:a@h1", "redis://h2"], None)),
+            None
+        );
+        assert_eq!(
+            shared_password(&eps(&["redis://:a@h1", "redis://h2"], Some("c"))),
+            Some("c".into())
+        );
+    }
+
+    fn password_file(content: &[u8], mode: u32) -> tempfile::NamedTempFile {
+        use std::io::Write;
+        use std::os::unix::fs::PermissionsExt;
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(content).unwrap();
+        std::fs::set_permissions(f.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+        f
+    }
+
+    #[test]
+    fn a_password_file_gives_its_first_line_within_bounds() {
+        let read = |content: &[u8]| read_password(password_file(content, 0o600).path(), true);
+        assert_eq!(read(b"s3cret\nsecond line\n").unwrap(), "s3cret");
+        assert_eq!(read(b"s3cret\r\n").unwrap(), "s3cret");
+        assert_eq!(read(b"s3cret").unwrap(), "s3cret");
+        let long = format!("{}\n", "x".repeat(MAX_PASSWORD));
+        assert_eq!(read(long.as_bytes()).unwrap().len(), MAX_PASSWORD);
+        for bad in [&b""[..], b"\nx", b"a\0b\n", b"\xff\xfe\n"] {
+            let err = read(bad).unwrap_err();
+            assert_eq!(crate::error::exit_code(&err), crate::exit::USAGE);
+        }
+        let err = read("y".repeat(MAX_PASSWORD + 1).as_bytes()).unwrap_err();
+        assert!(format!("{err:#}").contains("longer than"), "{err:#}");
+        // Endless input costs a bounded read.
+        let err = read_password(Path::new("/dev/zero"), true).unwrap_err();
+        assert!(format!("{err:#}").contains("longer than"), "{err:#}");
     }
 
     #[test]

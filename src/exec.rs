@@ -23,6 +23,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::ops::ControlFlow;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -228,22 +229,76 @@ fn release(store: &mut dyn Store, lock: &Lock) -> Option<String> {
 }
 
 /// Starts the command with the lock's variables, tied to our lifetime (see `spawn.rs`).
+///
+/// The command gets what a `redlock` it runs needs to reach the same servers, and no secret in
+/// its environment: `REDLOCK_URL` without passwords, `REDLOCK_PREFIX`, the TLS files, and the
+/// password in a sealed memory file it inherits (`REDLOCK_PASSWORD_FILE=/dev/fd/N`) instead of
+/// `REDLOCK_PASSWORD`, which is removed. `REDIS_URL` is the user's own and is left as it is.
 fn spawn(argv: &[OsString], lock: &Lock, config: &Config, handled: &[i32]) -> Result<Child> {
     let fence = lock.fence.to_string();
     let urls = config.servers.public_urls();
+    let files = &config.for_child;
+    let password = files
+        .password
+        .as_deref()
+        .and_then(|pw| match password_fd(pw) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                say(
+                    config,
+                    format!(
+                        "cannot hand the password to the command ({e}): a redlock it runs needs \
+                     --password-file"
+                    ),
+                );
+                None
+            }
+        });
+    if files.password.is_none() && config.verbose {
+        let passwords = config.servers.endpoints().iter();
+        if passwords
+            .filter_map(|e| e.info.redis_settings().password())
+            .next()
+            .is_some()
+        {
+            crate::eline!(
+                "redlock: the servers have different passwords: the command gets none (one \
+                 password file cannot carry them all)"
+            );
+        }
+    }
+    let password_file = password
+        .as_ref()
+        .map(|fd| format!("/dev/fd/{}", fd.as_raw_fd()));
+    fn path(p: &Option<std::path::PathBuf>) -> Option<&OsStr> {
+        p.as_deref().map(std::path::Path::as_os_str)
+    }
     let mut env = vec![
-        ("REDLOCK_KEY", OsStr::new(&lock.keys.name)),
-        ("REDLOCK_TOKEN", OsStr::new(&lock.token)),
-        ("REDLOCK_FENCE", OsStr::new(&fence)),
-        ("REDLOCK_URL", OsStr::new(&urls)),
+        ("REDLOCK_KEY", Some(OsStr::new(&lock.keys.name))),
+        ("REDLOCK_TOKEN", Some(OsStr::new(&lock.token))),
+        ("REDLOCK_FENCE", Some(OsStr::new(&fence))),
+        ("REDLOCK_URL", Some(OsStr::new(&urls))),
+        ("REDLOCK_PREFIX", Some(OsStr::new(&config.prefix))),
+        ("REDLOCK_PASSWORD", None),
+        (
+            "REDLOCK_PASSWORD_FILE",
+            password_file.as_deref().map(OsStr::new),
+        ),
+        ("REDLOCK_TLS_CA", path(&files.tls_ca)),
+        ("REDLOCK_TLS_CERT", path(&files.tls_cert)),
+        ("REDLOCK_TLS_KEY", path(&files.tls_key)),
     ];
     // So that `redlock extend "$REDLOCK_KEY"` in the command reaches the same servers.
     match &config.servers {
-        Servers::Cluster(_) => env.push(("REDLOCK_CLUSTER", OsStr::new("1"))),
-        Servers::Sentinel { master, .. } => env.push(("REDLOCK_SENTINEL", OsStr::new(master))),
+        Servers::Cluster(_) => env.push(("REDLOCK_CLUSTER", Some(OsStr::new("1")))),
+        Servers::Sentinel { master, .. } => {
+            env.push(("REDLOCK_SENTINEL", Some(OsStr::new(master))));
+        }
         _ => {}
     }
     let shown = argv[0].to_string_lossy();
+    // The command has exec'd when this returns (see `spawn.rs`): it holds its own copy of the
+    // password's descriptor, and ours closes when `password` drops.
     spawn::spawn(argv, &env, handled).map_err(|e| match e {
         SpawnError::NotFound => failure(Kind::NotFound, format!("command not found: {shown}")),
         SpawnError::NotExecutable(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -256,6 +311,46 @@ fn spawn(argv: &[OsString], lock: &Lock, config: &Config, handled: &[i32]) -> Re
             failure(Kind::NotExecutable, format!("cannot execute {shown}: {e}"))
         }
     })
+}
+
+/// A sealed, read-only memory file holding `password`, which the command inherits: the
+/// descriptor is not close-on-exec. It is made just before the spawn and closed by the caller
+/// right after, and nothing else in redlock starts a process meanwhile, so only the command gets
+/// it. It is at least 3, so that it never stands in for a closed stdin, stdout or stderr.
+fn password_fd(password: &str) -> std::io::Result<OwnedFd> {
+    use std::io::{Error, Write};
+    if password.contains('\n') {
+        // A password file gives its first line only.
+        return Err(Error::other("the password holds a line break"));
+    }
+    // SAFETY: the name is a NUL-terminated literal; memfd_create returns a new descriptor or -1.
+    let raw = unsafe { libc::memfd_create(c"redlock-password".as_ptr(), libc::MFD_ALLOW_SEALING) };
+    if raw == -1 {
+        return Err(Error::last_os_error());
+    }
+    // SAFETY: `raw` is a descriptor we own from here on.
+    let mut fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    if raw < 3 {
+        // SAFETY: F_DUPFD returns a new descriptor, at least 3, or -1.
+        let dup = unsafe { libc::fcntl(raw, libc::F_DUPFD, 3) };
+        if dup == -1 {
+            return Err(Error::last_os_error());
+        }
+        // SAFETY: as above; the low one closes when the old `fd` drops.
+        fd = unsafe { OwnedFd::from_raw_fd(dup) };
+    }
+    let mut file = std::fs::File::from(fd);
+    file.write_all(password.as_bytes())?;
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: fchmod and fcntl act on a descriptor we own.
+    unsafe {
+        if libc::fchmod(file.as_raw_fd(), 0o400) == -1
+            || libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) == -1
+        {
+            return Err(Error::last_os_error());
+        }
+    }
+    Ok(OwnedFd::from(file))
 }
 
 /// How often the lock is renewed: every TTL/3, so two renewals may fail before it expires.

@@ -469,7 +469,7 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-/// A fresh 128-bit random token (uuid v4, 32 hex digits).
+/// A fresh random token (uuid v4: 122 random bits, 32 hex digits).
 pub fn new_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }

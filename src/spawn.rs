@@ -100,11 +100,12 @@ struct Plan {
     error: AtomicI32,
 }
 
-/// Starts `argv` with the current environment plus `env`, stdio inherited, tied to our life.
-/// `handled` are the signals we have handlers for (they are reset in the child).
+/// Starts `argv` with the current environment changed by `env` (a value sets the variable,
+/// `None` removes it), stdio inherited, tied to our life. `handled` are the signals we have
+/// handlers for (they are reset in the child).
 pub fn spawn(
     argv: &[OsString],
-    env: &[(&str, &OsStr)],
+    env: &[(&str, Option<&OsStr>)],
     handled: &[i32],
 ) -> Result<Child, SpawnError> {
     let path = resolve(&argv[0])?;
@@ -116,7 +117,7 @@ pub fn spawn(
         .collect();
     vars.extend(
         env.iter()
-            .map(|(k, v)| (OsString::from(k), v.to_os_string())),
+            .filter_map(|(k, v)| Some((OsString::from(k), (*v)?.to_os_string()))),
     );
     let envs: Vec<CString> = vars
         .iter()
@@ -301,7 +302,18 @@ mod tests {
     #[test]
     fn passes_the_extra_environment() {
         let script = "[ \"$REDLOCK_TEST_VAR\" = yes ]";
-        let env = [("REDLOCK_TEST_VAR", OsStr::new("yes"))];
+        let env = [("REDLOCK_TEST_VAR", Some(OsStr::new("yes")))];
+        let mut child = spawn(&["sh".into(), "-c".into(), script.into()], &env, &[]).unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(0));
+    }
+
+    #[test]
+    fn removes_variables_given_without_a_value() {
+        let script = "[ -z \"${HOME+set}\" ] && [ \"$REDLOCK_TEST_VAR\" = yes ]";
+        let env = [
+            ("HOME", None),
+            ("REDLOCK_TEST_VAR", Some(OsStr::new("yes"))),
+        ];
         let mut child = spawn(&["sh".into(), "-c".into(), script.into()], &env, &[]).unwrap();
         assert_eq!(child.wait().unwrap().code(), Some(0));
     }

@@ -563,8 +563,45 @@ fn child_environment(r: &mut Roff) {
         r,
         "REDLOCK_URL",
         [roman(
-            "The Redis URLs in use, comma-separated and without passwords, so that a redlock run \
-             by the command reaches the same servers.",
+            "The Redis URLs in use, comma-separated and without passwords (an ACL user stays), \
+             so that a redlock run by the command reaches the same servers as the same user.",
+        )],
+    );
+    item(
+        r,
+        "REDLOCK_PREFIX",
+        [roman("The key namespace in use, for the same reason.")],
+    );
+    item(
+        r,
+        "REDLOCK_PASSWORD_FILE",
+        [roman(
+            "When the servers take a password (from the URL, REDLOCK_PASSWORD or \
+             --password-file): /dev/fd/N, a sealed read-only in-memory file holding it, which the \
+             command inherits as descriptor N. REDLOCK_PASSWORD is removed from the command's \
+             environment, so that no password is in it. Servers with different passwords get \
+             none.",
+        )],
+    );
+    item(
+        r,
+        "REDLOCK_TLS_CA, REDLOCK_TLS_CERT, REDLOCK_TLS_KEY",
+        [
+            roman("The files of "),
+            bold("--tls-ca"),
+            roman(", "),
+            bold("--tls-cert"),
+            roman(" and "),
+            bold("--tls-key"),
+            roman(" as absolute paths, when given."),
+        ],
+    );
+    item(
+        r,
+        "REDIS_URL",
+        [roman(
+            "Passed on unchanged: it belongs to the user's own programs (a redlock in the \
+             command uses REDLOCK_URL first).",
         )],
     );
     item(
@@ -710,8 +747,34 @@ fn root_sections(r: &mut Roff) {
             bold("--password-file"),
             roman(
                 " overrides it. A password is never printed. In a URL, a password's #, ? and / \
-                 must be percent-encoded (%23, %3F, %2F); here they need not be.",
+                 must be percent-encoded (%23, %3F, %2F), and a , in REDLOCK_URL as %2C; here \
+                 they need not be.",
             ),
+        ],
+    );
+    item(
+        r,
+        "REDLOCK_PASSWORD_FILE",
+        [
+            roman("As "),
+            bold("--password-file"),
+            roman(
+                ": its first line (at most 4 KiB) is the password. redlock exec sets it for the \
+                 command (see redlock-exec(1)).",
+            ),
+        ],
+    );
+    item(
+        r,
+        "REDLOCK_TLS_CA, REDLOCK_TLS_CERT, REDLOCK_TLS_KEY",
+        [
+            roman("As "),
+            bold("--tls-ca"),
+            roman(", "),
+            bold("--tls-cert"),
+            roman(" and "),
+            bold("--tls-key"),
+            roman("."),
         ],
     );
     item(
@@ -799,8 +862,9 @@ fn root_sections(r: &mut Roff) {
             "Hold a lock across several steps of a shell script, and release it whatever happens:",
         )],
         &[
-            "T=$(redlock acquire migrate --ttl 5m) || exit",
-            "trap 'redlock release migrate \"$T\"' EXIT",
+            "REDLOCK_TOKEN=$(redlock acquire migrate --ttl 5m) || exit",
+            "export REDLOCK_TOKEN",
+            "trap 'redlock release migrate' EXIT",
             "./migrate.sh",
         ],
     );
@@ -871,11 +935,14 @@ fn acquire_sections(r: &mut Roff) {
     example(
         r,
         [roman(
-            "Take a lock for a script, and release it when the script exits:",
+            "Take a lock for a script, and release it when the script exits. The token goes in \
+             REDLOCK_TOKEN, which release and extend read, rather than on their command line, \
+             which every user of the host can see with ps:",
         )],
         &[
-            "T=$(redlock acquire migrate --ttl 5m) || exit",
-            "trap 'redlock release migrate \"$T\"' EXIT",
+            "REDLOCK_TOKEN=$(redlock acquire migrate --ttl 5m) || exit",
+            "export REDLOCK_TOKEN",
+            "trap 'redlock release migrate' EXIT",
         ],
     );
     example(
@@ -894,12 +961,12 @@ fn acquire_sections(r: &mut Roff) {
             bold("REDLOCK_TOKEN"),
             roman(" and "),
             bold("REDLOCK_FENCE"),
-            roman(" as shell variables (not exported):"),
+            roman(" (exported, so that release finds the token):"),
         ],
         &[
             "vars=$(redlock acquire deploy --wait 10m --format env) || exit",
-            "eval \"$vars\"",
-            "trap 'redlock release \"$REDLOCK_KEY\" \"$REDLOCK_TOKEN\"' EXIT",
+            "set -a; eval \"$vars\"; set +a",
+            "trap 'redlock release \"$REDLOCK_KEY\"' EXIT",
             "./deploy.sh --fence \"$REDLOCK_FENCE\"",
         ],
     );
@@ -911,8 +978,11 @@ fn release_sections(r: &mut Roff) {
     heading(r, "EXAMPLES");
     example(
         r,
-        [roman("Release a lock with the token acquire printed:")],
-        &["redlock release migrate \"$T\""],
+        [roman(
+            "Release a lock with the token acquire printed, passed in REDLOCK_TOKEN (not on the \
+             command line, which ps shows to every user):",
+        )],
+        &["REDLOCK_TOKEN=$T redlock release migrate"],
     );
     example(
         r,
@@ -932,12 +1002,13 @@ fn extend_sections(r: &mut Roff) {
     example(
         r,
         [roman(
-            "Keep a lock alive between the steps of a long job; stop if it was lost:",
+            "Keep a lock alive between the steps of a long job, with acquire's token exported \
+             in REDLOCK_TOKEN; stop if it was lost:",
         )],
         &[
             "for step in 1 2 3; do",
             "    ./step \"$step\"",
-            "    redlock extend migrate \"$T\" --ttl 5m || exit",
+            "    redlock extend migrate --ttl 5m || exit",
             "done",
         ],
     );
