@@ -206,6 +206,23 @@ pub struct GlobalArgs {
     )]
     pub prefix: String,
 
+    /// Keep a lock's record (fence counter, last holder) for DUR after its last use
+    ///
+    /// The `PREFIX{NAME}:meta` hash expires DUR after the lock (and its queue of waiters) last
+    /// expired or would have expired, as of the last acquisition, renewal or waiter's attempt; it
+    /// never expires while the lock is held or waited for. Fences keep increasing after it is
+    /// gone (they never fall below the server's clock in microseconds); `status` then no longer
+    /// shows the last holder of that free lock.
+    #[arg(
+        long,
+        value_name = "DUR",
+        env = "REDLOCK_META_TTL",
+        default_value = "30days",
+        value_parser = parse_ttl,
+        global = true
+    )]
+    pub meta_ttl: Duration,
+
     /// Give up connecting to Redis after DUR
     #[arg(long, value_name = "DUR", default_value = "2s", value_parser = parse_duration, global = true)]
     pub connect_timeout: Duration,
