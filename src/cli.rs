@@ -208,11 +208,11 @@ pub struct GlobalArgs {
 
     /// Keep a lock's record (fence counter, last holder) for DUR after its last use
     ///
-    /// The `PREFIX{NAME}:meta` hash expires DUR after the lock (and its queue of waiters) last
-    /// expired or would have expired, as of the last acquisition, renewal or waiter's attempt; it
-    /// never expires while the lock is held or waited for. Fences keep increasing after it is
-    /// gone (they never fall below the server's clock in microseconds); `status` then no longer
-    /// shows the last holder of that free lock.
+    /// The record (the `PREFIX{NAME}:meta` hash) expires DUR after the lock's TTL and its
+    /// waiters' leases run out, as they stood at the last acquisition, renewal or waiter's
+    /// attempt: never while the lock is held or waited for. Fences keep increasing without it (a
+    /// fence is never below the server's clock in microseconds); `status` no longer shows the
+    /// last holder of a lock idle that long.
     #[arg(
         long,
         value_name = "DUR",

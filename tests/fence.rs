@@ -221,13 +221,23 @@ fn idle_meta_disappears_and_the_next_fence_is_still_higher() {
     );
 }
 
+/// The PTTLs of lock `name` and of its meta hash, read at one instant.
+fn pttls(redis: &RedisServer, name: &str) -> (i64, i64) {
+    redis.query(&[
+        "EVAL",
+        "return {redis.call('PTTL', KEYS[1]), redis.call('PTTL', KEYS[2])}",
+        "2",
+        &lock_key(name),
+        &meta_key(name),
+    ])
+}
+
 /// However short `--meta-ttl`, meta outlives the lock (also after `extend`) and the queue.
 #[test]
 fn meta_never_expires_while_the_lock_is_held_or_waited_for() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let meta = meta_key("k");
     let tiny = ["--meta-ttl", "1ms"];
     let token = redis
         .redlock()
@@ -235,7 +245,7 @@ fn meta_never_expires_while_the_lock_is_held_or_waited_for() {
         .args(["acquire", "k", "--ttl", "5s"])
         .run()
         .ok();
-    let (lock, pttl) = (redis.pttl(&lock_key("k")), redis.pttl(&meta));
+    let (lock, pttl) = pttls(&redis, "k");
     assert!(pttl >= lock && lock > 0, "lock {lock}, meta {pttl}");
     redis
         .redlock()
@@ -243,7 +253,7 @@ fn meta_never_expires_while_the_lock_is_held_or_waited_for() {
         .args(["extend", "k", &token, "--ttl", "60s"])
         .run()
         .expect(0);
-    let (lock, pttl) = (redis.pttl(&lock_key("k")), redis.pttl(&meta));
+    let (lock, pttl) = pttls(&redis, "k");
     assert!(
         pttl >= lock && lock > 50_000,
         "after extend: lock {lock}, meta {pttl}"
@@ -259,7 +269,7 @@ fn meta_never_expires_while_the_lock_is_held_or_waited_for() {
         "the waiter never queued: {}",
         waiter.stderr()
     );
-    let (lock, pttl) = (redis.pttl(&lock_key("k")), redis.pttl(&meta));
+    let (lock, pttl) = pttls(&redis, "k");
     assert!(
         pttl >= lock && lock > 40_000,
         "with a waiter: lock {lock}, meta {pttl}"

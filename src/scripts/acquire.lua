@@ -46,23 +46,30 @@ local function take(queued)
     redis.call('DEL', wake_key(token))
   end
   local us = now_us()
+  local now = math.floor(us / 1000)
+  local record = {'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
+    'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ttl, 'expires_ms', now + ttl}
+  local last = tonumber(redis.call('HGET', META, 'fence')) or 0
   local fence = us
-  if (tonumber(redis.call('HGET', META, 'fence')) or 0) >= us then
-    -- The counter is ahead of the clock (it stepped back, or a quorum wrote back a fence from a
-    -- node whose clock is ahead): count on, in Redis's integers.
+  if last >= 2^53 - 1 then
+    -- Beyond what a Lua number holds exactly (set by hand): count on in Redis's integers.
     fence = redis.call('HINCRBY', META, 'fence', 1)
   else
-    redis.call('HSET', META, 'fence', int(us))
+    -- last + 1 when the counter is ahead of the clock: it stepped back, or a quorum wrote back a
+    -- fence from a node whose clock is ahead.
+    if last >= us then
+      fence = last + 1
+    end
+    table.insert(record, 'fence')
+    table.insert(record, int(fence))
   end
-  local now = math.floor(us / 1000)
-  redis.call('HSET', META, 'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
-    'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ttl, 'expires_ms', now + ttl)
+  redis.call('HSET', META, unpack(record))
   redis.call('HDEL', META, 'released_ms')
   if queued and ARGV[11] == '1' then
     redis.call('HSET', META, 'turn', token,
       'turn_until', now + tonumber(ARGV[8]) + tonumber(ARGV[9]))
   end
-  keep_meta(ARGV[13])
+  keep_meta(ARGV[13], tonumber(ttl))
   return {1, fence, now, run_id(ARGV[11])}
 end
 

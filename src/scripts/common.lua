@@ -32,15 +32,15 @@ end
 -- expire (as they stand now), so that meta outlives both: a lock that is held, reserved or waited
 -- for never loses its record, its fence counter or its ticket counter. A lock key without expiry
 -- (set by hand) keeps meta without expiry too. Every script that writes meta and can make the
--- lock or the queue last longer calls this last.
-local function keep_meta(idle_ms)
+-- lock or the queue last longer calls this last. `lock_pttl`: the lock key's PTTL when the
+-- caller just set it (saves a PTTL).
+local function keep_meta(idle_ms, lock_pttl)
   local idle = tonumber(idle_ms)
   if not idle or idle < 1 then
     return
   end
   local last = 0
-  for _, key in ipairs({LOCK, QUEUE}) do
-    local pttl = redis.call('PTTL', key)
+  for _, pttl in ipairs({lock_pttl or redis.call('PTTL', LOCK), redis.call('PTTL', QUEUE)}) do
     if pttl == -1 then
       redis.call('PERSIST', META)
       return
