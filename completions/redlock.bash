@@ -59,7 +59,7 @@ _redlock() {
 
     case "${cmd}" in
         redlock)
-            opts="-u -q -v -h -V --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --connect-timeout --io-timeout --quiet --verbose --help --version acquire release extend status exec help"
+            opts="-u -q -v -h -V --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --connect-timeout --io-timeout --quiet --verbose --help --version acquire release extend status exec help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -97,6 +97,10 @@ _redlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --meta-ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -113,7 +117,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__acquire)
-            opts="-w -n -E -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --format --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-w -n -E -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --format --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -183,6 +187,10 @@ _redlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --meta-ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -199,7 +207,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__exec)
-            opts="-w -n -E -c -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --on-lost --kill-after --command --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-w -n -E -c -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --on-lost --kill-after --command --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -281,6 +289,10 @@ _redlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --meta-ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --connect-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -297,7 +309,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__extend)
-            opts="-u -q -v -h -V --ttl --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-u -q -v -h -V --ttl --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -336,6 +348,10 @@ _redlock() {
                     return 0
                     ;;
                 --prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --meta-ttl)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -453,7 +469,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__release)
-            opts="-u -q -v -h -V --force --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-u -q -v -h -V --force --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -488,6 +504,10 @@ _redlock() {
                     return 0
                     ;;
                 --prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --meta-ttl)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -507,7 +527,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__status)
-            opts="-u -q -v -h -V --json --show-token --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-u -q -v -h -V --json --show-token --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -542,6 +562,10 @@ _redlock() {
                     return 0
                     ;;
                 --prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --meta-ttl)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_redlock_global_optspecs
-    string join \n u/url= password-file= tls-ca= tls-cert= tls-key= cluster sentinel= prefix= connect-timeout= io-timeout= q/quiet v/verbose h/help V/version
+    string join \n u/url= password-file= tls-ca= tls-cert= tls-key= cluster sentinel= prefix= meta-ttl= connect-timeout= io-timeout= q/quiet v/verbose h/help V/version
 end
 
 function __fish_redlock_needs_command
@@ -31,6 +31,7 @@ complete -c redlock -n "__fish_redlock_needs_command" -l tls-cert -d 'PEM file w
 complete -c redlock -n "__fish_redlock_needs_command" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
 complete -c redlock -n "__fish_redlock_needs_command" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l prefix -d 'Namespace for every Redis key redlock uses' -r
+complete -c redlock -n "__fish_redlock_needs_command" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
@@ -59,6 +60,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-cert -d 
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l prefix -d 'Namespace for every Redis key redlock uses' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s n -l no-wait -d 'Do not wait: fail at once if the lock is busy'
@@ -74,6 +76,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-cert -d 
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l prefix -d 'Namespace for every Redis key redlock uses' -r
+complete -c redlock -n "__fish_redlock_using_subcommand release" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l force -d 'Delete the lock whoever holds it, and print the previous holder'
@@ -90,6 +93,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand extend" -l tls-cert -d '
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l prefix -d 'Namespace for every Redis key redlock uses' -r
+complete -c redlock -n "__fish_redlock_using_subcommand extend" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
@@ -104,6 +108,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand status" -l tls-cert -d '
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l prefix -d 'Namespace for every Redis key redlock uses' -r
+complete -c redlock -n "__fish_redlock_using_subcommand status" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l json -d 'Print JSON instead of a table'
@@ -130,6 +135,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-cert -d 'PE
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l prefix -d 'Namespace for every Redis key redlock uses' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s n -l no-wait -d 'Do not wait: fail at once if the lock is busy'

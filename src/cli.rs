@@ -227,6 +227,23 @@ pub struct GlobalArgs {
     )]
     pub prefix: String,
 
+    /// Keep a lock's record (fence counter, last holder) for DUR after its last use
+    ///
+    /// The record (the `PREFIX{NAME}:meta` hash) expires DUR after the lock's TTL and its
+    /// waiters' leases run out, as they stood at the last acquisition, renewal or waiter's
+    /// attempt: never while the lock is held or waited for. Fences keep increasing without it (a
+    /// fence is never below the server's clock in microseconds); `status` no longer shows the
+    /// last holder of a lock idle that long.
+    #[arg(
+        long,
+        value_name = "DUR",
+        env = "REDLOCK_META_TTL",
+        default_value = "30days",
+        value_parser = parse_ttl,
+        global = true
+    )]
+    pub meta_ttl: Duration,
+
     /// Give up connecting to Redis after DUR
     #[arg(long, value_name = "DUR", default_value = "2s", value_parser = parse_duration, global = true)]
     pub connect_timeout: Duration,

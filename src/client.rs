@@ -118,6 +118,12 @@ impl Redis {
         })
     }
 
+    /// How long a lock's meta hash outlives the lock and its queue (`--meta-ttl`): the scripts
+    /// that write it on this connection refresh its expiry.
+    pub fn meta_ttl(&self) -> Duration {
+        self.config.meta_ttl
+    }
+
     /// The server as shown in messages (no password).
     pub fn display(&self) -> &str {
         &self.display

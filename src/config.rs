@@ -85,6 +85,8 @@ pub struct Config {
     pub prefix: String,
     pub connect_timeout: Duration,
     pub io_timeout: Duration,
+    /// How long a lock's meta hash outlives the lock and its queue (`--meta-ttl`).
+    pub meta_ttl: Duration,
     pub quiet: bool,
     pub verbose: bool,
     pub for_child: ForChild,
@@ -169,6 +171,7 @@ impl Config {
             prefix: args.prefix.clone(),
             connect_timeout: args.connect_timeout,
             io_timeout: args.io_timeout,
+            meta_ttl: args.meta_ttl,
             quiet: args.quiet,
             verbose: args.verbose,
             for_child,

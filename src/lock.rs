@@ -4,12 +4,15 @@
 //! - A lock is the string key `PREFIX{NAME}` holding the holder's token, with a PX expiry. Only
 //!   `SET NX PX` creates it; only the Lua scripts in `src/scripts/` change or delete it, and they
 //!   compare the token first, so a client never releases or extends a lock it does not hold.
-//! - Beside it, `PREFIX{NAME}:meta` (a hash that never expires) keeps the fence counter, the
-//!   record of the last holder and that of the last forced release (`forced_token`, `forced_by`,
-//!   `forced_at`: see [`Forced`]); `:q`, `:leases` and `:w:TOKEN` hold the waiters (below). The
-//!   `{NAME}` hash tag puts every key of one lock in one Cluster slot.
-//! - The fence is incremented exactly once per successful acquisition, in the same script, so
-//!   successive holders see strictly increasing fences.
+//! - Beside it, `PREFIX{NAME}:meta` (a hash) keeps the fence counter, the record of the last
+//!   holder and that of the last forced release (`forced_token`, `forced_by`, `forced_at`: see
+//!   [`Forced`]); `:q`, `:leases` and `:w:TOKEN` hold the waiters (below). The `{NAME}` hash tag
+//!   puts every key of one lock in one Cluster slot. Meta expires `--meta-ttl` after the lock and
+//!   its queue would expire, refreshed by every script that writes it and can make them last
+//!   longer (acquire, extend, fence), so it never expires while the lock is held or waited for.
+//! - The fence is set exactly once per successful acquisition, in the same script, to
+//!   max(counter + 1, the server's clock in µs): successive holders see strictly increasing
+//!   fences, and they keep increasing when meta is lost (see `acquire.lua`).
 //! - No client clock is used for anything Redis decides: expiry is Redis's, acquired-at is
 //!   Redis's `TIME`. Client-side waits only decide when to *ask* again.
 //!
@@ -488,6 +491,7 @@ pub fn try_acquire(
     prev: Option<&str>,
 ) -> Result<Attempt> {
     let sent = Instant::now();
+    let meta_ttl = millis(redis.meta_ttl());
     let reply: Vec<Value> = redis.call("acquire", |con| {
         scripts::ACQUIRE
             .key(keys.all().as_slice())
@@ -503,6 +507,7 @@ pub fn try_acquire(
             .arg(millis(LEASE_MARGIN))
             .arg(if want_run_id { "1" } else { "0" })
             .arg(prev.unwrap_or(""))
+            .arg(meta_ttl)
             .invoke(con)
     })?;
     match reply.as_slice() {
@@ -908,12 +913,14 @@ pub fn extend(
     ttl: Duration,
     want_run_id: bool,
 ) -> Result<(Verdict, Option<String>)> {
+    let meta_ttl = millis(redis.meta_ttl());
     let reply: Vec<Value> = redis.call("extend", |con| {
         scripts::EXTEND
             .key(keys.all().as_slice())
             .arg(token)
             .arg(millis(ttl))
             .arg(if want_run_id { "1" } else { "0" })
+            .arg(meta_ttl)
             .invoke(con)
     })?;
     let run_id = match reply.as_slice() {
@@ -925,11 +932,13 @@ pub fn extend(
 
 /// Raises the fence counter to `fence`; true if `token` still holds the lock there.
 pub fn raise_fence(redis: &mut Redis, keys: &Keys, token: &str, fence: i64) -> Result<bool> {
+    let meta_ttl = millis(redis.meta_ttl());
     let held: i64 = redis.call("fence", |con| {
         scripts::FENCE
             .key(keys.all().as_slice())
             .arg(token)
             .arg(fence)
+            .arg(meta_ttl)
             .invoke(con)
     })?;
     Ok(held == 1)

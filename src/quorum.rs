@@ -16,13 +16,16 @@
 //! - A failed attempt is undone on every node, including those that did not answer (their reply
 //!   may have been lost after they granted it): `leave.lua` gives back our token, a reservation
 //!   for us, and our queue entry.
-//! - Fences: each node keeps its own counter. The holder's fence is the highest of its granting
-//!   nodes' counters (each just incremented); when they differ it is written back
+//! - Fences: each node keeps its own counter and grants with max(counter + 1, its clock in µs)
+//!   (see `acquire.lua`). The holder's fence is the highest of its granting nodes' values; when
+//!   they differ (nearly always, the clocks being microseconds apart) it is written back
 //!   (counter = max(counter, fence)) to a majority before the lock counts as taken. Successive
 //!   holders' majorities share a node, on which the later grant happened after the earlier
 //!   holder's write-back (its key was there until then), so the later fence is strictly larger.
 //!   This rests on Redlock's assumptions: keys expire at about the same rate on every node, and a
-//!   node does not forget a key it granted (see the README on persistence and restarts).
+//!   node does not forget a key it granted (see the README on persistence and restarts). A node
+//!   that forgot its counter grants with its clock, above every earlier fence if the nodes'
+//!   clocks agree to better than the time between the two acquisitions.
 //! - Waiting: the first node keeps the queue. Waiters queue and block there; a release frees the
 //!   first node (which picks the next waiter without waking it), then, in the same script that
 //!   releases them, reserves the lock on the other nodes for that same waiter, and only then wakes
@@ -493,7 +496,9 @@ impl Store for Nodes {
             )));
         }
         // The fence goes back to the granting nodes before the lock counts as ours, unless they
-        // all agree already.
+        // all agree already (rare now that a node's value is at least its clock in µs: this is
+        // one more round trip per acquisition, the price of fences that a node's lost counter
+        // cannot take back).
         let mut recorded = grants;
         // The queue node decides whose turn it is: when it has the lock reserved for another
         // waiter, or granted to the waiter whose turn it is and who has no majority yet (its

@@ -26,11 +26,23 @@ fn acquire_prints_the_token_and_writes_lock_and_owner_record() {
         (25_000..=30_000).contains(&pttl),
         "default TTL is 30s: {pttl}"
     );
-    assert_eq!(redis.pttl(&meta_key("deploy")), -1, "meta never expires");
+    // Meta (fence counter, owner record) expires 30 days (--meta-ttl) after the lock.
+    let meta_pttl = redis.pttl(&meta_key("deploy"));
+    const DAYS_30: i64 = 30 * 24 * 3600 * 1000;
+    assert!(
+        (DAYS_30 + 20_000..=DAYS_30 + 30_000).contains(&meta_pttl),
+        "meta's PTTL: {meta_pttl}"
+    );
     assert_eq!(redis.dbsize(), 2, "{:?}", redis.keys());
 
     let meta = redis.meta("deploy");
-    assert_eq!(meta["fence"], "1");
+    // The first fence of a lock is the server's clock in microseconds at the acquisition.
+    let fence: i64 = meta["fence"].parse().unwrap();
+    assert_eq!(
+        fence / 1000,
+        meta["acquired_ms"].parse::<i64>().unwrap(),
+        "{meta:?}"
+    );
     assert_eq!(meta["token"], token);
     assert_eq!(meta["ttl_ms"], "30000");
     // The test process is acquire's parent: it is the "script" that holds the lock.
@@ -102,14 +114,15 @@ fn format_env_is_eval_able_and_json_is_one_object() {
     };
     assert_eq!(key, "it's mine");
     assert!(is_token(token), "{out}");
-    assert_eq!(fence, "1");
+    let fence: i64 = fence.parse().unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(fence.to_string(), redis.meta("it's mine")["fence"]);
     assert_eq!(redis.get(&lock_key("it's mine")), None, "released via env");
 
     let json = acquire(&redis, &["it's mine", "--format", "json", "--ttl", "10s"]);
     assert_eq!(json.lines().count(), 1, "one line: {json}");
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["key"], "it's mine");
-    assert_eq!(v["fence"], 2, "{v}");
+    assert!(v["fence"].as_i64().unwrap() > fence, "{v} after {fence}");
     assert_eq!(v["ttl_ms"], 10_000, "{v}");
     let token = v["token"].as_str().unwrap();
     assert_eq!(redis.get(&lock_key("it's mine")).as_deref(), Some(token));
@@ -133,6 +146,7 @@ fn a_busy_lock_with_no_wait_exits_1_and_names_the_holder() {
         return;
     };
     let token = acquire(&redis, &["db", "--note", "schema migration"]);
+    let fence = redis.meta("db")["fence"].clone();
     let out = redis
         .redlock()
         .args(["acquire", "db", "-n"])
@@ -157,7 +171,7 @@ fn a_busy_lock_with_no_wait_exits_1_and_names_the_holder() {
         .expect(1);
     // A failed attempt changes nothing: same token, no fence burned, no extra key.
     assert_eq!(redis.get(&lock_key("db")).as_deref(), Some(&*token));
-    assert_eq!(redis.meta("db")["fence"], "1");
+    assert_eq!(redis.meta("db")["fence"], fence);
     assert_eq!(redis.dbsize(), 2);
 }
 
@@ -233,6 +247,7 @@ fn a_waiter_gets_the_lock_when_the_holder_releases() {
         return;
     };
     let first = acquire(&redis, &["k", "--ttl", "60s"]);
+    let first_fence: i64 = redis.meta("k")["fence"].parse().unwrap();
     let mut waiter = redis
         .redlock()
         .args(["-v", "acquire", "k", "--wait", "30s"])
@@ -253,7 +268,8 @@ fn a_waiter_gets_the_lock_when_the_holder_releases() {
     let second = out.stdout.trim_end();
     assert!(is_token(second) && second != first, "{out}");
     assert_eq!(redis.get(&lock_key("k")).as_deref(), Some(second));
-    assert_eq!(redis.meta("k")["fence"], "2");
+    let fence: i64 = redis.meta("k")["fence"].parse().unwrap();
+    assert!(fence > first_fence, "fence {fence} after {first_fence}");
 }
 
 /// A waiter blocks instead of polling. What the design needs for a 3s wait behind a 60s lock,
@@ -317,6 +333,7 @@ fn interrupt_a_waiter(sig: i32) {
     };
     let token = acquire(&redis, &["k", "--ttl", "60s"]);
     let pttl = redis.pttl(&lock_key("k"));
+    let fence = redis.meta("k")["fence"].clone();
     let mut waiter = redis.redlock().args(["-v", "acquire", "k"]).spawn_proc();
     waiter.wait_for_stderr("acquire on", Duration::from_secs(10));
     let sent = std::time::Instant::now();
@@ -333,7 +350,7 @@ fn interrupt_a_waiter(sig: i32) {
     assert_eq!(redis.keys(), [lock_key("k"), meta_key("k")]);
     assert_eq!(redis.get(&lock_key("k")), Some(token.clone()));
     assert_eq!(redis.meta("k")["token"], token);
-    assert_eq!(redis.meta("k")["fence"], "1");
+    assert_eq!(redis.meta("k")["fence"], fence, "a fence was burned");
     assert!(redis.pttl(&lock_key("k")) <= pttl);
 }
 
@@ -408,8 +425,8 @@ fn a_token_nobody_can_read_is_released_again() {
             && stderr.contains("released 'k' again"),
         "{stderr}"
     );
-    // The lock was taken (fence 1) and released, not just never taken.
-    assert_eq!(redis.meta("k")["fence"], "1", "{stderr}");
+    // The lock was taken (a fence was handed out) and released, not just never taken.
+    assert!(redis.meta("k").contains_key("fence"), "{stderr}");
     assert_eq!(
         redis.keys(),
         [meta_key("k")],
@@ -431,7 +448,7 @@ fn a_closed_stdout_is_refused_before_the_lock_is_taken() {
     assert_eq!(redis.keys(), Vec::<String>::new(), "{out}");
     // Control: the same command with stdout open takes the lock.
     redis.sh("redlock acquire k >/dev/null").run().expect(0);
-    assert_eq!(redis.meta("k")["fence"], "1");
+    assert!(redis.meta("k").contains_key("fence"));
 }
 
 /// Exit 70 is for a reply redlock cannot make sense of: here a list where the lock key should

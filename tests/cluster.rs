@@ -61,6 +61,14 @@ fn listed(stdout: &str) -> Vec<String> {
         .collect()
 }
 
+/// The fence in a waiter's `fence N` line.
+fn second_fence(stdout: &str) -> i64 {
+    stdout
+        .strip_prefix("fence ")
+        .and_then(|f| f.trim_end().parse().ok())
+        .unwrap_or_else(|| panic!("not a fence line: {stdout:?}"))
+}
+
 #[test]
 fn acquire_extend_status_and_release_work_on_every_master() {
     let Some(cluster) = Cluster::start() else {
@@ -68,11 +76,19 @@ fn acquire_extend_status_and_release_work_on_every_master() {
     };
     let names = cluster.names_on_each_node("job");
     let tokens: Vec<String> = names.iter().map(|n| acquire(&cluster, n)).collect();
+    let mut fences = Vec::new();
     for (i, (name, token)) in names.iter().zip(&tokens).enumerate() {
         let node = &cluster.nodes()[i];
         assert_eq!(node.get(&lock_key(name)).as_ref(), Some(token), "{name}");
         let meta = node.meta(name);
-        assert_eq!(meta["fence"], "1", "{name}: {meta:?}");
+        // A first fence is the master's clock in microseconds at the acquisition.
+        let fence: i64 = meta["fence"].parse().unwrap();
+        assert_eq!(
+            fence / 1000,
+            meta["acquired_ms"].parse::<i64>().unwrap(),
+            "{meta:?}"
+        );
+        fences.push(fence);
         assert_eq!(&meta["token"], token, "{name}: {meta:?}");
         assert_on_one_node(&cluster, &[lock_key(name), meta_key(name)], i);
     }
@@ -103,7 +119,7 @@ fn acquire_extend_status_and_release_work_on_every_master() {
             .position(|n| lock["key"] == n.as_str())
             .unwrap();
         assert_eq!(lock["held"], true, "{lock}");
-        assert_eq!(lock["fence"], 1, "{lock}");
+        assert_eq!(lock["fence"], fences[i], "{lock}");
         assert_eq!(lock["token_fingerprint"], &tokens[i][..8], "{lock}");
     }
     let out = cluster.redlock().arg("status").args(&names).run().expect(0);
@@ -146,7 +162,8 @@ fn acquire_extend_status_and_release_work_on_every_master() {
         .run()
         .ok();
     assert_eq!(cluster.nodes()[2].get(&lock_key(&names[2])), Some(token));
-    assert_eq!(cluster.nodes()[2].meta(&names[2])["fence"], "2");
+    let fence: i64 = cluster.nodes()[2].meta(&names[2])["fence"].parse().unwrap();
+    assert!(fence > fences[2], "fence {fence} after {}", fences[2]);
 }
 
 /// Without --cluster the seed node answers MOVED for a lock on another master: the tests above
@@ -180,7 +197,8 @@ fn exec_renews_the_lock_on_its_master() {
         .spawn_proc();
     wait_ready(node, &mut holder);
     let token = child_env(node)["REDLOCK_TOKEN"].clone();
-    assert_eq!(child_env(node)["REDLOCK_FENCE"], "1");
+    let fence = child_env(node)["REDLOCK_FENCE"].clone();
+    assert_eq!(node.meta(&name)["fence"], fence);
     assert_on_one_node(&cluster, &[lock_key(&name), meta_key(&name)], 2);
     let ttl = Duration::from_secs(1);
     let mut con = node.cli();
@@ -233,7 +251,7 @@ fn exec_renews_the_lock_on_its_master() {
     assert_eq!(out.stdout, "finished\n", "{out}");
     assert_eq!(out.stderr, "", "{out}");
     assert_eq!(node.keys(), [meta_key(&name)], "not released:\n{out}");
-    assert_eq!(node.meta(&name)["fence"], "1", "the lock changed hands");
+    assert_eq!(node.meta(&name)["fence"], fence, "the lock changed hands");
 }
 
 #[test]
@@ -244,6 +262,7 @@ fn a_queued_waiter_gets_the_lock_when_the_holder_releases() {
     let name = cluster.names_on_each_node("queue")[1].clone();
     let node = &cluster.nodes()[1];
     let token = acquire(&cluster, &name);
+    let first: i64 = node.meta(&name)["fence"].parse().unwrap();
     let mut waiter = cluster
         .redlock()
         .args([
@@ -288,7 +307,7 @@ fn a_queued_waiter_gets_the_lock_when_the_holder_releases() {
         .run()
         .expect(0);
     let out = waiter.finish(EVENT).expect(0);
-    assert_eq!(out.stdout, "fence 2\n", "{out}");
+    assert!(second_fence(&out.stdout) > first, "after {first}:\n{out}");
     assert_eq!(cluster.all_keys(), [(1, meta_key(&name))], "{out}");
 }
 
@@ -332,6 +351,7 @@ fn a_cluster_waiter_keeps_its_place_past_its_lease() {
         .args(["acquire", &name, "--ttl", "30s"])
         .run()
         .ok();
+    let first: i64 = cluster.nodes()[2].meta(&name)["fence"].parse().unwrap();
     let waiter = cluster
         .redlock()
         .args([
@@ -375,7 +395,7 @@ fn a_cluster_waiter_keeps_its_place_past_its_lease() {
     let out = waiter.finish(EVENT);
     let took = released.elapsed();
     let out = out.expect(0);
-    assert_eq!(out.stdout, "fence 2\n", "{out}");
+    assert!(second_fence(&out.stdout) > first, "after {first}:\n{out}");
     assert!(
         took < Duration::from_secs(2),
         "ran {took:?} after the release:\n{out}"

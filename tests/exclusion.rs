@@ -48,7 +48,6 @@ fn the_lock_serialises_8_shell_loops() {
         r#"redlock release counter "$T" || exit 1"#,
     );
     assert_eq!(race(&redis, &script), 200, "an increment was lost");
-    assert_eq!(redis.meta("counter")["fence"], "200");
     assert_eq!(redis.keys(), [meta_key("counter")], "every lock released");
 }
 
@@ -104,5 +103,6 @@ fn fences_increase_strictly_over_100_acquisitions() {
         fences.windows(2).all(|w| w[0] < w[1]),
         "fences not strictly increasing: {fences:?}"
     );
-    assert_eq!(fences.last(), Some(&100));
+    assert_eq!(fences.len(), 100);
+    assert_eq!(fences[99].to_string(), redis.meta("k")["fence"]);
 }

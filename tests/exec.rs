@@ -24,14 +24,21 @@ fn the_childs_exit_code_passes_through_and_the_lock_is_released() {
         // The shell's own "not found" is the child's status like any other.
         (&["-c", "no-such-command-for-redlock-tests"], 127),
     ];
-    for (i, (args, code)) in cases.iter().enumerate() {
+    let mut last_fence = 0;
+    for (args, code) in cases {
         let out = exec(&redis).arg("k").args(*args).run().expect(*code);
         assert_eq!(out.stdout, "", "{args:?}:\n{out}");
         if *code != 127 {
             assert_eq!(out.stderr, "", "redlock is silent: {args:?}:\n{out}");
         }
         assert_eq!(redis.keys(), [meta_key("k")], "lock left after {args:?}");
-        assert_eq!(redis.meta("k")["fence"], (i + 1).to_string(), "{args:?}");
+        // Taken anew each time: a higher fence.
+        let fence: i64 = redis.meta("k")["fence"].parse().unwrap();
+        assert!(
+            fence > last_fence,
+            "{args:?}: fence {fence} after {last_fence}"
+        );
+        last_fence = fence;
     }
 }
 
@@ -58,10 +65,8 @@ fn a_missing_command_gives_127_and_releases_the_lock() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    for (i, cmd) in ["no-such-command-for-redlock-tests", "/nonexistent/dir/cmd"]
-        .iter()
-        .enumerate()
-    {
+    let mut last_fence = 0;
+    for cmd in ["no-such-command-for-redlock-tests", "/nonexistent/dir/cmd"] {
         let out = exec(&redis).args(["k", "--", cmd, "arg"]).run().expect(127);
         assert_one_error_line(&out);
         assert!(
@@ -71,7 +76,12 @@ fn a_missing_command_gives_127_and_releases_the_lock() {
         assert_eq!(out.stdout, "", "{out}");
         assert_eq!(redis.keys(), [meta_key("k")], "lock left:\n{out}");
         // The lock was taken (and given back) before the command was looked up.
-        assert_eq!(redis.meta("k")["fence"], (i + 1).to_string());
+        let fence: i64 = redis.meta("k")["fence"].parse().unwrap();
+        assert!(
+            fence > last_fence,
+            "{cmd}: fence {fence} after {last_fence}"
+        );
+        last_fence = fence;
     }
 }
 
@@ -118,15 +128,21 @@ fn the_child_sees_key_token_fence_and_url_and_fences_increase() {
         token.as_ref(),
         "the held token"
     );
-    assert_eq!(env["REDLOCK_FENCE"], "1", "{env:?}");
-    assert_eq!(env["REDLOCK_FENCE"], redis.meta("my job")["fence"]);
+    assert_eq!(
+        env["REDLOCK_FENCE"],
+        redis.meta("my job")["fence"],
+        "{env:?}"
+    );
     assert_eq!(env["REDLOCK_URL"], url, "{env:?}");
     done(&redis);
     let out = proc.finish(EVENT).expect(0);
     assert_eq!(out.stdout, "finished\n", "{out}");
     assert_eq!(redis.keys(), [meta_key("my job")], "lock left:\n{out}");
 
-    let mut last = (1, env["REDLOCK_TOKEN"].clone());
+    let mut last: (i64, String) = (
+        env["REDLOCK_FENCE"].parse().unwrap(),
+        env["REDLOCK_TOKEN"].clone(),
+    );
     for _ in 0..3 {
         let line = exec(&redis)
             .args(["my job", "-c", r#"echo "$REDLOCK_FENCE $REDLOCK_TOKEN""#])
@@ -138,7 +154,7 @@ fn the_child_sees_key_token_fence_and_url_and_fences_increase() {
         assert!(is_token(token) && token != last.1, "{line}");
         last = (fence, token.to_string());
     }
-    assert_eq!(last.0, 4);
+    assert_eq!(last.0.to_string(), redis.meta("my job")["fence"]);
 }
 
 #[test]
@@ -181,6 +197,7 @@ fn a_child_running_several_ttls_keeps_the_lock_the_whole_time() {
         .spawn_proc();
     wait_ready(&redis, &mut holder);
     let token = child_env(&redis)["REDLOCK_TOKEN"].clone();
+    let fence = child_env(&redis)["REDLOCK_FENCE"].clone();
     let mut con = redis.cli();
     let started = Instant::now();
     let mut tries = 0;
@@ -228,7 +245,7 @@ fn a_child_running_several_ttls_keeps_the_lock_the_whole_time() {
     assert_eq!(out.stdout, "finished\n", "{out}");
     assert_eq!(out.stderr, "", "{out}");
     assert_eq!(redis.keys(), [meta_key("k")], "not released:\n{out}");
-    assert_eq!(redis.meta("k")["fence"], "1", "the lock changed hands");
+    assert_eq!(redis.meta("k")["fence"], fence, "the lock changed hands");
 }
 
 /// Runs `loops` shell loops (`$L` = 0, 1, ...) of `rounds` increments of `$dir/counter`, each
@@ -279,7 +296,6 @@ fn exec_serialises_8_loops_of_25_increments() {
     let dir = tempfile::tempdir().unwrap();
     let count = count_increments(&redis, dir.path(), 8, 25, "counter", "sleep 0.01");
     assert_eq!(count, "200", "an increment was lost");
-    assert_eq!(redis.meta("counter")["fence"], "200");
     assert_eq!(redis.keys(), [meta_key("counter")], "every lock released");
 }
 
@@ -296,8 +312,8 @@ fn exec_increments_with_a_lock_per_loop_lose_one() {
     let barrier = r#"touch read-$L; j=0; while [ "$(ls read-* | wc -l)" -lt 2 ] && [ $j -lt 500 ]; do sleep 0.02; j=$((j + 1)); done"#;
     let count = count_increments(&redis, dir.path(), 2, 1, "counter-$L", barrier);
     assert_eq!(count, "1", "the harness did not see two holders at once");
-    assert_eq!(redis.meta("counter-0")["fence"], "1");
-    assert_eq!(redis.meta("counter-1")["fence"], "1");
+    assert!(redis.meta("counter-0").contains_key("fence"));
+    assert!(redis.meta("counter-1").contains_key("fence"));
 }
 
 #[test]
@@ -342,13 +358,17 @@ fn the_command_is_given_after_dashes_or_as_a_shell_command() {
         .run()
         .ok();
     assert_eq!(out, "SHELL");
-    assert_eq!(redis.meta("k")["fence"], "2");
+    let fence = redis.meta("k")["fence"].clone();
     // Both, or neither, is a usage error that takes no lock.
     for args in [&["k", "-c", "true", "--", "true"][..], &["k"], &["k", "--"]] {
         let out = exec(&redis).args(args).run().expect(2);
         assert_one_error_line(&out);
     }
-    assert_eq!(redis.meta("k")["fence"], "2", "a usage error took the lock");
+    assert_eq!(
+        redis.meta("k")["fence"],
+        fence,
+        "a usage error took the lock"
+    );
     assert_eq!(redis.keys(), [meta_key("k")]);
 }
 

@@ -546,9 +546,11 @@ fn exit_status(r: &mut Roff, include_exec_only: bool) {
 }
 
 const FENCE_HELP: &str = "the fencing token of this acquisition, a per-key number that grows \
-    with every acquisition. Pass it to the storage the command writes to, and have that storage \
-    refuse writes carrying a lower fence than it has seen: then a holder that lost the lock \
-    without noticing cannot overwrite the work of the next one.";
+    with every acquisition: the server's clock in microseconds at the acquisition, or one more \
+    than the fence before if that is higher (16 digits, below 2^53). Pass it to the storage the \
+    command writes to, and have that storage refuse writes carrying a lower fence than it has \
+    seen: then a holder that lost the lock without noticing cannot overwrite the work of the \
+    next one.";
 
 /// The variables `exec` puts in its command's environment, for the `exec` page.
 fn child_environment(r: &mut Roff) {
@@ -651,13 +653,15 @@ fn several_servers_section(r: &mut Roff) {
     para(
         r,
         [roman(
-            "Fences: each server counts its own; the holder's fence is the highest of its \
-             granting servers' counters, written back to a majority before it is handed out, so \
-             successive holders get strictly increasing (not consecutive) fences. This holds \
-             while servers keep their keys and their clocks do not jump: run them with \
-             appendonly yes and appendfsync always (or keep a crashed server down longer than \
-             the longest TTL), and NTP without steps. exec reports a server whose run_id changed \
-             during a hold.",
+            "Fences: each server hands out max(its counter + 1, its clock in microseconds); the \
+             holder's fence is the highest of its granting servers', written back to a majority \
+             before it is handed out, so successive holders get strictly increasing (not \
+             consecutive) fences, also after a server lost its counter (a restart without \
+             persistence), as long as the servers' clocks agree and do not step back. Locks \
+             themselves need the servers to keep their keys and their clocks not to jump: run \
+             them with appendonly yes and appendfsync always (or keep a crashed server down \
+             longer than the longest TTL), and NTP without steps. exec reports a server whose \
+             run_id changed during a hold.",
         )],
     );
     para(
@@ -784,6 +788,21 @@ fn root_sections(r: &mut Roff) {
             roman("The namespace for every Redis key redlock uses, as "),
             bold("--prefix"),
             roman(" (default redlock:)."),
+        ],
+    );
+    item(
+        r,
+        "REDLOCK_META_TTL",
+        [
+            roman(
+                "How long a lock's record (fence counter, last holder) is kept after the lock \
+                   and its waiters are gone, as ",
+            ),
+            bold("--meta-ttl"),
+            roman(
+                " (default 30days). Fences keep increasing without it; status no longer shows \
+                 the last holder of a lock idle that long.",
+            ),
         ],
     );
     item(

@@ -212,7 +212,14 @@ fn quorum_matrix(n: usize) {
             assert_eq!(out.code(), 0, "{case}: not acquired:\n{out}");
             let v: Value = serde_json::from_str(&out.stdout).unwrap();
             let token = v["token"].as_str().unwrap_or_else(|| panic!("{case}: {v}"));
-            assert_eq!(v["fence"], 1, "{case}: first holder since FLUSHALL: {v}");
+            // The holder's fence, written back to every node that granted it.
+            for i in (0..n).filter(|i| !busy.contains(i)) {
+                assert_eq!(
+                    nodes[i].meta("k")["fence"],
+                    v["fence"].to_string(),
+                    "{case}: node {i}: {v}"
+                );
+            }
             let expected: Vec<Option<String>> = foreign
                 .iter()
                 .map(|f| f.clone().or_else(|| Some(token.to_string())))
@@ -346,10 +353,10 @@ fn three_dead_nodes_of_five_fail_fast_with_69() {
 /// The grace a node gets once the others settled the outcome: as long again as they took, and
 /// at least a quarter of --io-timeout (here 8s: 2s). Of five nodes, three answer at once (a
 /// majority: settled), node 3 is 200ms away (a round trip, well within the quarter), node 4 is
-/// 6s away (beyond the quarter, within --io-timeout). Node 3 takes part: its fence counter (41)
-/// makes the fence 42. Node 4 does not hold the acquire up beyond the quarter, and its counter
-/// (99) is not in the fence. (Without the floor, a node a few ms slower than the others was left
-/// out.)
+/// 6s away (beyond the quarter, within --io-timeout). Node 3 takes part: its fence counter (A,
+/// ahead of every clock) makes the fence A + 1. Node 4 does not hold the acquire up beyond the
+/// quarter, and its counter (A + 58) is not in the fence. (Without the floor, a node a few ms
+/// slower than the others was left out.)
 #[test]
 fn a_slow_node_takes_part_within_a_quarter_of_the_io_timeout_and_a_slower_one_waits_no_longer() {
     let Some(nodes) = Nodes::behind_proxies(5) else {
@@ -362,8 +369,9 @@ fn a_slow_node_takes_part_within_a_quarter_of_the_io_timeout_and_a_slower_one_wa
         .args(["release", "warm", &warm])
         .run()
         .expect(0);
-    nodes[3].query::<()>(&["HSET", &meta_key("k"), "fence", "41"]);
-    nodes[4].query::<()>(&["HSET", &meta_key("k"), "fence", "99"]);
+    let ahead = now_us(&nodes[0]) + 1_000_000_000_000;
+    nodes[3].query::<()>(&["HSET", &meta_key("k"), "fence", &ahead.to_string()]);
+    nodes[4].query::<()>(&["HSET", &meta_key("k"), "fence", &(ahead + 58).to_string()]);
     nodes.proxy(3).set_latency(Duration::from_millis(100));
     nodes.proxy(4).set_latency(Duration::from_secs(3));
     let out = nodes
@@ -374,7 +382,8 @@ fn a_slow_node_takes_part_within_a_quarter_of_the_io_timeout_and_a_slower_one_wa
         .expect(0);
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(
-        v["fence"], 42,
+        v["fence"],
+        ahead + 1,
         "node 3 did not take part, or node 4 did:\n{out}"
     );
     assert!(
@@ -1052,13 +1061,18 @@ fn exec_on_five_nodes_serialises_8_loops_with_increasing_fences() {
 /// The control of the harness above: the same loops, `exec` and nodes, but each loop locks a
 /// name of its own, so nothing excludes them; a barrier in the critical section (each waits
 /// there until both arrived) makes the overlap certain. The harness must see two holders: a lost
-/// update, and a fence that does not increase (each name counts from 1).
+/// update, and a fence that does not increase (loop 0's name counts from far ahead of the clock,
+/// and loop 1 logs its fence after loop 0).
 #[test]
 fn the_exclusion_harness_sees_two_holders_when_the_lock_is_bypassed() {
     let Some(nodes) = Nodes::start(5) else {
         return;
     };
-    let barrier = r#"touch "arrived.$L"; i=0; while [ ! -e arrived.0 ] || [ ! -e arrived.1 ]; do [ "$i" -lt 1000 ] || exit 9; i=$((i + 1)); sleep 0.01; done"#;
+    let ahead = (now_us(&nodes[0]) + 1_000_000_000_000).to_string();
+    for s in nodes.servers() {
+        s.query::<()>(&["HSET", &meta_key("counter-0"), "fence", &ahead]);
+    }
+    let barrier = r#"touch "arrived.$L"; i=0; while [ ! -e arrived.0 ] || [ ! -e arrived.1 ]; do [ "$i" -lt 1000 ] || exit 9; i=$((i + 1)); sleep 0.01; done; if [ "$L" = 1 ]; then while [ ! -e fences ]; do [ "$i" -lt 2000 ] || exit 9; i=$((i + 1)); sleep 0.01; done; fi"#;
     let (count, rounds) = counter_loops(&nodes, 2, 1, "counter-$L", barrier);
     assert_eq!(rounds.len(), 2, "{rounds:?}");
     let faults = exclusion_faults(&count, &rounds);
@@ -1069,18 +1083,26 @@ fn the_exclusion_harness_sees_two_holders_when_the_lock_is_bypassed() {
     );
 }
 
-/// Fences across nodes: the holder gets the highest incremented counter of the nodes that
-/// granted, and that value is written back, so the next holder's fence is higher still.
+/// Fences across nodes: the holder gets the highest of the granting nodes' candidates (each
+/// max(counter + 1, the node's clock in µs)), and that value is written back, so the next
+/// holder's fence is higher still. Node 3's counter here is ahead of every clock (as after a
+/// clock stepped back).
 #[test]
 fn the_fence_is_the_highest_counter_and_is_written_back() {
     let Some(nodes) = Nodes::start(5) else {
         return;
     };
-    nodes[3].query::<()>(&["HSET", &meta_key("k"), "fence", "41"]);
+    let ahead = now_us(&nodes[0]) + 1_000_000_000_000;
+    nodes[3].query::<()>(&["HSET", &meta_key("k"), "fence", &ahead.to_string()]);
     let (token, fence) = acquire_json(&nodes, "k", &["--ttl", "30s"]);
-    assert_eq!(fence, 42, "the highest counter, incremented");
+    assert_eq!(fence, ahead + 1, "the highest counter, incremented");
     for s in nodes.servers() {
-        assert_eq!(s.meta("k")["fence"], "42", "{}: not written back", s.url());
+        assert_eq!(
+            s.meta("k")["fence"],
+            fence.to_string(),
+            "{}: not written back",
+            s.url()
+        );
     }
     nodes
         .redlock()
@@ -1088,7 +1110,13 @@ fn the_fence_is_the_highest_counter_and_is_written_back() {
         .run()
         .expect(0);
     let (_, next) = acquire_json(&nodes, "k", &["--ttl", "30s"]);
-    assert_eq!(next, 43);
+    assert_eq!(next, ahead + 2);
+}
+
+/// A server's clock in microseconds.
+fn now_us(server: &RedisServer) -> i64 {
+    let (secs, micros): (i64, i64) = server.query(&["TIME"]);
+    secs * 1_000_000 + micros
 }
 
 /// `extend NAME TOKEN --ttl 60s` on every node.

@@ -49,6 +49,10 @@ fn status_lists_every_held_lock_as_an_aligned_table() {
     acquire(&redis, &["--prefix", "other:", "delta"]);
     redis.query::<()>(&["SET", "redlock:unrelated", "x"]);
 
+    let fences = [
+        redis.meta("alpha")["fence"].clone(),
+        redis.meta("beta")["fence"].clone(),
+    ];
     let out = redis.redlock().arg("status").run().expect(0);
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(lines.len(), 3, "header, alpha, beta (sorted):\n{out}");
@@ -56,8 +60,8 @@ fn status_lists_every_held_lock_as_an_aligned_table() {
     assert!(header.starts_with("LOCK "), "{out}");
     let me = format!("(pid {})", std::process::id());
     for (row, name, token, note, fence) in [
-        (lines[1], "alpha", &alpha, "backup", "1"),
-        (lines[2], "beta", &beta, "deploy to prod", "1"),
+        (lines[1], "alpha", &alpha, "backup", &fences[0]),
+        (lines[2], "beta", &beta, "deploy to prod", &fences[1]),
     ] {
         assert_eq!(cell(header, row, "LOCK"), name, "{out}");
         assert_eq!(cell(header, row, "STATE"), "held", "{out}");
@@ -171,7 +175,7 @@ fn status_json_has_one_object_per_lock() {
         "{a}"
     );
     assert_eq!(a["note"], "nightly");
-    assert_eq!(a["fence"], 1);
+    assert_eq!(a["fence"].to_string(), redis.meta("a")["fence"]);
     assert_eq!(a["token_fingerprint"], &token[..8]);
     assert!(
         a.get("token").is_none(),
@@ -268,6 +272,7 @@ fn status_of_a_released_lock_shows_its_fence_and_last_holder() {
     let before = redis.now_ms();
     redis.redlock().args(["release", "a", &t]).run().expect(0);
     let after = redis.now_ms();
+    let fence = redis.meta("a")["fence"].clone();
 
     let out = redis
         .redlock()
@@ -278,7 +283,11 @@ fn status_of_a_released_lock_shows_its_fence_and_last_holder() {
     assert_eq!(lines.len(), 3, "{out}");
     let (header, row) = (lines[0], lines[1]);
     assert_eq!(cell(header, row, "STATE"), "free", "{out}");
-    assert_eq!(cell(header, row, "FENCE"), "2", "the counter, kept:\n{out}");
+    assert_eq!(
+        cell(header, row, "FENCE"),
+        fence,
+        "the counter, kept:\n{out}"
+    );
     let holder = cell(header, row, "HOLDER");
     let me = format!("(pid {})", std::process::id());
     let until = holder
@@ -309,12 +318,12 @@ fn status_of_a_released_lock_shows_its_fence_and_last_holder() {
     assert_eq!(a["state"], "free", "{a}");
     assert_eq!(a["held"], false, "{a}");
     assert_eq!(a["holder"], Value::Null, "{a}");
-    assert_eq!(a["fence"], 2, "{a}");
+    assert_eq!(a["fence"].to_string(), fence, "{a}");
     let last = &a["last_holder"];
     assert_eq!(last["pid"], std::process::id(), "{a}");
     assert!(last["user"].is_string() && last["host"].is_string(), "{a}");
     assert_eq!(last["note"], "second", "{a}");
-    assert_eq!(last["fence"], 2, "{a}");
+    assert_eq!(last["fence"].to_string(), fence, "{a}");
     assert_eq!(last["ended"], "released", "{a}");
     assert_eq!(epoch_secs(last["until"].as_str().unwrap()), until, "{a}");
     humantime::parse_rfc3339(last["acquired_at"].as_str().unwrap()).unwrap();
@@ -347,7 +356,7 @@ fn status_of_an_expired_lock_dates_it_from_the_last_renewal() {
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
     let last = &v[0]["last_holder"];
     assert_eq!(last["ended"], "expired", "{v}");
-    assert_eq!(last["fence"], 1, "{v}");
+    assert_eq!(last["fence"].to_string(), redis.meta("b")["fence"], "{v}");
     // Renewed to 300ms at a time between `before` and `after`: it expired 300ms after that, not
     // a minute after it was acquired.
     let until = epoch_secs(last["until"].as_str().unwrap());
@@ -421,7 +430,11 @@ fn status_aligns_wide_characters_by_display_width() {
     for (row, name, note) in [(lines[1], "db", "x"), (lines[2], "デプロイ", "本番環境")] {
         assert_eq!(cell_by_width(header, row, "LOCK"), name, "{out}");
         assert_eq!(cell_by_width(header, row, "STATE"), "held", "{out}");
-        assert_eq!(cell_by_width(header, row, "FENCE"), "1", "{out}");
+        assert_eq!(
+            cell_by_width(header, row, "FENCE"),
+            redis.meta(name)["fence"],
+            "{out}"
+        );
         assert_eq!(cell_by_width(header, row, "NOTE"), note, "{out}");
     }
 }

@@ -49,6 +49,8 @@ const RELEASE_ARGS: &[&str] = &["", CLAIM_ARG, "", ""];
 /// What `lock::leave` passes after the token for a plain give-up: the claim window, quiet, to,
 /// and no tombstone.
 const LEAVE_ARGS: &[&str] = &[CLAIM_ARG, "", "", "0"];
+/// The default `--meta-ttl` (30 days) in ms, as `lock::try_acquire` passes it last.
+const META_TTL_ARG: &str = "2592000000";
 
 fn queue_key(name: &str) -> String {
     format!("{}:q", lock_key(name))
@@ -231,6 +233,7 @@ fn waiters_get_the_lock_in_the_order_they_arrived() {
         return;
     };
     let holder = hold(&redis, "k", "30s");
+    let first: i64 = redis.meta("k")["fence"].parse().unwrap();
     let mut waiters = Vec::new();
     for i in 1..=5 {
         let (waiter, _) = enqueue(&redis, "k", &mut recorder(&redis, "k", &format!("W{i}")));
@@ -242,7 +245,8 @@ fn waiters_get_the_lock_in_the_order_they_arrived() {
         waiter.finish(EVENT).expect(0);
     }
     assert_eq!(order(&redis), "W1\nW2\nW3\nW4\nW5\n");
-    assert_eq!(redis.meta("k")["fence"], "6");
+    let last: i64 = redis.meta("k")["fence"].parse().unwrap();
+    assert!(last > first, "fence {last} after {first}");
     // No lock, no queue, no leases, no wake lists.
     assert_eq!(redis.keys(), [meta_key("k")]);
 }
@@ -292,7 +296,7 @@ fn a_newcomer_never_barges_into_a_hand_over() {
     redis.redlock().args(["acquire", "k", "-n"]).run().expect(1);
     std::fs::write(redis.dir().join("go"), "").unwrap();
     w1.finish(EVENT).expect(0);
-    assert_eq!(redis.meta("k")["fence"], "2", "only the holder and W1");
+    assert_eq!(redis.meta("k")["token"], t1, "W1 was the last holder");
     assert_eq!(redis.keys(), [meta_key("k")]);
 }
 
@@ -555,6 +559,7 @@ fn a_release_right_after_queueing_is_never_lost() {
     let mut con = redis.cli();
     let proxy = common::proxy::Proxy::to(redis.port());
     let mut early = 0;
+    let mut last_fence = 0;
     for round in 0..20 {
         let holder = hold(&redis, "k", "10s");
         let mut waiter = redis.redlock();
@@ -607,6 +612,12 @@ fn a_release_right_after_queueing_is_never_lost() {
             "round {round}: the waiter got the lock {waited}ms after the release"
         );
         assert_eq!(out.stdout.trim_end(), token, "round {round}");
+        let fence: i64 = redis.meta("k")["fence"].parse().unwrap();
+        assert!(
+            fence > last_fence,
+            "round {round}: fence {fence} after {last_fence}"
+        );
+        last_fence = fence;
         release(&redis, "k", &token);
     }
     eprintln!("{early} of 10 releases came before the waiter's BLPOP");
@@ -614,7 +625,6 @@ fn a_release_right_after_queueing_is_never_lost() {
         early > 0,
         "no release came before the BLPOP: the race was not tested"
     );
-    assert_eq!(redis.meta("k")["fence"], "40");
     assert_eq!(redis.keys(), [meta_key("k")]);
 }
 
@@ -803,9 +813,8 @@ fn an_acquire_whose_reply_is_lost_gives_the_lock_back() {
         .run()
         .expect(69);
     assert_one_error_line(&out);
-    assert_eq!(
-        redis.meta("k")["fence"],
-        "1",
+    assert!(
+        redis.meta("k").contains_key("fence"),
         "the attempt did not run: {out}"
     );
     assert!(
@@ -845,7 +854,18 @@ fn a_late_attempt_after_a_give_up_in_doubt_does_nothing() {
     assert!(pttl > 0 && pttl <= 300_000, "the tombstone expires: {pttl}");
     // The late attempt, joining the queue if busy.
     let args = [
-        "60000", "host", "1", "user", "", "1", CLAIM_ARG, "3000", "2000", "0", "",
+        "60000",
+        "host",
+        "1",
+        "user",
+        "",
+        "1",
+        CLAIM_ARG,
+        "3000",
+        "2000",
+        "0",
+        "",
+        META_TTL_ARG,
     ];
     script(&mut con, ACQUIRE_LUA, "k", late, &args);
     assert_eq!(

@@ -4,7 +4,8 @@
 --      block_cap_ms, lease_margin_ms, want_run_id ('1': return this server's run_id),
 --      previous token (a quorum's waiter tries each time with a fresh token, so that a late
 --      undo of an earlier attempt can never delete a later one: it keeps the earlier token's
---      place in the queue and a reservation made for it)
+--      place in the queue and a reservation made for it), meta_idle_ms (how long meta outlives
+--      the lock and the queue; see keep_meta)
 --
 -- Returns {1, fence, acquired_ms, run_id} when taken, {0, pttl, queued, reserved} when busy (queued: 1 if we are in
 -- the queue now, 0 if not; reserved: 1 if the lock is some waiter's turn rather than held, see
@@ -16,10 +17,18 @@
 -- it), so busy answers call it reserved while the mark lasts (the claim window plus the longest
 -- wait before the waiter looks again: a waiter that died there holds up the queue that long).
 --
+-- The fence: max(counter in meta + 1, this server's clock in microseconds), stored back as the
+-- counter. The counter keeps fences strictly increasing while meta lives, even if the clock steps
+-- back. The clock keeps them increasing when meta is lost (evicted, expired after its idle time,
+-- FLUSHALL, a restart without persistence) or stale (a replica promoted before it had the last
+-- increments): as long as the clock never stepped back, a fence is at most the clock of the
+-- acquisition that handed it out (one acquisition takes more than a microsecond), so a later
+-- clock is above every earlier fence. The one assumption left: the clock does not step back
+-- around the time meta is lost.
+--
 -- Atomic together: the test that the lock is free and that it is our turn (no live waiter ahead
--- of us), SET PX, the fence increment and the owner record. So a fence is never burned by a
--- failed attempt, no reader sees a lock without its record, and a newcomer never overtakes the
--- queue. Joining the queue in the same script as the failed attempt means a release that comes
+-- of us), SET PX, the fence and the owner record. So a fence is never burned by a failed attempt,
+-- no reader sees a lock without its record, and a newcomer never overtakes the queue. Joining the queue in the same script as the failed attempt means a release that comes
 -- before we block on our wake list still finds us (and pushes to the list): no lost wake-ups.
 local token, ttl = ARGV[1], ARGV[2]
 
@@ -36,15 +45,31 @@ local function take(queued)
     redis.call('HDEL', LEASES, token)
     redis.call('DEL', wake_key(token))
   end
-  local fence = redis.call('HINCRBY', META, 'fence', 1)
-  local now = now_ms()
-  redis.call('HSET', META, 'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
-    'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ttl, 'expires_ms', now + ttl)
+  local us = now_us()
+  local now = math.floor(us / 1000)
+  local record = {'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
+    'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ttl, 'expires_ms', now + ttl}
+  local last = tonumber(redis.call('HGET', META, 'fence')) or 0
+  local fence = us
+  if last >= 2^53 - 1 then
+    -- Beyond what a Lua number holds exactly (set by hand): count on in Redis's integers.
+    fence = redis.call('HINCRBY', META, 'fence', 1)
+  else
+    -- last + 1 when the counter is ahead of the clock: it stepped back, or a quorum wrote back a
+    -- fence from a node whose clock is ahead.
+    if last >= us then
+      fence = last + 1
+    end
+    table.insert(record, 'fence')
+    table.insert(record, int(fence))
+  end
+  redis.call('HSET', META, unpack(record))
   redis.call('HDEL', META, 'released_ms')
   if queued and ARGV[11] == '1' then
     redis.call('HSET', META, 'turn', token,
       'turn_until', now + tonumber(ARGV[8]) + tonumber(ARGV[9]))
   end
+  keep_meta(ARGV[13], tonumber(ttl))
   return {1, fence, now, run_id(ARGV[11])}
 end
 
@@ -73,6 +98,7 @@ if current == token then
   -- retries). Report it again, with the TTL counted from now, and burn no fence.
   redis.call('PEXPIRE', LOCK, ttl)
   redis.call('HSET', META, 'expires_ms', now_ms() + ttl)
+  keep_meta(ARGV[13])
   local m = redis.call('HMGET', META, 'fence', 'acquired_ms')
   return {1, tonumber(m[1]) or 0, tonumber(m[2]) or now_ms(), run_id(ARGV[11])}
 end
@@ -117,4 +143,5 @@ end
 redis.call('HSET', LEASES, token, now + block + margin)
 redis.call('PEXPIRE', QUEUE, cap + margin)
 redis.call('PEXPIRE', LEASES, cap + margin)
+keep_meta(ARGV[13])
 return {0, pttl, 1, reserved}

@@ -2,7 +2,8 @@
 --
 -- KEYS[1] lock   string: the holder's token with a PX expiry, or '~' .. waiter while the lock is
 --                reserved for the waiter at the head of the queue (a hand-over in progress)
--- KEYS[2] meta   hash, never expires: fence counter, ticket counter, the last holder's record
+-- KEYS[2] meta   hash: fence counter, ticket counter, the last holder's record; it expires after
+--                an idle time (see keep_meta), never while the lock is held or has waiters
 -- KEYS[3] queue  zset: waiter token -> ticket (arrival order)
 -- KEYS[4] leases hash: waiter token -> server time (ms) after which the waiter counts as dead
 -- Wake lists KEYS[1] .. ':w:' .. token are derived from KEYS[1]: same hash tag, same slot. So is
@@ -11,9 +12,44 @@
 -- while an attempt of theirs may still be on its way (see leave.lua).
 local LOCK, META, QUEUE, LEASES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
-local function now_ms()
+-- This server's clock in microseconds (16 digits: exact in a Lua number, which is a double, up
+-- to 2^53, that is until the year 2255).
+local function now_us()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function now_ms()
+  return math.floor(now_us() / 1000)
+end
+
+-- An integer as Redis should store it: tostring() would write 1.7961336804629e+15.
+local function int(n)
+  return string.format('%.0f', n)
+end
+
+-- Keep the meta hash for `idle_ms` after this use, counted from when the lock key and the queue
+-- expire (as they stand now), so that meta outlives both: a lock that is held, reserved or waited
+-- for never loses its record, its fence counter or its ticket counter. A lock key without expiry
+-- (set by hand) keeps meta without expiry too. Every script that writes meta and can make the
+-- lock or the queue last longer calls this last. `lock_pttl`: the lock key's PTTL when the
+-- caller just set it (saves a PTTL).
+local function keep_meta(idle_ms, lock_pttl)
+  local idle = tonumber(idle_ms)
+  if not idle or idle < 1 then
+    return
+  end
+  local last = 0
+  for _, pttl in ipairs({lock_pttl or redis.call('PTTL', LOCK), redis.call('PTTL', QUEUE)}) do
+    if pttl == -1 then
+      redis.call('PERSIST', META)
+      return
+    end
+    if pttl > last then
+      last = pttl
+    end
+  end
+  redis.call('PEXPIRE', META, int(last + idle))
 end
 
 local function wake_key(token)

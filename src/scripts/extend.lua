@@ -1,6 +1,7 @@
 -- Reset the lock's TTL if, and only if, ARGV[1] holds it (compare-and-PEXPIRE).
 --
--- ARGV token, ttl_ms, want_run_id ('1': return this server's run_id)
+-- ARGV token, ttl_ms, want_run_id ('1': return this server's run_id), meta_idle_ms (see
+--      keep_meta: meta must outlive the lock's new expiry)
 --
 -- Returns {1, {}, run_id} extended, {0, {}, run_id} free (expired: it is never brought back),
 -- {-1, holder-record, run_id} held by another token; run_id is false unless asked for. An expired
@@ -16,6 +17,7 @@ if current == ARGV[1] then
   if redis.call('HGET', META, 'token') == current then
     redis.call('HSET', META, 'expires_ms', now_ms() + tonumber(ARGV[2]))
   end
+  keep_meta(ARGV[4])
   return {1, {}, run_id(ARGV[3])}
 end
 return {-1, holder(current), run_id(ARGV[3])}
