@@ -491,7 +491,7 @@ fn connect_error(
     } else {
         crate::error::redis_text(&e)
     };
-    let hint = tls_hint(&why).unwrap_or(START_HINT);
+    let hint = tls_hint(&why, has_ca(config)).unwrap_or(START_HINT);
     let kind = if kind == Kind::Protocol {
         Kind::Unavailable
     } else {
@@ -516,7 +516,7 @@ fn command_error(
     }
     // One line, the cause said once: RedisError's Display already includes its detail.
     let text = crate::error::redis_text(&e);
-    if let Some(hint) = tls_hint(&text) {
+    if let Some(hint) = tls_hint(&text, has_ca(config)) {
         return failure(
             Kind::Unavailable,
             format!("TLS handshake with {display} failed ({text}){hint}"),
@@ -638,7 +638,7 @@ fn diagnose(
         }
         _ => {}
     }
-    if tls_hint(&e.to_string()).is_none() {
+    if tls_hint(&e.to_string(), has_ca(config)).is_none() {
         return not_tls(display, ep, config);
     }
     None
@@ -646,7 +646,7 @@ fn diagnose(
 
 /// The error for a TLS handshake that failed, after the connection was made.
 fn handshake_error(ep: &Endpoint, config: &Config, e: redis::RedisError) -> anyhow::Error {
-    if tls_hint(&e.to_string()).is_none()
+    if tls_hint(&e.to_string(), has_ca(config)).is_none()
         && let Some(plain) = not_tls(&ep.display, ep, config)
     {
         return plain;
@@ -787,17 +787,43 @@ fn quote_bytes(bytes: &[u8]) -> String {
     format!("{}{more}", line.escape_ascii())
 }
 
-/// The fix for a certificate problem, if `text` describes one.
-fn tls_hint(text: &str) -> Option<&'static str> {
-    let certificate = [
+/// The fix for a certificate problem, if `text` describes one: one hint per cause that rustls
+/// names. `has_ca`: a --tls-ca was given (an unknown issuer then means it is the wrong CA).
+fn tls_hint(text: &str, has_ca: bool) -> Option<&'static str> {
+    let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
+    if !has(&[
         "certificate",
         "UnknownIssuer",
         "CertNotValid",
         "NotValidForName",
-    ]
-    .iter()
-    .any(|needle| text.contains(needle));
-    certificate.then_some("; pass the CA that signed the server's certificate with --tls-ca")
+    ]) {
+        return None;
+    }
+    Some(if has(&["CaUsedAsEndEntity"]) {
+        "; the server presents a CA certificate (CA:TRUE) as its own: configure redis-server's \
+         tls-cert-file with a server certificate issued by that CA, and pass the CA with --tls-ca"
+    } else if has(&["not valid for name", "NotValidForName"]) {
+        "; the server's certificate is not valid for the host name in the URL: connect with a \
+         name it lists (its subjectAltName), or reissue it for this name"
+    } else if has(&["certificate expired", ": Expired"]) {
+        "; the server's certificate has expired (or this machine's clock is wrong): renew it"
+    } else if has(&["certificate not valid yet", ": NotValidYet"]) {
+        "; the server's certificate is not valid yet: check this machine's clock"
+    } else if has(&["UnknownIssuer", "BadSignature"]) && has_ca {
+        // BadSignature: a CA of the same name (one generated anew, say) that did not sign it.
+        "; the CA in --tls-ca did not sign the server's certificate: pass the CA that did"
+    } else {
+        "; pass the CA that signed the server's certificate with --tls-ca"
+    })
+}
+
+/// Whether --tls-ca was given (the same for every endpoint).
+fn has_ca(config: &Config) -> bool {
+    config
+        .servers
+        .endpoints()
+        .iter()
+        .any(|e| e.tls.as_ref().is_some_and(|t| t.root_cert.is_some()))
 }
 
 /// An error for a reply that does not have the shape a script promises.
@@ -829,6 +855,71 @@ mod tests {
             (&[b'a'; 64][..], &format!("{}…", "a".repeat(40))),
         ] {
             assert_eq!(quote_bytes(bytes), quoted, "{bytes:?}");
+        }
+    }
+
+    #[test]
+    fn each_certificate_problem_gets_its_own_hint() {
+        // What rustls says (its Display), with and without --tls-ca, and the hint's key words.
+        for (text, has_ca, hint) in [
+            (
+                "invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))",
+                true,
+                "tls-cert-file",
+            ),
+            (
+                "invalid peer certificate: certificate not valid for name \"127.0.0.1\"; \
+                 certificate is only valid for DnsName(\"redis.example.com\")",
+                true,
+                "subjectAltName",
+            ),
+            (
+                "invalid peer certificate: NotValidForName",
+                false,
+                "host name",
+            ),
+            (
+                "invalid peer certificate: UnknownIssuer",
+                false,
+                "with --tls-ca",
+            ),
+            (
+                "invalid peer certificate: UnknownIssuer",
+                true,
+                "did not sign",
+            ),
+            (
+                "invalid peer certificate: BadSignature",
+                true,
+                "did not sign",
+            ),
+            (
+                "invalid peer certificate: certificate expired: verification time 1 (UNIX), but \
+                 certificate is not valid after 0 (1 seconds ago)",
+                true,
+                "has expired",
+            ),
+            ("invalid peer certificate: Expired", true, "has expired"),
+            (
+                "invalid peer certificate: certificate not valid yet: verification time 0",
+                true,
+                "not valid yet",
+            ),
+            (
+                "invalid peer certificate: BadEncoding",
+                false,
+                "with --tls-ca",
+            ),
+        ] {
+            let found = tls_hint(text, has_ca).unwrap_or_else(|| panic!("no hint for {text}"));
+            assert!(found.contains(hint), "{text}: {found}");
+        }
+        for text in [
+            "connection refused",
+            "key Expired",
+            "max number of clients reached",
+        ] {
+            assert_eq!(tls_hint(text, true), None, "{text}");
         }
     }
 }
