@@ -319,6 +319,7 @@ pub fn parse_url(
             redact_unparsed(raw)
         )));
     }
+    refuse_port_zero(&url, raw)?;
     if tls.is_some() && scheme != "rediss" {
         return Err(usage(
             "--tls-ca, --tls-cert and --tls-key need a rediss:// URL",
@@ -352,6 +353,20 @@ pub fn parse_url(
         public,
         tls,
     })
+}
+
+/// Port 0 is no port a server listens on (a socket bound to it gets a random one): a typo or an
+/// unset variable (`redis://host:$PORT` with `PORT=0`), which would otherwise be reported as a
+/// server that is down.
+fn refuse_port_zero(url: &url::Url, raw: &str) -> Result<()> {
+    if url.port() == Some(0) {
+        return Err(usage(format!(
+            "Redis URL '{}' has port 0, which no server listens on; use the server's port \
+             (6379 by default)",
+            redact_unparsed(raw)
+        )));
+    }
+    Ok(())
 }
 
 /// Whether a `redis://` or `rediss://` URL has an `@` after a `#`, `?` or `/` of its authority:
@@ -404,6 +419,8 @@ mod tests {
             "redis://:pw@",
             "unix://",
             "redis://[::1",
+            "redis://:pw@127.0.0.1:0",
+            "rediss://localhost:0/1",
         ] {
             let err = match parse_url(raw, None, None) {
                 Ok(_) => panic!("{raw} was accepted"),
