@@ -281,6 +281,16 @@ pub struct LockArgs {
     /// After acquiring, wait (up to --io-timeout) until N replicas have the lock; fewer is a failure
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub wait_replicas: u32,
+
+    /// Lock even where Redis may evict the lock under memory pressure (maxmemory-policy allkeys-*,
+    /// otherwise refused; volatile-*, otherwise warned about)
+    #[arg(
+        long,
+        env = "REDLOCK_ALLOW_EVICTION",
+        action = clap::ArgAction::SetTrue,
+        value_parser = parse_switch
+    )]
+    pub allow_eviction: bool,
 }
 
 #[derive(Debug, Args)]

@@ -4,13 +4,15 @@
 //! an error after at most `--connect-timeout` + `--io-timeout`, never a hang. Errors carry the
 //! redacted URL and a hint at the fix.
 
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use redis::ConnectionLike;
+use redis::{ConnectionLike, Script};
 
 use crate::config::{Config, Endpoint, Servers};
-use crate::error::{Kind, failure, redis_kind};
+use crate::error::{Kind, failure, redis_kind, refusal};
+use crate::scripts;
 
 /// One connection to one logical Redis server: a standalone server, one node of a quorum, the
 /// master a Sentinel names, or a Redis Cluster (which routes each command by its keys).
@@ -29,6 +31,9 @@ pub struct Redis {
     /// The last call failed because the server had closed the connection (it restarted, or
     /// dropped idle clients): the command did not run, and a fresh connection may succeed.
     dropped: bool,
+    /// An acquire attempt on this connection has checked what kind of server this is (see
+    /// `guard.lua`): a replica and an evicting server are found once per connection.
+    checked: bool,
 }
 
 enum Con {
@@ -115,6 +120,7 @@ impl Redis {
             target,
             stale: false,
             dropped: false,
+            checked: false,
         })
     }
 
@@ -206,6 +212,55 @@ impl Redis {
                 Redis::open(&self.config, Target::Fixed(Box::new(ep)))
             })
             .collect()
+    }
+
+    /// Runs one acquire attempt: `invoke` runs the script it is given with the attempt's keys and
+    /// arguments. The first attempt on a connection runs the variant that first checks the server
+    /// (a replica is refused, and so is an allkeys-* maxmemory-policy without --allow-eviction;
+    /// a volatile-* one is warned about), in the same round trip.
+    pub fn call_acquire(
+        &mut self,
+        invoke: impl FnOnce(&Script, &mut dyn ConnectionLike) -> redis::RedisResult<Vec<redis::Value>>,
+    ) -> Result<Vec<redis::Value>> {
+        if self.stale {
+            self.reconnect()?;
+        }
+        if self.checked {
+            return self.call("acquire", |con| invoke(&scripts::ACQUIRE, con));
+        }
+        let script: &Script = if self.config.allow_eviction {
+            &scripts::ACQUIRE_CHECKED_ALLOW_EVICTION
+        } else {
+            &scripts::ACQUIRE_CHECKED
+        };
+        let mut reply = self.call("acquire", |con| invoke(script, con))?;
+        self.checked = true;
+        let policy = match reply.pop() {
+            Some(v) => redis::from_redis_value::<String>(v).unwrap_or_default(),
+            None => String::new(),
+        };
+        self.warn_eviction(&policy);
+        Ok(reply)
+    }
+
+    /// Warns, once per server and process (unless -q or --allow-eviction), that the server's
+    /// maxmemory-policy evicts keys with a TTL, which every lock key has.
+    fn warn_eviction(&self, policy: &str) {
+        static WARNED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+        if !policy.starts_with("volatile-") || self.config.allow_eviction || self.config.quiet {
+            return;
+        }
+        let mut warned = WARNED.lock().unwrap_or_else(PoisonError::into_inner);
+        if warned.contains(&self.display) {
+            return;
+        }
+        warned.push(self.display.clone());
+        crate::eline!(
+            "redlock: warning: {} has maxmemory-policy {policy}: when it runs out of memory it \
+             evicts keys with a TTL first, and every lock key has one, so a held lock can vanish; \
+             set maxmemory-policy noeviction (or pass --allow-eviction to accept the risk)",
+            self.display
+        );
     }
 
     /// Runs one round trip, logging it with `-v`, and names the server in any error.
@@ -470,6 +525,9 @@ fn connect_error(
     if is_foreign_reply(&e) {
         return not_redis(display, ep, config);
     }
+    if let Some(condition) = server_condition(display, "the connection", &e) {
+        return condition;
+    }
     if let Some(found) = ep.and_then(|ep| diagnose(display, ep, config, &e)) {
         return found;
     }
@@ -500,6 +558,55 @@ fn connect_error(
     failure(kind, format!("cannot connect to {display} ({why}){hint}"))
 }
 
+/// How Redis words a connection refused for `maxclients` (sent instead of the first reply).
+const MAX_CLIENTS: &str = "max number of clients reached";
+
+fn max_clients(display: &str) -> anyhow::Error {
+    refusal(
+        Kind::Unavailable,
+        format!(
+            "{display} refused the connection: max number of clients reached (maxclients); try \
+             again when clients have gone, or raise maxclients"
+        ),
+    )
+}
+
+/// The error for a refusal that says something about the state of the server rather than about
+/// our request: out of memory, no room for another client, or (from `guard.lua`) a replica or a
+/// server that may evict locks. All but the last are conditions that pass (69); an evicting
+/// server is for the operator to decide about (2).
+fn server_condition(display: &str, what: &str, e: &redis::RedisError) -> Option<anyhow::Error> {
+    let detail = e.detail().unwrap_or("");
+    match e.code() {
+        Some("OOM") => Some(refusal(
+            Kind::Unavailable,
+            format!(
+                "{display} is out of memory (used memory > maxmemory) and refused {what}; free \
+                 memory on it or raise maxmemory"
+            ),
+        )),
+        Some("REDLOCK_REPLICA") => Some(refusal(
+            Kind::Unavailable,
+            format!(
+                "{display} is a replica of {detail}, not a master; a lock must be taken on the \
+                 master (a replica's locks are invisible to the master's clients): use the \
+                 master's URL, or --sentinel (after a failover, try again once the Sentinels \
+                 name the new master)"
+            ),
+        )),
+        Some("REDLOCK_EVICTS") => Some(refusal(
+            Kind::Usage,
+            format!(
+                "{display} has maxmemory-policy {detail}: when it runs out of memory it may evict a \
+             held lock (and its fence counter); set maxmemory-policy noeviction on it, or pass \
+             --allow-eviction (REDLOCK_ALLOW_EVICTION=1) to lock there anyway"
+            ),
+        )),
+        _ if e.to_string().contains(MAX_CLIENTS) => Some(max_clients(display)),
+        _ => None,
+    }
+}
+
 /// What a refused first connection suggests. Not for a server that answered before and went
 /// away (a waiter riding out an outage): the URL is right, and the server is just down.
 pub const START_HINT: &str = "; start redis-server or set --url / REDLOCK_URL";
@@ -513,6 +620,9 @@ fn command_error(
 ) -> anyhow::Error {
     if is_foreign_reply(&e) {
         return not_redis(display, ep, config);
+    }
+    if let Some(condition) = server_condition(display, what, &e) {
+        return condition;
     }
     // One line, the cause said once: RedisError's Display already includes its detail.
     let text = crate::error::redis_text(&e);
@@ -577,6 +687,11 @@ fn diagnose(
     use redis::ConnectionAddr as A;
     if redis_kind(e) == Kind::Auth {
         let refusal = auth_refusal(ep, config)?;
+        // The driver reports any refusal of its AUTH as wrong credentials; the server may just
+        // have had no room for another client.
+        if refusal.contains(MAX_CLIENTS) {
+            return Some(max_clients(display));
+        }
         return refusal
             .contains("without any password configured")
             .then(|| {
@@ -597,6 +712,16 @@ fn diagnose(
              'databases' setting (16 by default)",
             ep.info.redis_settings().db()
         )));
+    }
+    // A server with no room for another client says so, then closes: our setup commands may meet
+    // the closed connection (reset) before the driver reads what it said. Ask again.
+    if e.is_io_error()
+        && !e.is_timeout()
+        && !e.is_connection_refusal()
+        && first_bytes(ep.info.addr(), probe_timeout(config), false)
+            .is_some_and(|answer| String::from_utf8_lossy(&answer).contains(MAX_CLIENTS))
+    {
+        return Some(max_clients(display));
     }
     match ep.info.addr() {
         A::Unix(path) if e.is_connection_refusal() => {
@@ -670,7 +795,7 @@ fn not_tls(display: &str, ep: &Endpoint, config: &Config) -> Option<anyhow::Erro
         return None;
     };
     let plain = redis::ConnectionAddr::Tcp(host.clone(), *port);
-    let answer = first_bytes(&plain, probe_timeout(config))?;
+    let answer = first_bytes(&plain, probe_timeout(config), true)?;
     // A RESP simple string or error (+PONG, -NOAUTH ...): a Redis without TLS.
     if !matches!(answer.first(), Some(b'+' | b'-')) {
         return None;
@@ -725,7 +850,7 @@ fn is_foreign_reply(e: &redis::RedisError) -> bool {
 /// quoting the start of its answer.
 fn not_redis(display: &str, ep: Option<&Endpoint>, config: &Config) -> anyhow::Error {
     let quote = ep
-        .and_then(|ep| first_bytes(ep.info.addr(), probe_timeout(config)))
+        .and_then(|ep| first_bytes(ep.info.addr(), probe_timeout(config), true))
         .map(|bytes| format!(" (it answered \"{}\")", quote_bytes(&bytes)))
         .unwrap_or_default();
     failure(
@@ -743,12 +868,15 @@ fn probe_timeout(config: &Config) -> Duration {
     config.connect_timeout.min(Duration::from_secs(1))
 }
 
-/// The first bytes a server sends back to a PING, on a connection of its own (plain TCP or a
-/// Unix socket; a TLS server is not probed). `None` when it sends nothing.
-fn first_bytes(addr: &redis::ConnectionAddr, timeout: Duration) -> Option<Vec<u8>> {
+/// The first bytes a server sends back to a PING (or, without `ping`, before it is sent
+/// anything), on a connection of its own (plain TCP or a Unix socket; a TLS server is not
+/// probed). `None` when it sends nothing.
+fn first_bytes(addr: &redis::ConnectionAddr, timeout: Duration, ping: bool) -> Option<Vec<u8>> {
     use std::io::{Read, Write};
-    fn exchange(mut s: impl Read + Write) -> Option<Vec<u8>> {
-        s.write_all(b"*1\r\n$4\r\nPING\r\n").ok()?;
+    fn exchange(mut s: impl Read + Write, ping: bool) -> Option<Vec<u8>> {
+        if ping {
+            s.write_all(b"*1\r\n$4\r\nPING\r\n").ok()?;
+        }
         let mut buf = vec![0u8; 64];
         let n = s.read(&mut buf).ok().filter(|&n| n > 0)?;
         buf.truncate(n);
@@ -761,13 +889,13 @@ fn first_bytes(addr: &redis::ConnectionAddr, timeout: Duration) -> Option<Vec<u8
             let s = std::net::TcpStream::connect_timeout(&sa, timeout).ok()?;
             s.set_read_timeout(Some(timeout)).ok()?;
             s.set_write_timeout(Some(timeout)).ok()?;
-            exchange(s)
+            exchange(s, ping)
         }
         redis::ConnectionAddr::Unix(path) => {
             let s = std::os::unix::net::UnixStream::connect(path).ok()?;
             s.set_read_timeout(Some(timeout)).ok()?;
             s.set_write_timeout(Some(timeout)).ok()?;
-            exchange(s)
+            exchange(s, ping)
         }
         _ => None,
     }
@@ -839,26 +967,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_foreign_answer_is_quoted_by_its_first_line() {
-        for (bytes, quoted) in [
-            (
-                &b"HTTP/1.1 400 Bad Request\r\nServer: x\r\n"[..],
-                "HTTP/1.1 400 Bad Request…",
-            ),
-            (b"SSH-2.0-OpenSSH_9.6\r\n", "SSH-2.0-OpenSSH_9.6"),
-            (b"<!DOCTYPE HTML>\n<html>", "<!DOCTYPE HTML>…"),
-            (
-                b"\x15\x03\x03\x00\x02\x02\x46",
-                r"\x15\x03\x03\x00\x02\x02F",
-            ),
-            (b"say \"hi\"", r#"say \"hi\""#),
-            (&[b'a'; 64][..], &format!("{}…", "a".repeat(40))),
-        ] {
-            assert_eq!(quote_bytes(bytes), quoted, "{bytes:?}");
-        }
-    }
-
-    #[test]
     fn each_certificate_problem_gets_its_own_hint() {
         // What rustls says (its Display), with and without --tls-ca, and the hint's key words.
         for (text, has_ca, hint) in [
@@ -920,6 +1028,26 @@ mod tests {
             "max number of clients reached",
         ] {
             assert_eq!(tls_hint(text, true), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_foreign_answer_is_quoted_by_its_first_line() {
+        for (bytes, quoted) in [
+            (
+                &b"HTTP/1.1 400 Bad Request\r\nServer: x\r\n"[..],
+                "HTTP/1.1 400 Bad Request…",
+            ),
+            (b"SSH-2.0-OpenSSH_9.6\r\n", "SSH-2.0-OpenSSH_9.6"),
+            (b"<!DOCTYPE HTML>\n<html>", "<!DOCTYPE HTML>…"),
+            (
+                b"\x15\x03\x03\x00\x02\x02\x46",
+                r"\x15\x03\x03\x00\x02\x02F",
+            ),
+            (b"say \"hi\"", r#"say \"hi\""#),
+            (&[b'a'; 64][..], &format!("{}…", "a".repeat(40))),
+        ] {
+            assert_eq!(quote_bytes(bytes), quoted, "{bytes:?}");
         }
     }
 }

@@ -83,6 +83,9 @@ pub struct Config {
     pub io_timeout: Duration,
     pub quiet: bool,
     pub verbose: bool,
+    /// `--allow-eviction` (acquire and exec): lock on a server whose maxmemory-policy may evict
+    /// lock keys, without a refusal or a warning. Set from the subcommand's options.
+    pub allow_eviction: bool,
 }
 
 /// The environment variables redlock reads, in one place so tests and docs agree.
@@ -145,6 +148,7 @@ impl Config {
             io_timeout: args.io_timeout,
             quiet: args.quiet,
             verbose: args.verbose,
+            allow_eviction: false,
         })
     }
 }
