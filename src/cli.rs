@@ -282,8 +282,7 @@ pub struct LockArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub wait_replicas: u32,
 
-    /// Lock even where Redis may evict the lock under memory pressure (maxmemory-policy allkeys-*,
-    /// otherwise refused; volatile-*, otherwise warned about)
+    /// Lock even on a server that may evict it: maxmemory-policy allkeys-* (refused without this)
     #[arg(
         long,
         env = "REDLOCK_ALLOW_EVICTION",
