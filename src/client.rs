@@ -233,7 +233,17 @@ impl Redis {
         } else {
             &scripts::ACQUIRE_CHECKED
         };
-        let mut reply = self.call("acquire", |con| invoke(script, con))?;
+        let mut reply = self.call("acquire", |con| {
+            let mut counted = Counted { con, requests: 0 };
+            let reply = invoke(script, &mut counted)?;
+            if counted.requests > 1 {
+                // The server did not know the script (a first use, a restart, SCRIPT FLUSH), so
+                // it will not know the one later attempts run either: load it now, not in the
+                // round trip of a waiter's turn.
+                scripts::ACQUIRE.load(con)?;
+            }
+            Ok(reply)
+        })?;
         self.checked = true;
         let policy = match reply.pop() {
             Some(v) => redis::from_redis_value::<String>(v).unwrap_or_default(),
@@ -327,6 +337,52 @@ impl Redis {
     /// Sets the read timeout back to `--io-timeout`.
     pub fn restore_read_timeout(&mut self) -> Result<()> {
         self.set_read_timeout(self.config.io_timeout)
+    }
+}
+
+/// A connection that counts the requests made on it (a script call is one, or three when the
+/// server has to be given the script first).
+struct Counted<'a> {
+    con: &'a mut dyn ConnectionLike,
+    requests: usize,
+}
+
+impl ConnectionLike for Counted<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        self.requests += 1;
+        self.con.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        self.requests += 1;
+        self.con.req_packed_commands(cmd, offset, count)
+    }
+
+    fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        // Forwarded as a command, not packed: a Cluster routes it by its key.
+        self.requests += 1;
+        self.con.req_command(cmd)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.con.get_db()
+    }
+
+    fn supports_pipelining(&self) -> bool {
+        self.con.supports_pipelining()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.con.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.con.is_open()
     }
 }
 
