@@ -117,7 +117,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__acquire)
-            opts="-w -n -E -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --format --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-w -n -E -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --allow-eviction --format --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -207,7 +207,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__exec)
-            opts="-w -n -E -c -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --on-lost --kill-after --command --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-w -n -E -c -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --allow-eviction --on-lost --kill-after --command --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -321,6 +321,15 @@ pub struct LockArgs {
     /// After acquiring, wait (up to --io-timeout) until N replicas have the lock; fewer is a failure
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub wait_replicas: u32,
+
+    /// Lock even on a server that may evict it: maxmemory-policy allkeys-* (refused without this)
+    #[arg(
+        long,
+        env = "REDLOCK_ALLOW_EVICTION",
+        action = clap::ArgAction::SetTrue,
+        value_parser = parse_switch
+    )]
+    pub allow_eviction: bool,
 }
 
 #[derive(Debug, Args)]

@@ -4,13 +4,15 @@
 //! an error after at most `--connect-timeout` + `--io-timeout`, never a hang. Errors carry the
 //! redacted URL and a hint at the fix.
 
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use redis::ConnectionLike;
+use redis::{ConnectionLike, Script};
 
 use crate::config::{Config, Endpoint, Servers};
-use crate::error::{Kind, failure, redis_kind};
+use crate::error::{Kind, failure, redis_kind, refusal};
+use crate::scripts;
 
 /// One connection to one logical Redis server: a standalone server, one node of a quorum, the
 /// master a Sentinel names, or a Redis Cluster (which routes each command by its keys).
@@ -29,6 +31,9 @@ pub struct Redis {
     /// The last call failed because the server had closed the connection (it restarted, or
     /// dropped idle clients): the command did not run, and a fresh connection may succeed.
     dropped: bool,
+    /// An acquire attempt on this connection has checked what kind of server this is (see
+    /// `guard.lua`): a replica and an evicting server are found once per connection.
+    checked: bool,
 }
 
 enum Con {
@@ -115,6 +120,7 @@ impl Redis {
             target,
             stale: false,
             dropped: false,
+            checked: false,
         })
     }
 
@@ -214,6 +220,65 @@ impl Redis {
             .collect()
     }
 
+    /// Runs one acquire attempt: `invoke` runs the script it is given with the attempt's keys and
+    /// arguments. The first attempt on a connection runs the variant that first checks the server
+    /// (a replica is refused, and so is an allkeys-* maxmemory-policy without --allow-eviction;
+    /// a volatile-* one is warned about), in the same round trip.
+    pub fn call_acquire(
+        &mut self,
+        invoke: impl FnOnce(&Script, &mut dyn ConnectionLike) -> redis::RedisResult<Vec<redis::Value>>,
+    ) -> Result<Vec<redis::Value>> {
+        if self.stale {
+            self.reconnect()?;
+        }
+        if self.checked {
+            return self.call("acquire", |con| invoke(&scripts::ACQUIRE, con));
+        }
+        let script: &Script = if self.config.allow_eviction {
+            &scripts::ACQUIRE_CHECKED_ALLOW_EVICTION
+        } else {
+            &scripts::ACQUIRE_CHECKED
+        };
+        let mut reply = self.call("acquire", |con| {
+            let mut counted = Counted { con, requests: 0 };
+            let reply = invoke(script, &mut counted)?;
+            if counted.requests > 1 {
+                // The server did not know the script (a first use, a restart, SCRIPT FLUSH), so
+                // it will not know the one later attempts run either: load it now, not in the
+                // round trip of a waiter's turn.
+                scripts::ACQUIRE.load(con)?;
+            }
+            Ok(reply)
+        })?;
+        self.checked = true;
+        let policy = match reply.pop() {
+            Some(v) => redis::from_redis_value::<String>(v).unwrap_or_default(),
+            None => String::new(),
+        };
+        self.warn_eviction(&policy);
+        Ok(reply)
+    }
+
+    /// Warns, once per server and process (unless -q or --allow-eviction), that the server's
+    /// maxmemory-policy evicts keys with a TTL, which every lock key has.
+    fn warn_eviction(&self, policy: &str) {
+        static WARNED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+        if !policy.starts_with("volatile-") || self.config.allow_eviction || self.config.quiet {
+            return;
+        }
+        let mut warned = WARNED.lock().unwrap_or_else(PoisonError::into_inner);
+        if warned.contains(&self.display) {
+            return;
+        }
+        warned.push(self.display.clone());
+        crate::eline!(
+            "redlock: warning: {} has maxmemory-policy {policy}: when it runs out of memory it \
+             evicts keys with a TTL first, and every lock key has one, so a held lock can vanish; \
+             set maxmemory-policy noeviction (or pass --allow-eviction to accept the risk)",
+            self.display
+        );
+    }
+
     /// Runs one round trip, logging it with `-v`, and names the server in any error.
     pub fn call<T>(
         &mut self,
@@ -281,6 +346,52 @@ impl Redis {
     /// Sets the read timeout back to `--io-timeout`.
     pub fn restore_read_timeout(&mut self) -> Result<()> {
         self.set_read_timeout(self.config.io_timeout)
+    }
+}
+
+/// A connection that counts the requests made on it (a script call is one, or three when the
+/// server has to be given the script first).
+struct Counted<'a> {
+    con: &'a mut dyn ConnectionLike,
+    requests: usize,
+}
+
+impl ConnectionLike for Counted<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        self.requests += 1;
+        self.con.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        self.requests += 1;
+        self.con.req_packed_commands(cmd, offset, count)
+    }
+
+    fn req_command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        // Forwarded as a command, not packed: a Cluster routes it by its key.
+        self.requests += 1;
+        self.con.req_command(cmd)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.con.get_db()
+    }
+
+    fn supports_pipelining(&self) -> bool {
+        self.con.supports_pipelining()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.con.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.con.is_open()
     }
 }
 
@@ -479,6 +590,9 @@ fn connect_error(
     if is_foreign_reply(&e) {
         return not_redis(display, ep, config);
     }
+    if let Some(condition) = server_condition(display, "the connection", &e) {
+        return condition;
+    }
     if let Some(found) = ep.and_then(|ep| diagnose(display, ep, config, &e)) {
         return found;
     }
@@ -500,13 +614,62 @@ fn connect_error(
     } else {
         crate::error::redis_text(&e)
     };
-    let hint = tls_hint(&why).unwrap_or(START_HINT);
+    let hint = tls_hint(&why, has_ca(config)).unwrap_or(START_HINT);
     let kind = if kind == Kind::Protocol {
         Kind::Unavailable
     } else {
         kind
     };
     failure(kind, format!("cannot connect to {display} ({why}){hint}"))
+}
+
+/// How Redis words a connection refused for `maxclients` (sent instead of the first reply).
+const MAX_CLIENTS: &str = "max number of clients reached";
+
+fn max_clients(display: &str) -> anyhow::Error {
+    refusal(
+        Kind::Unavailable,
+        format!(
+            "{display} refused the connection: max number of clients reached (maxclients); try \
+             again when clients have gone, or raise maxclients"
+        ),
+    )
+}
+
+/// The error for a refusal that says something about the state of the server rather than about
+/// our request: out of memory, no room for another client, or (from `guard.lua`) a replica or a
+/// server that may evict locks. All but the last are conditions that pass (69); an evicting
+/// server is for the operator to decide about (2).
+fn server_condition(display: &str, what: &str, e: &redis::RedisError) -> Option<anyhow::Error> {
+    let detail = e.detail().unwrap_or("");
+    match e.code() {
+        Some("OOM") => Some(refusal(
+            Kind::Unavailable,
+            format!(
+                "{display} is out of memory (used memory > maxmemory) and refused {what}; free \
+                 memory on it or raise maxmemory"
+            ),
+        )),
+        Some("REDLOCK_REPLICA") => Some(refusal(
+            Kind::Unavailable,
+            format!(
+                "{display} is a replica of {detail}, not a master; a lock must be taken on the \
+                 master (a replica's locks are invisible to the master's clients): use the \
+                 master's URL, or --sentinel (after a failover, try again once the Sentinels \
+                 name the new master)"
+            ),
+        )),
+        Some("REDLOCK_EVICTS") => Some(refusal(
+            Kind::Usage,
+            format!(
+                "{display} has maxmemory-policy {detail}: when it runs out of memory it may evict a \
+             held lock (and its fence counter); set maxmemory-policy noeviction on it, or pass \
+             --allow-eviction (REDLOCK_ALLOW_EVICTION=1) to lock there anyway"
+            ),
+        )),
+        _ if e.to_string().contains(MAX_CLIENTS) => Some(max_clients(display)),
+        _ => None,
+    }
 }
 
 /// What a refused first connection suggests. Not for a server that answered before and went
@@ -523,9 +686,12 @@ fn command_error(
     if is_foreign_reply(&e) {
         return not_redis(display, ep, config);
     }
+    if let Some(condition) = server_condition(display, what, &e) {
+        return condition;
+    }
     // One line, the cause said once: RedisError's Display already includes its detail.
     let text = crate::error::redis_text(&e);
-    if let Some(hint) = tls_hint(&text) {
+    if let Some(hint) = tls_hint(&text, has_ca(config)) {
         return failure(
             Kind::Unavailable,
             format!("TLS handshake with {display} failed ({text}){hint}"),
@@ -586,6 +752,11 @@ fn diagnose(
     use redis::ConnectionAddr as A;
     if redis_kind(e) == Kind::Auth {
         let refusal = auth_refusal(ep, config)?;
+        // The driver reports any refusal of its AUTH as wrong credentials; the server may just
+        // have had no room for another client.
+        if refusal.contains(MAX_CLIENTS) {
+            return Some(max_clients(display));
+        }
         return refusal
             .contains("without any password configured")
             .then(|| {
@@ -606,6 +777,16 @@ fn diagnose(
              'databases' setting (16 by default)",
             ep.info.redis_settings().db()
         )));
+    }
+    // A server with no room for another client says so, then closes: our setup commands may meet
+    // the closed connection (reset) before the driver reads what it said. Ask again.
+    if e.is_io_error()
+        && !e.is_timeout()
+        && !e.is_connection_refusal()
+        && first_bytes(ep.info.addr(), probe_timeout(config), false)
+            .is_some_and(|answer| String::from_utf8_lossy(&answer).contains(MAX_CLIENTS))
+    {
+        return Some(max_clients(display));
     }
     match ep.info.addr() {
         A::Unix(path) if e.is_connection_refusal() => {
@@ -647,7 +828,7 @@ fn diagnose(
         }
         _ => {}
     }
-    if tls_hint(&e.to_string()).is_none() {
+    if tls_hint(&e.to_string(), has_ca(config)).is_none() {
         return not_tls(display, ep, config);
     }
     None
@@ -655,7 +836,7 @@ fn diagnose(
 
 /// The error for a TLS handshake that failed, after the connection was made.
 fn handshake_error(ep: &Endpoint, config: &Config, e: redis::RedisError) -> anyhow::Error {
-    if tls_hint(&e.to_string()).is_none()
+    if tls_hint(&e.to_string(), has_ca(config)).is_none()
         && let Some(plain) = not_tls(&ep.display, ep, config)
     {
         return plain;
@@ -679,7 +860,7 @@ fn not_tls(display: &str, ep: &Endpoint, config: &Config) -> Option<anyhow::Erro
         return None;
     };
     let plain = redis::ConnectionAddr::Tcp(host.clone(), *port);
-    let answer = first_bytes(&plain, probe_timeout(config))?;
+    let answer = first_bytes(&plain, probe_timeout(config), true)?;
     // A RESP simple string or error (+PONG, -NOAUTH ...): a Redis without TLS.
     if !matches!(answer.first(), Some(b'+' | b'-')) {
         return None;
@@ -734,7 +915,7 @@ fn is_foreign_reply(e: &redis::RedisError) -> bool {
 /// quoting the start of its answer.
 fn not_redis(display: &str, ep: Option<&Endpoint>, config: &Config) -> anyhow::Error {
     let quote = ep
-        .and_then(|ep| first_bytes(ep.info.addr(), probe_timeout(config)))
+        .and_then(|ep| first_bytes(ep.info.addr(), probe_timeout(config), true))
         .map(|bytes| format!(" (it answered \"{}\")", quote_bytes(&bytes)))
         .unwrap_or_default();
     failure(
@@ -752,12 +933,15 @@ fn probe_timeout(config: &Config) -> Duration {
     config.connect_timeout.min(Duration::from_secs(1))
 }
 
-/// The first bytes a server sends back to a PING, on a connection of its own (plain TCP or a
-/// Unix socket; a TLS server is not probed). `None` when it sends nothing.
-fn first_bytes(addr: &redis::ConnectionAddr, timeout: Duration) -> Option<Vec<u8>> {
+/// The first bytes a server sends back to a PING (or, without `ping`, before it is sent
+/// anything), on a connection of its own (plain TCP or a Unix socket; a TLS server is not
+/// probed). `None` when it sends nothing.
+fn first_bytes(addr: &redis::ConnectionAddr, timeout: Duration, ping: bool) -> Option<Vec<u8>> {
     use std::io::{Read, Write};
-    fn exchange(mut s: impl Read + Write) -> Option<Vec<u8>> {
-        s.write_all(b"*1\r\n$4\r\nPING\r\n").ok()?;
+    fn exchange(mut s: impl Read + Write, ping: bool) -> Option<Vec<u8>> {
+        if ping {
+            s.write_all(b"*1\r\n$4\r\nPING\r\n").ok()?;
+        }
         let mut buf = vec![0u8; 64];
         let n = s.read(&mut buf).ok().filter(|&n| n > 0)?;
         buf.truncate(n);
@@ -770,13 +954,13 @@ fn first_bytes(addr: &redis::ConnectionAddr, timeout: Duration) -> Option<Vec<u8
             let s = std::net::TcpStream::connect_timeout(&sa, timeout).ok()?;
             s.set_read_timeout(Some(timeout)).ok()?;
             s.set_write_timeout(Some(timeout)).ok()?;
-            exchange(s)
+            exchange(s, ping)
         }
         redis::ConnectionAddr::Unix(path) => {
             let s = std::os::unix::net::UnixStream::connect(path).ok()?;
             s.set_read_timeout(Some(timeout)).ok()?;
             s.set_write_timeout(Some(timeout)).ok()?;
-            exchange(s)
+            exchange(s, ping)
         }
         _ => None,
     }
@@ -796,17 +980,43 @@ fn quote_bytes(bytes: &[u8]) -> String {
     format!("{}{more}", line.escape_ascii())
 }
 
-/// The fix for a certificate problem, if `text` describes one.
-fn tls_hint(text: &str) -> Option<&'static str> {
-    let certificate = [
+/// The fix for a certificate problem, if `text` describes one: one hint per cause that rustls
+/// names. `has_ca`: a --tls-ca was given (an unknown issuer then means it is the wrong CA).
+fn tls_hint(text: &str, has_ca: bool) -> Option<&'static str> {
+    let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
+    if !has(&[
         "certificate",
         "UnknownIssuer",
         "CertNotValid",
         "NotValidForName",
-    ]
-    .iter()
-    .any(|needle| text.contains(needle));
-    certificate.then_some("; pass the CA that signed the server's certificate with --tls-ca")
+    ]) {
+        return None;
+    }
+    Some(if has(&["CaUsedAsEndEntity"]) {
+        "; the server presents a CA certificate (CA:TRUE) as its own: configure redis-server's \
+         tls-cert-file with a server certificate issued by that CA, and pass the CA with --tls-ca"
+    } else if has(&["not valid for name", "NotValidForName"]) {
+        "; the server's certificate is not valid for the host name in the URL: connect with a \
+         name it lists (its subjectAltName), or reissue it for this name"
+    } else if has(&["certificate expired", ": Expired"]) {
+        "; the server's certificate has expired (or this machine's clock is wrong): renew it"
+    } else if has(&["certificate not valid yet", ": NotValidYet"]) {
+        "; the server's certificate is not valid yet: check this machine's clock"
+    } else if has(&["UnknownIssuer", "BadSignature"]) && has_ca {
+        // BadSignature: a CA of the same name (one generated anew, say) that did not sign it.
+        "; the CA in --tls-ca did not sign the server's certificate: pass the CA that did"
+    } else {
+        "; pass the CA that signed the server's certificate with --tls-ca"
+    })
+}
+
+/// Whether --tls-ca was given (the same for every endpoint).
+fn has_ca(config: &Config) -> bool {
+    config
+        .servers
+        .endpoints()
+        .iter()
+        .any(|e| e.tls.as_ref().is_some_and(|t| t.root_cert.is_some()))
 }
 
 /// An error for a reply that does not have the shape a script promises.
@@ -820,6 +1030,71 @@ pub fn unexpected_reply(what: &str, detail: impl std::fmt::Display) -> anyhow::E
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_certificate_problem_gets_its_own_hint() {
+        // What rustls says (its Display), with and without --tls-ca, and the hint's key words.
+        for (text, has_ca, hint) in [
+            (
+                "invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))",
+                true,
+                "tls-cert-file",
+            ),
+            (
+                "invalid peer certificate: certificate not valid for name \"127.0.0.1\"; \
+                 certificate is only valid for DnsName(\"redis.example.com\")",
+                true,
+                "subjectAltName",
+            ),
+            (
+                "invalid peer certificate: NotValidForName",
+                false,
+                "host name",
+            ),
+            (
+                "invalid peer certificate: UnknownIssuer",
+                false,
+                "with --tls-ca",
+            ),
+            (
+                "invalid peer certificate: UnknownIssuer",
+                true,
+                "did not sign",
+            ),
+            (
+                "invalid peer certificate: BadSignature",
+                true,
+                "did not sign",
+            ),
+            (
+                "invalid peer certificate: certificate expired: verification time 1 (UNIX), but \
+                 certificate is not valid after 0 (1 seconds ago)",
+                true,
+                "has expired",
+            ),
+            ("invalid peer certificate: Expired", true, "has expired"),
+            (
+                "invalid peer certificate: certificate not valid yet: verification time 0",
+                true,
+                "not valid yet",
+            ),
+            (
+                "invalid peer certificate: BadEncoding",
+                false,
+                "with --tls-ca",
+            ),
+        ] {
+            let found = tls_hint(text, has_ca).unwrap_or_else(|| panic!("no hint for {text}"));
+            assert!(found.contains(hint), "{text}: {found}");
+        }
+        for text in [
+            "connection refused",
+            "key Expired",
+            "max number of clients reached",
+        ] {
+            assert_eq!(tls_hint(text, true), None, "{text}");
+        }
+    }
 
     #[test]
     fn a_foreign_answer_is_quoted_by_its_first_line() {

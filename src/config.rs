@@ -90,6 +90,9 @@ pub struct Config {
     pub quiet: bool,
     pub verbose: bool,
     pub for_child: ForChild,
+    /// `--allow-eviction` (acquire and exec): lock on a server whose maxmemory-policy may evict
+    /// lock keys, without a refusal or a warning. Set from the subcommand's options.
+    pub allow_eviction: bool,
 }
 
 /// What a command started by `exec` needs to run `redlock` against the same servers, beyond
@@ -175,6 +178,7 @@ impl Config {
             quiet: args.quiet,
             verbose: args.verbose,
             for_child,
+            allow_eviction: false,
         })
     }
 }
@@ -542,6 +546,7 @@ pub fn parse_url(
             redact_unparsed(raw)
         )));
     }
+    refuse_port_zero(&url, raw)?;
     if tls.is_some() && scheme != "rediss" {
         return Err(usage(
             "--tls-ca, --tls-cert and --tls-key need a rediss:// URL",
@@ -589,6 +594,20 @@ pub fn parse_url(
         public,
         tls,
     })
+}
+
+/// Port 0 is no port a server listens on (a socket bound to it gets a random one): a typo or an
+/// unset variable (`redis://host:$PORT` with `PORT=0`), which would otherwise be reported as a
+/// server that is down.
+fn refuse_port_zero(url: &url::Url, raw: &str) -> Result<()> {
+    if url.port() == Some(0) {
+        return Err(usage(format!(
+            "Redis URL '{}' has port 0, which no server listens on; use the server's port \
+             (6379 by default)",
+            redact_unparsed(raw)
+        )));
+    }
+    Ok(())
 }
 
 /// Whether a `redis://` or `rediss://` URL has an `@` after a `#`, `?` or `/` of its authority:
@@ -674,6 +693,8 @@ mod tests {
             "redis://:pw@",
             "unix://",
             "redis://[::1",
+            "redis://:pw@127.0.0.1:0",
+            "rediss://localhost:0/1",
         ] {
             let err = match parse_url(raw, None, None) {
                 Ok(_) => panic!("{raw} was accepted"),

@@ -36,6 +36,9 @@ pub enum Kind {
 pub struct Failure {
     pub kind: Kind,
     pub message: String,
+    /// The server refused the command before running any of it (it is a replica, out of memory,
+    /// or may evict locks): there is nothing of it to undo, and nothing should be written there.
+    pub refused: bool,
 }
 
 /// A [`Failure`] as an `anyhow::Error`.
@@ -43,7 +46,23 @@ pub fn failure(kind: Kind, message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Failure {
         kind,
         message: message.into(),
+        refused: false,
     })
+}
+
+/// A [`Failure`] for a command the server refused before running any of it.
+pub fn refusal(kind: Kind, message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Failure {
+        kind,
+        message: message.into(),
+        refused: true,
+    })
+}
+
+/// Whether the error is a [`refusal`]: the command did not run.
+pub fn was_refused(err: &anyhow::Error) -> bool {
+    err.chain()
+        .any(|c| c.downcast_ref::<Failure>().is_some_and(|f| f.refused))
 }
 
 impl fmt::Display for Failure {
@@ -92,6 +111,8 @@ pub fn redis_kind(err: &redis::RedisError) -> Kind {
         }
         _ => match err.code() {
             Some("NOAUTH" | "WRONGPASS" | "NOPERM") => Kind::Auth,
+            // Out of memory: the command did not run; it may once memory is freed.
+            Some("OOM") => Kind::Unavailable,
             _ => Kind::Protocol,
         },
     }
@@ -143,6 +164,10 @@ mod tests {
         assert_eq!(exit_code(&anyhow::Error::new(auth)), exit::AUTH);
         let other: redis::RedisError = (redis::ErrorKind::UnexpectedReturnType, "bad").into();
         assert_eq!(exit_code(&anyhow::Error::new(other)), exit::INTERNAL);
+        let oom = redis::parse_redis_value(b"-OOM command not allowed when used memory\r\n")
+            .and_then(redis::Value::extract_error)
+            .unwrap_err();
+        assert_eq!(exit_code(&anyhow::Error::new(oom)), exit::UNAVAILABLE);
     }
 
     #[test]

@@ -8,12 +8,14 @@
 pub const OK: u8 = 0;
 /// The lock is busy (not acquired); `-E N` overrides. `status`: a named lock is free.
 pub const BUSY: u8 = 1;
-/// Usage error: bad flag, duration, key, URL.
+/// Usage error: bad flag, duration, key, URL; or `acquire`/`exec` on a server whose
+/// maxmemory-policy may evict locks (allkeys-*) without `--allow-eviction`: the operator decides.
 pub const USAGE: u8 = 2;
 /// `release`/`extend` with a token that does not hold the lock.
 pub const NOT_OWNER: u8 = 3;
-/// Redis unavailable: cannot connect, timed out, connection lost, or the server does not speak
-/// Redis (sysexits EX_UNAVAILABLE).
+/// Redis unavailable: cannot connect, timed out, connection lost, out of memory or of client
+/// slots, a replica where a master is needed, or the server does not speak Redis (sysexits
+/// EX_UNAVAILABLE).
 pub const UNAVAILABLE: u8 = 69;
 /// Internal or protocol error, unexpected reply (sysexits EX_SOFTWARE).
 pub const INTERNAL: u8 = 70;
@@ -44,14 +46,17 @@ pub const TABLE: &[(&str, &str)] = &[
         "1",
         "lock busy: not acquired (with -n, or --wait ran out); -E N overrides; status: a lock is free",
     ),
-    ("2", "usage error (bad flag, duration, key, URL)"),
+    (
+        "2",
+        "usage error (bad flag, duration, key, URL; a server that may evict locks, without --allow-eviction)",
+    ),
     (
         "3",
         "not the owner (release/extend with a token that does not hold the lock)",
     ),
     (
         "69",
-        "Redis unavailable: cannot connect, timed out, connection lost, not a Redis server",
+        "Redis unavailable: cannot connect, timed out, connection lost, out of memory or clients, a replica, not a Redis server",
     ),
     ("70", "internal or protocol error (unexpected reply)"),
     (

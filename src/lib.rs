@@ -41,7 +41,12 @@ use config::{Config, Env};
 
 /// Runs a parsed command line; returns the exit status for outcomes that are not errors.
 pub fn run(cli: Cli) -> Result<u8> {
-    let config = Config::resolve(&cli.global, &Env::from_process())?;
+    let mut config = Config::resolve(&cli.global, &Env::from_process())?;
+    if let Command::Acquire(cli::AcquireArgs { lock, .. })
+    | Command::Exec(cli::ExecArgs { lock, .. }) = &cli.command
+    {
+        config.allow_eviction = lock.allow_eviction;
+    }
     match &cli.command {
         Command::Acquire(args) => commands::acquire(&config, args),
         Command::Release(args) => commands::release(&config, args),

@@ -492,8 +492,8 @@ pub fn try_acquire(
 ) -> Result<Attempt> {
     let sent = Instant::now();
     let meta_ttl = millis(redis.meta_ttl());
-    let reply: Vec<Value> = redis.call("acquire", |con| {
-        scripts::ACQUIRE
+    let reply: Vec<Value> = redis.call_acquire(|script, con| {
+        script
             .key(keys.all().as_slice())
             .arg(token)
             .arg(millis(ttl))
@@ -592,7 +592,7 @@ pub fn acquire(
                     }
                 }
                 Err(e) => {
-                    unsure = true;
+                    unsure |= !crate::error::was_refused(&e);
                     return Err(e);
                 }
             };
@@ -677,6 +677,8 @@ pub fn acquire(
         Ok(_) => {}
         // An attempt may have run without our reading its reply, and the connection may still
         // have a reply pending: clean up on a fresh one, best effort, and report the first error.
+        // Refused by the server (a replica, an evicting server) before it ran: nothing to undo.
+        Err(e) if crate::error::was_refused(e) && !unsure && !queued => {}
         Err(_) => {
             let _ = store.recover().and_then(|()| store.abandon(keys, &token));
         }

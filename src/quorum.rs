@@ -219,11 +219,15 @@ impl Nodes {
     }
 
     /// The error for an operation without a majority. Credentials or permissions refused by a
-    /// node are that (exit 77), not an outage: retrying will not help.
+    /// node are that (exit 77), and so is a node refused for its eviction policy (exit 2), not an
+    /// outage: retrying will not help.
     fn no_quorum(&self, keys: &Keys, what: String, failed: &[(Kind, String)]) -> anyhow::Error {
         let mut msg = format!("no quorum for '{}': {what}", keys.name);
         let kind = if failed.iter().any(|(k, _)| *k == Kind::Auth) {
             Kind::Auth
+        } else if failed.iter().any(|(k, _)| *k == Kind::Usage) {
+            // A server refused for what it is (one that may evict locks): the operator decides.
+            Kind::Usage
         } else if !failed.is_empty() && failed.iter().all(|(k, _)| *k == Kind::Protocol) {
             Kind::Protocol
         } else {
@@ -444,8 +448,9 @@ impl Store for Nodes {
             .iter()
             .map(|a| match a {
                 Some(Ok(_)) => false,
-                // Refused (credentials, a script error): the node did not run the attempt.
-                Some(Err(e)) => kind_of(e) == Kind::Unavailable,
+                // Refused (credentials, a script error, a replica): the node did not run the
+                // attempt.
+                Some(Err(e)) => kind_of(e) == Kind::Unavailable && !crate::error::was_refused(e),
                 None => true,
             })
             .collect();

@@ -22,6 +22,29 @@ macro_rules! script {
 }
 
 pub static ACQUIRE: LazyLock<Script> = script!("acquire.lua");
+// `acquire.lua` behind `guard.lua`'s server check, for a connection's first attempt: refuses a
+// replica, and a server whose maxmemory-policy is allkeys-* (unless the variant allows
+// eviction), before anything is written; reports the policy at the end of the reply. The check
+// rides on the attempt instead of costing a round trip of its own (`exec -- true` makes two).
+// acquire.lua itself is unchanged: it becomes the body of a function (its `return`s return
+// from it), which is why this is built here rather than in the file.
+macro_rules! checked_acquire {
+    ($allow_eviction:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("scripts/common.lua"),
+                include_str!("scripts/guard.lua"),
+                "local function attempt()\n",
+                include_str!("scripts/acquire.lua"),
+                "\nend\nreturn guarded(attempt, ",
+                $allow_eviction,
+                ")\n"
+            ))
+        })
+    };
+}
+pub static ACQUIRE_CHECKED: LazyLock<Script> = checked_acquire!("false");
+pub static ACQUIRE_CHECKED_ALLOW_EVICTION: LazyLock<Script> = checked_acquire!("true");
 pub static RELEASE: LazyLock<Script> = script!("release.lua");
 pub static EXTEND: LazyLock<Script> = script!("extend.lua");
 pub static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(LEAVE_SOURCE));

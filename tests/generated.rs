@@ -736,6 +736,21 @@ fn root_sections(r: &mut Roff) {
     );
     item(
         r,
+        "REDLOCK_ALLOW_EVICTION",
+        [
+            roman("1 (or true): as "),
+            bold("--allow-eviction"),
+            roman(
+                " for acquire and exec. Without it they refuse (exit status 2) a server whose \
+                 maxmemory-policy is allkeys-*, and warn about volatile-* (lock keys have a TTL, \
+                 so those policies evict them first); a replica is always refused (69). Each \
+                 server is checked: every quorum node, the Cluster master of the lock's slot, the \
+                 master the Sentinels name.",
+            ),
+        ],
+    );
+    item(
+        r,
         "REDIS_URL",
         [
             roman("Used instead when "),
