@@ -96,7 +96,11 @@ fn fences_keep_increasing_after_meta_is_evicted() {
     else {
         return;
     };
-    let before = three_cycles(&redis, "k");
+    // The policy that evicts is exactly what redlock refuses without --allow-eviction.
+    let allow = ["--allow-eviction"];
+    let fences: Vec<i64> = (0..3).map(|_| cycle(&redis, "k", &allow)).collect();
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    let before = fences[2];
     let info: String = redis.query(&["INFO", "memory"]);
     let used: u64 = info
         .lines()
@@ -126,7 +130,7 @@ fn fences_keep_increasing_after_meta_is_evicted() {
     }
     assert!(evicted, "meta was never evicted");
     redis.query::<()>(&["CONFIG", "SET", "maxmemory", "0"]);
-    let after = cycle(&redis, "k", &[]);
+    let after = cycle(&redis, "k", &allow);
     assert!(
         after > before,
         "fence {after} after eviction, {before} before"
