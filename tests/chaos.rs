@@ -213,6 +213,75 @@ fn quorum_waiters_keep_their_turns_after_the_holder_is_killed() {
     assert!(trace.garbage.is_empty(), "torn lines: {:?}", trace.garbage);
 }
 
+/// How many clients are blocked (in BLPOP: parked waiters) on `server`.
+fn blocked(server: &RedisServer) -> i64 {
+    let info: String = server.query(&["INFO", "clients"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(-1)
+}
+
+/// Finding 13's other half: every release wakes the next waiter. A quorum holder whose majority
+/// did not include the queue node (here the queue node is held by some other client, as by a
+/// stale key) releases; the waiter parked on the queue node must be woken then, not find out at
+/// its next look (up to 3 s later: it parks for at most `BLOCK_CAP`). The release is sent as
+/// soon as the waiter parks, so without a wake-up it gets the lock only about 3 s later.
+#[test]
+fn a_quorum_release_wakes_the_queue_nodes_waiter_when_the_holder_had_no_grant_there() {
+    let _serial = serial();
+    let Some(nodes) = Nodes::start(5) else {
+        return;
+    };
+    nodes.hold_foreign(0, "k");
+    let holder = nodes
+        .redlock()
+        .args(["acquire", "k", "--ttl", "30s"])
+        .run()
+        .ok();
+    assert_eq!(
+        nodes.tokens("k")[1..],
+        [
+            Some(holder.clone()),
+            Some(holder.clone()),
+            Some(holder.clone()),
+            Some(holder.clone())
+        ]
+    );
+    let waiter = nodes
+        .redlock()
+        .args(["acquire", "k", "--ttl", "30s", "--wait", "30s"])
+        .spawn_proc();
+    let queue = format!("{}:q", lock_key("k"));
+    let parked = wait_for(
+        || nodes[0].query::<i64>(&["ZCARD", &queue]) == 1 && blocked(&nodes[0]) == 1,
+        Duration::from_secs(10),
+    );
+    assert!(parked, "the waiter did not park:\n{}", waiter.stderr());
+    let released = std::time::Instant::now();
+    nodes
+        .redlock()
+        .args(["release", "k", &holder])
+        .run()
+        .expect(0);
+    let out = waiter.finish(Duration::from_secs(20));
+    let waited = released.elapsed();
+    let token = out.ok();
+    assert!(
+        waited < Duration::from_millis(1500),
+        "the waiter got the lock {waited:?} after the release: nobody woke it"
+    );
+    assert_eq!(
+        nodes.tokens("k")[1..],
+        [
+            Some(token.clone()),
+            Some(token.clone()),
+            Some(token.clone()),
+            Some(token)
+        ]
+    );
+}
+
 /// Every worker's stderr so far, for a failure message.
 fn errors(dir: &Path) -> String {
     let mut out = String::new();
