@@ -43,6 +43,9 @@ fn start_workers(
                 .env("SECTION", SECTION)
                 .env("HOLD", hold(w))
                 .env("MAX", "10000");
+            if std::env::var_os("REDLOCK_CHAOS_VERBOSE").is_some() {
+                c.env("VERBOSE", "1");
+            }
             for (k, v) in opts {
                 c.env(k, v);
             }
@@ -202,9 +205,10 @@ fn quorum_waiters_keep_their_turns_after_the_holder_is_killed() {
     );
     assert!(
         found.is_empty(),
-        "{} overtakes:\n{}\nkills (worker, at): {:?}",
+        "{} overtakes:\n{}\ntrace kept in {}\nkills (worker, at): {:?}",
         found.len(),
         found.join("\n"),
+        keep(&dir).display(),
         kills
             .iter()
             .map(|(w, t)| (w, at(*t, origin)))
@@ -553,6 +557,9 @@ fn campaign(n: usize, c: &Campaign) -> Option<Report> {
                 .push(format!("worker {w}'s redlock panicked:\n{err}"));
         }
     }
+    if !report.violations.is_empty() && !c.no_lock {
+        report.kept = Some(keep(&dir));
+    }
     eprintln!("{}", report.summary(&title));
     Some(report)
 }
@@ -569,10 +576,14 @@ fn assert_report(report: &Report, c: &Campaign) {
     } else {
         assert!(
             report.violations.is_empty(),
-            "seed {} (REDLOCK_CHAOS_SEED={} replays the faults):\n{}",
+            "seed {} (REDLOCK_CHAOS_SEED={} replays the faults):\n{}\ntrace kept in {}",
             c.seed,
             c.seed,
-            report.summary("violations")
+            report.summary("violations"),
+            report
+                .kept
+                .as_deref()
+                .map_or(String::new(), |p| p.display().to_string())
         );
     }
 }

@@ -181,6 +181,7 @@ echo "out $W $$ $($MONO) $r" >> "$D/ev""#;
 
 /// One worker: `exec` after `exec` on lock `$NAME` until `$D/stop` exists (at most `$MAX`
 /// rounds). With `$NOLOCK` set, the section runs without redlock and its "fence" is the round.
+/// With `$VERBOSE` set, redlock runs with `-v` (its stderr goes to `$D/err.$W`).
 pub const WORKER: &str = r#"i=0
 while [ ! -e "$D/stop" ] && [ "$i" -lt "$MAX" ]; do
   i=$((i + 1))
@@ -188,7 +189,7 @@ while [ ! -e "$D/stop" ] && [ "$i" -lt "$MAX" ]; do
   if [ -n "$NOLOCK" ]; then
     REDLOCK_FENCE=$i sh -c "$SECTION" &
   else
-    redlock exec "$NAME" --ttl "$TTL" --wait "$WAIT" -c "$SECTION" 2>> "$D/err.$W" &
+    redlock exec "$NAME" --ttl "$TTL" --wait "$WAIT" ${VERBOSE:+-v} -c "$SECTION" 2>> "$D/err.$W" &
   fi
   p=$!
   echo "pid $W $p" >> "$D/ev"
@@ -443,6 +444,8 @@ pub struct Report {
     pub violations: Vec<String>,
     /// Worth knowing but allowed.
     pub notes: Vec<String>,
+    /// Where the trace of a failed run was kept.
+    pub kept: Option<PathBuf>,
 }
 
 impl Report {
@@ -560,18 +563,9 @@ pub fn check(trace: &Trace, writes: &[Write], faults: &[Happened], origin: i64) 
             })
             .collect();
         let rc75 = |e: &&Exec| matches!(e.done, Some((75, _)) | Some((137, _)));
-        if !paused.is_empty() {
-            // The stale one must not report success: exec exits 75 (or was killed meanwhile).
-            if paused.iter().any(rc75) {
-                return Ok(Cause::PausedClient);
-            }
-            return Err(format!(
-                "a frozen client outlived its lock, but its exec did not exit 75: {:?}",
-                paused
-                    .iter()
-                    .map(|e| (e.pid, e.done.map(|d| d.0)))
-                    .collect::<Vec<_>>()
-            ));
+        // The stale one must not report success: a frozen exec exits 75 (or was killed later).
+        if paused.iter().any(rc75) {
+            return Ok(Cause::PausedClient);
         }
         let server_fault = faults.iter().any(|h| {
             matches!(
@@ -585,6 +579,15 @@ pub fn check(trace: &Trace, writes: &[Write], faults: &[Happened], origin: i64) 
             .any(|e| matches!(e.done, Some((75, _))));
         if server_fault && lost {
             return Ok(Cause::LostToServerFault);
+        }
+        if !paused.is_empty() {
+            return Err(format!(
+                "a frozen client outlived its lock, but its exec did not exit 75: {:?}",
+                paused
+                    .iter()
+                    .map(|e| (e.pid, e.done.map(|d| d.0)))
+                    .collect::<Vec<_>>()
+            ));
         }
         Err("no fault explains it".to_string())
     };
@@ -656,4 +659,24 @@ pub fn check(trace: &Trace, writes: &[Write], faults: &[Happened], origin: i64) 
             .push(format!("torn trace lines: {:?}", trace.garbage));
     }
     r
+}
+
+/// Copies a run's trace and the workers' stderr to a directory that outlives the test, for a
+/// failure message; returns where.
+pub fn keep(dir: &Path) -> PathBuf {
+    let kept = std::env::temp_dir().join(format!(
+        "redlock-chaos-kept-{}-{}",
+        std::process::id(),
+        Clock::get().now()
+    ));
+    let _ = std::fs::create_dir_all(&kept);
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name == "ev" || name.starts_with("err.") {
+                let _ = std::fs::copy(e.path(), kept.join(&name));
+            }
+        }
+    }
+    kept
 }
