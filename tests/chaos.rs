@@ -1,7 +1,18 @@
-//! Fault campaigns: loops of `redlock exec` under a seeded nemesis, checked afterwards.
+//! Fault campaigns: loops of `redlock exec` under a seeded nemesis, checked afterwards (the
+//! machinery is in `chaos_support`; the README's "Fault campaign" says how to run it).
 //!
-//! Finding 13 of issue 11 first: on a quorum, after the holder's redlock is killed and its lock
-//! expires, the waiters must still take their turns in arrival order.
+//! - `chaos_on_one_server`, `chaos_on_five_nodes`: the short campaign that `cargo test` runs, 10 s
+//!   of faults per topology; `chaos_long` (ignored) runs 120 s each. `REDLOCK_CHAOS_SEED` replays
+//!   the nemesis's choices; `REDLOCK_CHAOS_SECS`, `_WORKERS`, `_TTL_MS`, `_NO_LOCK`, `_VERBOSE`
+//!   configure a run.
+//! - `the_checker_flags_a_run_without_locking`: the control; the checker must object.
+//! - Finding 13 of issue 11: on a quorum, after the holder's redlock is killed and its lock
+//!   expires, the waiters still take their turns in arrival order; and every release wakes the
+//!   next waiter.
+//!
+//! Only what the design guarantees is asserted: overlaps and fence inversions are allowed when a
+//! documented fault explains them (see `chaos_support::check`), and every bound on time is an
+//! upper bound on an event, never a sleep that something must finish within.
 
 mod chaos_support;
 mod common;
@@ -230,7 +241,8 @@ fn blocked(server: &RedisServer) -> i64 {
 /// did not include the queue node (here the queue node is held by some other client, as by a
 /// stale key) releases; the waiter parked on the queue node must be woken then, not find out at
 /// its next look (up to 3 s later: it parks for at most `BLOCK_CAP`). The release is sent as
-/// soon as the waiter parks, so without a wake-up it gets the lock only about 3 s later.
+/// soon as the waiter parks, so without a wake-up it gets the lock only about 3 s later; woken,
+/// within a few milliseconds (2 s allowed for a loaded machine).
 #[test]
 fn a_quorum_release_wakes_the_queue_nodes_waiter_when_the_holder_had_no_grant_there() {
     let _serial = serial();
@@ -272,7 +284,7 @@ fn a_quorum_release_wakes_the_queue_nodes_waiter_when_the_holder_had_no_grant_th
     let waited = released.elapsed();
     let token = out.ok();
     assert!(
-        waited < Duration::from_millis(1500),
+        waited < Duration::from_secs(2),
         "the waiter got the lock {waited:?} after the release: nobody woke it"
     );
     assert_eq!(
@@ -560,7 +572,9 @@ fn campaign(n: usize, c: &Campaign) -> Option<Report> {
     if !report.violations.is_empty() && !c.no_lock {
         report.kept = Some(keep(&dir));
     }
-    eprintln!("{}", report.summary(&title));
+    // Without locking, a few violations show that the checker objects; the rest is noise.
+    let shown = if c.no_lock { 3 } else { 20 };
+    eprintln!("{}", report.summary_showing(&title, shown));
     Some(report)
 }
 

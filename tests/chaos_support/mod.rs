@@ -450,6 +450,11 @@ pub struct Report {
 
 impl Report {
     pub fn summary(&self, title: &str) -> String {
+        self.summary_showing(title, 20)
+    }
+
+    /// The summary with at most `shown` violations spelled out.
+    pub fn summary_showing(&self, title: &str, shown: usize) -> String {
         let mut by_cause: std::collections::BTreeMap<Cause, usize> = Default::default();
         for (c, _) in &self.explained {
             *by_cause.entry(*c).or_default() += 1;
@@ -466,12 +471,12 @@ impl Report {
             self.exit_codes,
             self.violations.len()
         );
-        for v in self.violations.iter().take(20) {
+        for v in self.violations.iter().take(shown) {
             s.push_str("\n  VIOLATION ");
             s.push_str(v);
         }
-        if self.violations.len() > 20 {
-            let _ = write!(s, "\n  ... and {} more", self.violations.len() - 20);
+        if self.violations.len() > shown {
+            let _ = write!(s, "\n  ... and {} more", self.violations.len() - shown);
         }
         for n in &self.notes {
             s.push_str("\n  note: ");
