@@ -32,7 +32,9 @@
 //!   it: no newcomer can slip in between, and the waiter finds a majority reserved for it. A
 //!   reservation on the queue node vetoes a majority elsewhere, and so does the queue node's
 //!   grant to the waiter whose turn it is until that waiter has its majority (the `turn` mark of
-//!   `acquire.lua`), so the order also holds when a lock expires. Each attempt of a waiter uses a fresh token that takes over the previous one's
+//!   `acquire.lua`), so the order also holds when a lock expires. A holder whose majority did
+//!   not include the queue node still gets the next waiter from it (`release.lua` names the
+//!   waiter whose turn is next where our token is not), so every release wakes the next waiter. Each attempt of a waiter uses a fresh token that takes over the previous one's
 //!   place and reservation (a late undo must never match a later attempt). With the first node
 //!   down, waiters retry when the holder's TTL runs out (at most every few seconds).
 //! - A node that answers only after the outcome was settled (frozen, or far slower than the
@@ -79,7 +81,7 @@ pub struct Nodes {
 }
 
 /// The first wait before looking again when the queue node gave us our turn but the others were
-/// still held; it doubles with every such attempt, up to `lock::BLOCK_CAP`.
+/// still held; it doubles with every such attempt, up to `lock::BLOCK_CAP` and a third of the TTL.
 const TURN_RETRY: Duration = Duration::from_millis(25);
 
 /// One node's answer: `None` if it was not asked.
@@ -558,9 +560,15 @@ impl Store for Nodes {
         let our_turn = granted[0] && grants < q && failed.len() <= n - q;
         if our_turn && join {
             self.undo(keys, token, |i| i != 0, missing);
+            // Never longer than a third of the TTL: the queue node's grant, which is our turn,
+            // lasts one TTL from this attempt, and the next attempt renews it. Waiting past it
+            // lost the turn to the next waiter, and we went to the back of the queue (finding 13
+            // of issue 11: with --ttl 1s the backoff reached 1.6s while the other nodes were
+            // still reserved for our previous attempt's token by a release that crossed it).
             let delay = TURN_RETRY
                 .saturating_mul(1 << self.turn_retries.min(8))
-                .min(lock::BLOCK_CAP);
+                .min(lock::BLOCK_CAP)
+                .min(ttl / 3);
             self.turn_retries += 1;
             // "Queued": something of ours is on the queue node, which giving up must undo.
             return Ok(Attempt::Busy {

@@ -22,9 +22,33 @@
 -- holder that looks only after someone else took the lock still finds who forced it (it compares
 -- forced_token with its own); the next forced release overwrites them. A release that is not
 -- forced never touches them.
+--
+-- A quorum's queue node ('quiet') that does not hold our token (a holder's majority need not
+-- include it) still names the waiter whose turn is next, as {0|-1, holder-record, next}: the
+-- other nodes reserve what they release for it and it is woken, so every release wakes the next
+-- waiter. Free here: the lock is reserved for the first live waiter, as acquire.lua would. Held
+-- here: the waiter it is reserved for, or whose turn it is (acquire.lua's `turn` mark), else the
+-- first live waiter; this node is left as it is.
+local function next_here(current)
+  if ARGV[4] ~= 'quiet' or ARGV[2] == 'force' then
+    return false
+  end
+  if not current then
+    return pass_on(ARGV[3], true)
+  end
+  if string.sub(current, 1, 1) == '~' then
+    return string.sub(current, 2)
+  end
+  local turn = redis.call('HMGET', META, 'turn', 'turn_until')
+  if turn[1] == current and (tonumber(turn[2]) or 0) > now_ms() then
+    return current
+  end
+  return first_live_waiter() or false
+end
+
 local current = redis.call('GET', LOCK)
 if not current then
-  return {0}
+  return {0, {}, next_here(current)}
 end
 if (current == ARGV[1] or ARGV[2] == 'force') and redis.call('HGET', META, 'token') == current then
   redis.call('HSET', META, 'released_ms', now_ms())
@@ -47,4 +71,4 @@ if ARGV[2] == 'force' then
   end
   return {1, record, pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])}
 end
-return {-1, holder(current)}
+return {-1, holder(current), next_here(current)}
