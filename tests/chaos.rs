@@ -228,15 +228,6 @@ fn quorum_waiters_keep_their_turns_after_the_holder_is_killed() {
     assert!(trace.garbage.is_empty(), "torn lines: {:?}", trace.garbage);
 }
 
-/// How many clients are blocked (in BLPOP: parked waiters) on `server`.
-fn blocked(server: &RedisServer) -> i64 {
-    let info: String = server.query(&["INFO", "clients"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(-1)
-}
-
 /// Finding 13's other half: every release wakes the next waiter. A quorum holder whose majority
 /// did not include the queue node (here the queue node is held by some other client, as by a
 /// stale key) releases; the waiter parked on the queue node must be woken then, not find out at
@@ -270,7 +261,7 @@ fn a_quorum_release_wakes_the_queue_nodes_waiter_when_the_holder_had_no_grant_th
         .spawn_proc();
     let queue = format!("{}:q", lock_key("k"));
     let parked = wait_for(
-        || nodes[0].query::<i64>(&["ZCARD", &queue]) == 1 && blocked(&nodes[0]) == 1,
+        || nodes[0].query::<i64>(&["ZCARD", &queue]) == 1 && nodes[0].blocked_clients() == 1,
         Duration::from_secs(10),
     );
     assert!(parked, "the waiter did not park:\n{}", waiter.stderr());

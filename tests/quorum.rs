@@ -793,15 +793,6 @@ fn queued(nodes: &Nodes, name: &str) -> i64 {
     nodes[0].query(&["ZCARD", &format!("{}:q", lock_key(name))])
 }
 
-/// How many clients are blocked (in BLPOP: parked waiters) on `server`.
-fn blocked(server: &RedisServer) -> i64 {
-    let info: String = server.query(&["INFO", "clients"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(-1)
-}
-
 /// Waiters queue on the first node and get the lock first come, first served.
 #[test]
 fn waiters_on_five_nodes_get_the_lock_in_arrival_order() {
@@ -903,7 +894,7 @@ fn a_waiter_taking_its_turn_is_not_overtaken_by_a_majority_elsewhere() {
         .spawn_proc();
     // Queued, and its attempt over: it blocks on the queue node.
     let seen = wait_for(
-        || queued(&nodes, "k") == 1 && blocked(&nodes[0]) == 1,
+        || queued(&nodes, "k") == 1 && nodes[0].blocked_clients() == 1,
         EVENT,
     );
     assert!(seen, "the waiter was not queued:\n{}", waiter.stderr());
@@ -1881,7 +1872,7 @@ impl GiveUp {
             .args(a_args)
             .spawn_proc();
         let parked = wait_for(
-            || queued(&nodes, "k") == 1 && blocked(&nodes[0]) == 1,
+            || queued(&nodes, "k") == 1 && nodes[0].blocked_clients() == 1,
             EVENT,
         );
         assert!(parked, "A was not queued and parked:\n{}", a.stderr());
@@ -1891,7 +1882,7 @@ impl GiveUp {
             .arg(r#"echo "B $REDLOCK_TOKEN" >> order"#)
             .spawn_proc();
         let parked = wait_for(
-            || queued(&nodes, "k") == 2 && blocked(&nodes[0]) == 2,
+            || queued(&nodes, "k") == 2 && nodes[0].blocked_clients() == 2,
             EVENT,
         );
         assert!(parked, "B was not queued and parked:\n{}", b.stderr());
@@ -2057,7 +2048,7 @@ fn a_frozen_quorum_waiter_that_gives_up_its_turn_hands_it_on() {
         .filter(|t| a_tokens.iter().any(|a| a == t))
         .map(str::to_string);
     // The wake answered A's BLPOP (while A cannot read it); B's is still pending.
-    let woken = blocked(&g.nodes[0]) == 1;
+    let woken = g.nodes[0].blocked_clients() == 1;
     let precondition = for_a.is_some() && reserved.iter().all(|r| *r == reserved[0]) && woken;
     a.signal(libc::SIGINT);
     a.signal(libc::SIGCONT);

@@ -469,6 +469,15 @@ impl RedisServer {
     }
 
     /// The number of keys in the database.
+    /// How many clients are blocked (in BLPOP: parked waiters) on this server.
+    pub fn blocked_clients(&self) -> i64 {
+        let info: String = self.query(&["INFO", "clients"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("blocked_clients:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(-1)
+    }
+
     pub fn dbsize(&self) -> i64 {
         self.query(&["DBSIZE"])
     }
