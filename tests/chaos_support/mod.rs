@@ -132,20 +132,23 @@ impl Rng {
     }
 }
 
-/// `REDLOCK_CHAOS_SEED`, or a fresh one from the clock.
-pub fn seed() -> u64 {
-    match std::env::var("REDLOCK_CHAOS_SEED") {
-        Ok(s) => s
-            .trim()
+/// `REDLOCK_CHAOS_SEED` (a number, or `random`), else `default`, else a fresh one from the clock.
+pub fn seed(default: Option<u64>) -> u64 {
+    let var = std::env::var("REDLOCK_CHAOS_SEED").ok();
+    match var.as_deref().map(str::trim) {
+        Some("random") => fresh_seed(),
+        Some(s) => s
             .parse()
             .unwrap_or_else(|_| panic!("REDLOCK_CHAOS_SEED={s:?} is not a number")),
-        Err(_) => {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap();
-            (t.as_nanos() as u64 ^ u64::from(std::process::id())) % 1_000_000_000
-        }
+        None => default.unwrap_or_else(fresh_seed),
     }
+}
+
+fn fresh_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    (t.as_nanos() as u64 ^ u64::from(std::process::id())) % 1_000_000_000
 }
 
 /// A number from the environment, or `default`.
