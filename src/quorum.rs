@@ -633,6 +633,7 @@ impl Store for Nodes {
     fn release(&mut self, keys: &Keys, by: &Releaser) -> Result<Verdict> {
         let n = self.n();
         // Every node gets the same releaser: a forced release records the same forcer on each.
+        let holder_release = matches!(by, Releaser::Holder(_));
         let (k, by) = (keys.clone(), by.clone());
         let answers = self.hand_on(
             keys,
@@ -645,6 +646,22 @@ impl Store for Nodes {
             .filter_map(|a| a.and_then(Result::ok).map(|(v, _)| v))
             .collect();
         let done = verdicts.iter().find(|v| matches!(v, Verdict::Done(_)));
+        // Released where our token was; but if more than N−Q of the nodes that answered did not
+        // have it, a majority never kept it to the end (deleted, flushed, expired, taken by
+        // another client): that is not the owner's release, it is a lock lost before it. The
+        // nodes that had it are released all the same.
+        let not_ours = verdicts.len()
+            - verdicts
+                .iter()
+                .filter(|v| matches!(v, Verdict::Done(_)))
+                .count();
+        if done.is_some() && holder_release && not_ours > n - self.q() {
+            return Ok(verdicts
+                .iter()
+                .find(|v| matches!(v, Verdict::HeldByOther(_)))
+                .cloned()
+                .unwrap_or(Verdict::Free));
+        }
         if let Some(done) = done {
             if !failed.is_empty() && !self.config.quiet {
                 crate::eline!(

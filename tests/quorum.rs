@@ -1119,9 +1119,10 @@ fn extend(nodes: &Nodes, token: &str) -> Output {
 }
 
 /// `extend` needs a quorum of nodes still holding the token (3 = not the owner, 69 = too many
-/// unreachable); `release` succeeds if the token was on any node.
+/// unreachable); `release` releases the token wherever it is, and succeeds only if no more than
+/// N−Q of the nodes lacked it (else the lock was lost before: not the owner).
 #[test]
-fn extend_needs_a_quorum_and_release_needs_one_node() {
+fn extend_needs_a_quorum_and_release_a_token_kept_by_a_majority() {
     let Some(mut nodes) = Nodes::start(5) else {
         return;
     };
@@ -1140,11 +1141,14 @@ fn extend_needs_a_quorum_and_release_needs_one_node() {
     nodes[2].query::<()>(&["SET", &key, FOREIGN, "PX", "60000"]);
     let out = extend(&nodes, &token).expect(NOT_OWNER);
     assert_one_error_line(&out);
+    // Kept by 2 of 5: released there, but lost before (another client holds node 2).
     let out = nodes
         .redlock()
         .args(["release", "k", &token])
         .run()
-        .expect(0);
+        .expect(NOT_OWNER);
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains("another token"), "{out}");
     assert_eq!(
         nodes.tokens("k"),
         [None, None, Some(FOREIGN.into()), None, None],
@@ -1155,6 +1159,19 @@ fn extend_needs_a_quorum_and_release_needs_one_node() {
         .args(["release", "k", &token])
         .run()
         .expect(NOT_OWNER);
+
+    // Missing from exactly N−Q = 2 nodes: still the owner's release.
+    nodes.flushall();
+    let (token, _) = acquire_json(&nodes, "k", &["--ttl", "30s"]);
+    for i in [0, 1] {
+        nodes[i].query::<()>(&["DEL", &key]);
+    }
+    nodes
+        .redlock()
+        .args(["release", "k", &token])
+        .run()
+        .expect(0);
+    assert_eq!(nodes.tokens("k"), [None, None, None, None, None]);
 
     nodes.flushall();
     let (token, _) = acquire_json(&nodes, "k", &["--ttl", "30s"]);
@@ -2067,4 +2084,46 @@ fn a_frozen_quorum_waiter_that_gives_up_its_turn_hands_it_on() {
         "B ran {b_ran:?} after the release: A's turn was not handed on\n{a}"
     );
     nodes.assert_no_trace_of("k", &tokens, "after A gave up its turn");
+}
+
+/// Issue 11 (review): a lock lost on a majority under a short command (never renewed) and taken
+/// by another client meanwhile is a loss: `exec` releases its token where it is left and exits
+/// 75, saying so even with `-q`; it exited 0 when any one node still had its token.
+#[test]
+fn exec_whose_lock_a_majority_lost_during_the_command_exits_75() {
+    let Some(nodes) = Nodes::start(3) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let run = nodes
+        .redlock()
+        .args(["-q", "exec", "k", "--ttl", "60s", "-c"])
+        .arg(r#"while [ ! -e "$GO" ]; do sleep 0.02; done"#)
+        .env("GO", &go)
+        .spawn_proc();
+    assert!(
+        wait_for(
+            || nodes.tokens("k").iter().all(Option::is_some),
+            Duration::from_secs(20)
+        ),
+        "exec never held the lock on every node"
+    );
+    let ours = nodes.tokens("k")[2].clone().unwrap();
+    for i in [0, 1] {
+        nodes[i].query::<()>(&["DEL", &lock_key("k")]);
+    }
+    let other = nodes
+        .redlock()
+        .args(["acquire", "k", "-n", "--ttl", "60s"])
+        .run()
+        .ok();
+    std::fs::write(&go, "").unwrap();
+    let out = run.finish(Duration::from_secs(30)).expect(LOST);
+    assert!(out.stderr.contains("lost the lock 'k'"), "{out}");
+    assert_eq!(
+        nodes.tokens("k"),
+        [Some(other.clone()), Some(other), None],
+        "ours ({ours}) released where it was left, the other holder's kept:\n{out}"
+    );
 }
