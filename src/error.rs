@@ -113,6 +113,8 @@ pub fn redis_kind(err: &redis::RedisError) -> Kind {
             Some("NOAUTH" | "WRONGPASS" | "NOPERM") => Kind::Auth,
             // Out of memory: the command did not run; it may once memory is freed.
             Some("OOM") => Kind::Unavailable,
+            // An ACL refusal of a command a script calls comes back as a plain ERR.
+            _ if err.to_string().contains("user executing the script can't") => Kind::Auth,
             _ => Kind::Protocol,
         },
     }
@@ -164,6 +166,15 @@ mod tests {
         assert_eq!(exit_code(&anyhow::Error::new(auth)), exit::AUTH);
         let other: redis::RedisError = (redis::ErrorKind::UnexpectedReturnType, "bad").into();
         assert_eq!(exit_code(&anyhow::Error::new(other)), exit::INTERNAL);
+        let in_script: redis::RedisError = (
+            redis::ServerErrorKind::ResponseError.into(),
+            "An error was signalled by the server",
+            "The user executing the script can't run this command or subcommand script: \
+             a2afdd46, on @user_script:45."
+                .to_string(),
+        )
+            .into();
+        assert_eq!(exit_code(&anyhow::Error::new(in_script)), exit::AUTH);
         let oom = redis::parse_redis_value(b"-OOM command not allowed when used memory\r\n")
             .and_then(redis::Value::extract_error)
             .unwrap_err();

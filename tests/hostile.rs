@@ -239,7 +239,7 @@ fn an_output_that_cannot_be_written_exits_74() {
 
 /// The ACL rules the README gives for a user that may only touch redlock's keys and channels.
 const README_ACL: &str = "resetkeys ~redlock:* resetchannels &redlock:* -@all +@connection \
-+eval +evalsha +script|load +scan +blpop +subscribe +wait +get +set +del +exists +pttl +pexpire +hget +hset \
++eval +evalsha +script|load +scan +blpop +subscribe +wait +get +set +del +exists +pttl +pexpire +persist +hget +hset \
 +hdel +hmget +hgetall +hincrby +zadd +zrem +zrange +zscore +zcard +lpush +publish +time +info";
 
 #[test]
@@ -288,6 +288,13 @@ fn the_readme_acl_confines_redlock_to_its_prefix() {
         .args(["exec", "k", "--ttl", "3s", "--", "true"])
         .run()
         .expect(0);
+    // A lock key someone set without a TTL: the waiter's script keeps the record alive with
+    // PERSIST (the README's list must have it: this exited 70 without).
+    redis.query::<()>(&["SET", &lock_key("stuck"), "x"]);
+    with_user()
+        .args(["acquire", "stuck", "-w", "1s"])
+        .run()
+        .expect(1);
     // Nothing else: another prefix, or another application's keys, are refused (77).
     let out = with_user()
         .args(["--prefix", "app:", "acquire", "k"])
@@ -304,4 +311,43 @@ fn the_readme_acl_confines_redlock_to_its_prefix() {
         .query::<()>(&mut con)
         .unwrap_err();
     assert!(err.to_string().contains("NoPerm"), "{err}");
+}
+
+/// A user that may not run INFO (an ACL, or a renamed command): a quorum's restart check and the
+/// first attempt's server check are skipped, the lock still works; a command a script may not
+/// run is an ACL refusal (77), not an internal error (70).
+#[test]
+fn scripts_under_a_strict_acl_work_or_say_permission() {
+    let Some(a) = RedisServer::start() else {
+        return;
+    };
+    let Some(b) = RedisServer::start() else {
+        return;
+    };
+    let mut rule = vec!["ACL", "SETUSER", "locks", "on", ">pw"];
+    rule.extend(README_ACL.split(' '));
+    rule.push("-info");
+    for server in [&a, &b] {
+        server.query::<()>(&rule);
+    }
+    let urls = format!(
+        "redis://locks:pw@127.0.0.1:{},redis://locks:pw@127.0.0.1:{}",
+        a.port(),
+        b.port()
+    );
+    let run = |args: &[&str]| {
+        let mut cmd = redlock();
+        cmd.env("REDLOCK_URL", &urls).args(args);
+        cmd.run()
+    };
+    let token = run(&["acquire", "k"]).ok();
+    run(&["release", "k", &token]).expect(0);
+    run(&["exec", "k", "--", "true"]).expect(0);
+
+    // No HSET: the attempt cannot record its holder.
+    for server in [&a, &b] {
+        server.query::<()>(&["ACL", "SETUSER", "locks", "-hset"]);
+    }
+    let out = run(&["acquire", "k"]).expect(77);
+    assert_one_error_line(&out);
 }

@@ -130,6 +130,11 @@ local function run_id(flag)
   if flag ~= '1' then
     return false
   end
-  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or false
+  -- pcall: a user that may not run INFO (an ACL, a renamed command) gets no restart check.
+  local info = redis.pcall('INFO', 'server')
+  if type(info) ~= 'string' then
+    return false
+  end
+  return string.match(info, 'run_id:(%x+)') or false
 end
 
