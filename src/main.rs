@@ -38,7 +38,15 @@ fn usage_error(e: &clap::Error) -> ExitCode {
             ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
         )
     {
-        let _ = e.print();
+        // A help nobody can read (a full disk) is an output error; a reader that stopped
+        // reading (`| head`) is not.
+        use std::io::Write as _;
+        if let Err(err) = e.print().and_then(|()| std::io::stdout().flush())
+            && err.kind() != std::io::ErrorKind::BrokenPipe
+        {
+            redlock::eline!("redlock: cannot write to stdout: {err}");
+            return ExitCode::from(exit::IO_ERROR);
+        }
         return ExitCode::from(
             if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
                 exit::USAGE

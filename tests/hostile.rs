@@ -235,6 +235,18 @@ fn an_output_that_cannot_be_written_exits_74() {
     let out = redis.sh("redlock status >/dev/full").run().expect(74);
     assert_one_error_line(&out);
     assert!(out.stderr.contains("cannot write to stdout"), "{out}");
+    for args in ["--help", "--version", "acquire --help"] {
+        let out = redis
+            .sh(&format!("redlock {args} >/dev/full"))
+            .run()
+            .expect(74);
+        assert_one_error_line(&out);
+    }
+    // A reader that stops early is not an error.
+    redis
+        .sh("redlock --help | head -c1 >/dev/null")
+        .run()
+        .expect(0);
 }
 
 /// The ACL rules the README gives for a user that may only touch redlock's keys and channels.
