@@ -203,8 +203,10 @@ fn release_after(
     result
 }
 
-/// Releases the lock; returns why not if the release found it no longer ours. A failed release
-/// is reported, not fatal: the lock expires by its TTL.
+/// Releases the lock; returns why not if the release found it no longer ours, or could not tell:
+/// a release that fails (the server gone, restarted, demoted, the key no longer a lock) cannot
+/// show that the lock was still held, so it counts as a loss too. If the lock was still ours, it
+/// expires by its TTL.
 fn release(store: &mut dyn Store, lock: &Lock) -> Option<String> {
     let by = Releaser::Holder(lock.token.clone());
     let released = store.release(&lock.keys, &by).or_else(|first| {
@@ -217,14 +219,11 @@ fn release(store: &mut dyn Store, lock: &Lock) -> Option<String> {
     match released {
         Ok(Verdict::Done(_)) => None,
         Ok(other) => Some(loss_reason(store, lock, &other)),
-        Err(e) => {
-            crate::eline!(
-                "redlock: cannot release '{}': {e:#}; it expires within {}",
-                lock.keys.name,
-                human_ms(lock.ttl)
-            );
-            None
-        }
+        Err(e) => Some(format!(
+            "the release failed, so nothing shows the lock was still held ({e:#}); if it was, \
+             it expires within {}",
+            human_ms(lock.ttl)
+        )),
     }
 }
 

@@ -429,6 +429,35 @@ fn a_flushall_under_a_short_command_exits_75_and_says_so_even_with_q() {
     assert_eq!(redis.dbsize(), 0, "{out}");
 }
 
+/// The key replaced by something else under a short command: the release fails (WRONGTYPE), so
+/// nothing shows the lock was held to the end: 75, not 0 (review of issue 11).
+#[test]
+fn a_lock_key_replaced_under_a_short_command_exits_75() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = lost_under_a_short_command(&redis, "term", "0", LOST, || {
+        redis.query::<()>(&["DEL", &lock_key("k")]);
+        redis.query::<()>(&["HSET", &lock_key("k"), "a", "b"]);
+    });
+    assert!(out.stderr.contains("release failed"), "says why:\n{out}");
+}
+
+/// The server gone at release (it may have restarted empty meanwhile, and another client taken
+/// the lock): nothing shows the lock was held to the end, so 75, not 0 (review of issue 11).
+#[test]
+fn a_server_gone_at_release_exits_75() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = lost_under_a_short_command(&redis, "term", "0", LOST, || {
+        let _ = redis::cmd("SHUTDOWN")
+            .arg("NOSAVE")
+            .query::<()>(&mut redis.cli());
+    });
+    assert!(out.stderr.contains("release failed"), "says why:\n{out}");
+}
+
 /// The release finds another client's lock (taken after a forced release): 75, naming both the
 /// new holder and who forced the release, and the new holder's lock is left alone.
 #[test]
