@@ -1158,7 +1158,8 @@ fn exec_sections(r: &mut Roff) {
             roman(
                 "A loss found only after the command ended counts the same: if the release finds \
                  another token or no key (a command shorter than a third of the TTL is checked by \
-                 nothing else), or if the lock's deadline had passed when the command's exit was \
+                 nothing else; on several servers, the token on fewer than a majority), if the \
+                 release fails (nothing then shows the lock was still held), or if the lock's deadline had passed when the command's exit was \
                  seen (redlock stopped or starved past its TTL), redlock exits with status 75, \
                  not the command's 0, and says so on stderr even with ",
             ),
