@@ -9,10 +9,17 @@
 
 use std::borrow::Cow;
 
-/// Whether `c` must not reach a terminal as is: a control character (C0, DEL, C1) or a
-/// bidirectional formatting character.
+/// Whether `c` must not reach a terminal as is: a control character (C0, DEL, C1), a
+/// bidirectional formatting character, or an invisible one that makes a name look like another
+/// (zero-width space and non-joiner, word joiner, byte-order mark) or breaks a line where none
+/// shows (line and paragraph separators). The zero-width joiner stays: emoji are built with it.
 pub fn is_unsafe(c: char) -> bool {
-    c.is_control() || is_bidi_control(c)
+    c.is_control()
+        || is_bidi_control(c)
+        || matches!(
+            c,
+            '\u{200b}' | '\u{200c}' | '\u{2060}' | '\u{feff}' | '\u{2028}' | '\u{2029}'
+        )
 }
 
 /// The characters that change the display order of text (Unicode's Bidi_Control property).
@@ -51,6 +58,10 @@ mod tests {
             ("user\u{202e}gnp.exe", "user\\u{202e}gnp.exe"),
             ("\u{9b}31m", "\\u{9b}31m"),
             ("a\u{2066}b\u{2069}", "a\\u{2066}b\\u{2069}"),
+            ("ad\u{200b}min", "ad\\u{200b}min"),
+            ("\u{feff}root", "\\u{feff}root"),
+            ("a\u{2028}b", "a\\u{2028}b"),
+            ("👩\u{200d}💻", "👩\u{200d}💻"),
         ] {
             assert_eq!(printable(raw), shown, "{raw:?}");
         }
