@@ -50,25 +50,35 @@ local current = redis.call('GET', LOCK)
 if not current then
   return {0, {}, next_here(current)}
 end
-if (current == ARGV[1] or ARGV[2] == 'force') and redis.call('HGET', META, 'token') == current then
-  redis.call('HSET', META, 'released_ms', now_ms())
+-- The lock changes first, the records after, with pcall: a server out of memory (maxmemory,
+-- noeviction) refuses HSET but not DEL, and a release must not fail for want of a date.
+local dated = (current == ARGV[1] or ARGV[2] == 'force')
+  and redis.call('HGET', META, 'token') == current
+local function date_release()
+  if dated then
+    redis.pcall('HSET', META, 'released_ms', now_ms())
+  end
 end
 if current == ARGV[1] then
-  return {1, {}, pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])}
+  local next = pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])
+  date_release()
+  return {1, {}, next}
 end
 if ARGV[2] == 'force' then
   local record = holder(current)
+  local next = pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])
+  date_release()
   -- A reservation ('~' .. waiter) has no holder to tell, nor to record as evicted.
   if string.sub(current, 1, 1) ~= '~' then
     local by = (ARGV[8] or '?') .. '@' .. (ARGV[6] or '?') .. ' (pid ' .. (ARGV[7] or '?') .. ')'
     local at = now_ms()
-    redis.call('HSET', META, 'forced_token', current, 'forced_by', by, 'forced_at', at)
+    redis.pcall('HSET', META, 'forced_token', current, 'forced_by', by, 'forced_at', at)
     -- Tell the holder now rather than at its next renewal (`exec` listens on this channel; see
     -- notify.rs). Fire-and-forget: a holder not listening at this instant learns it by renewing.
     -- pcall: an ACL user without the channel (Redis 7 gives new users none) still releases; its
     -- holder learns it by renewing.
     redis.pcall('PUBLISH', LOCK .. ':events', 'forced:' .. current .. ':' .. at .. ':' .. by)
   end
-  return {1, record, pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])}
+  return {1, record, next}
 end
 return {-1, holder(current), next_here(current)}
