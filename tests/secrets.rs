@@ -189,6 +189,28 @@ fn a_password_in_a_note_stored_by_an_older_version_is_not_shown() {
 }
 
 #[test]
+fn an_argument_after_a_password_option_is_hidden_whole() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // Joined first, the argument's two words were two words, and only the first was hidden.
+    redis
+        .redlock()
+        .args([
+            "exec",
+            "argv",
+            "--",
+            "true",
+            "--password",
+            &format!("two {PW}"),
+        ])
+        .run()
+        .expect(0);
+    let note = redis.meta("argv").get("note").cloned().unwrap_or_default();
+    assert_eq!(note, "true --password ***");
+}
+
+#[test]
 fn an_unparsable_url_never_prints_its_password() {
     for url in [
         format!("redis:/:{PW}@127.0.0.1:6379"),
