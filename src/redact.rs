@@ -905,6 +905,25 @@ mod tests {
     }
 
     #[test]
+    fn no_text_makes_it_panic() {
+        // Every string of up to 4 characters over the characters the rules look at, multi-byte
+        // ones included (a byte index off a character boundary would panic).
+        let alphabet: Vec<char> = "'\"\\ =:@/%-pué{".chars().collect();
+        let n = alphabet.len();
+        for len in 1..=4u32 {
+            for mut i in 0..n.pow(len) {
+                let mut s = String::new();
+                for _ in 0..len {
+                    s.push(alphabet[i % n]);
+                    i /= n;
+                }
+                let _ = redact(&format!("--password {s} -u {s}://{s}"));
+                let _ = redact_args(&["-u", &s, "-c", &s, &s]);
+            }
+        }
+    }
+
+    #[test]
     fn hostile_text_is_handled_in_bounded_time_and_depth() {
         let nested = "\"'".repeat(50_000) + " x";
         let _ = redact(&nested);
