@@ -28,6 +28,7 @@ pub mod output;
 mod owner;
 pub mod printable;
 pub mod quorum;
+mod redact;
 mod scripts;
 pub mod signals;
 mod spawn;

@@ -44,6 +44,7 @@ use redis::Value;
 use crate::client::{Redis, unexpected_reply};
 use crate::error::{Failure, Kind, failure, kind_of, usage};
 use crate::printable::{is_bidi_control, printable};
+use crate::redact::redact;
 use crate::scripts;
 use crate::store::Store;
 
@@ -1099,12 +1100,14 @@ fn text(v: &Value) -> Option<String> {
 }
 
 /// HGETALL of the meta hash as a map. Any client can write the hash, so every value is escaped
-/// for display here, where it enters (printable.rs).
+/// for display here, where it enters (printable.rs), and the note is redacted (redact.rs) as it
+/// is when written: a note stored by an older version, or planted, may hold a password.
 fn meta_map(v: &Value) -> HashMap<String, String> {
     let mut map = HashMap::new();
     if let Value::Array(items) = v {
         for pair in items.chunks_exact(2) {
             if let (Some(k), Some(val)) = (text(&pair[0]), text(&pair[1])) {
+                let val = if k == "note" { redact(&val) } else { val };
                 map.insert(k, printable(&val).into_owned());
             }
         }
@@ -1225,6 +1228,28 @@ mod tests {
             why.contains("force-released by ops@h (pid 9) at 1970-01-01T00:00:01Z"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn a_stored_note_is_redacted_when_read() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let meta = Value::Array(
+            [
+                "token",
+                "t",
+                "note",
+                "deploy --password hunter2",
+                "user",
+                "--password",
+            ]
+            .iter()
+            .map(|s| bulk(s))
+            .collect(),
+        );
+        let holder = parse_meta(&meta).1.unwrap();
+        assert_eq!(holder.note, "deploy --password ***");
+        // Only the note: other fields are not command lines.
+        assert_eq!(holder.user, "--password");
     }
 
     #[test]

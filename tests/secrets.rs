@@ -148,6 +148,69 @@ fn a_password_on_the_acquiring_command_line_is_not_stored_or_shown() {
 }
 
 #[test]
+fn a_password_in_a_note_stored_by_an_older_version_is_not_shown() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = hold(&redis, "old", "60s");
+    // What an older redlock stored: the argv joined with spaces, the quoting lost. `status
+    // --json` shows the note for the holder and, once released, for the last holder.
+    let note = format!("./deploy.sh --password {PW} --env prod");
+    redis.query::<()>(&["HSET", &meta_key("old"), "note", &note]);
+    let shown = |out: &Output| {
+        assert_no_password(out);
+        assert!(
+            out.stdout.contains("--password ***") || out.stderr.contains("--password ***"),
+            "the rest of the note is shown:\n{out}"
+        );
+    };
+    for held in [true, false] {
+        let table = redis.redlock().args(["status", "old"]).run();
+        assert_eq!(table.code(), if held { 0 } else { 1 }, "{table}");
+        if held {
+            shown(&table);
+        }
+        assert_no_password(&table);
+        let json = redis.redlock().args(["status", "old", "--json"]).run();
+        assert_eq!(json.code(), if held { 0 } else { 1 }, "{json}");
+        shown(&json);
+        let all = redis.redlock().arg("status").run();
+        assert_no_password(&all);
+        if held {
+            let busy = redis
+                .redlock()
+                .args(["acquire", "old", "-n"])
+                .run()
+                .expect(1);
+            shown(&busy);
+            release(&redis, "old", &token);
+        }
+    }
+}
+
+#[test]
+fn an_argument_after_a_password_option_is_hidden_whole() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // Joined first, the argument's two words were two words, and only the first was hidden.
+    redis
+        .redlock()
+        .args([
+            "exec",
+            "argv",
+            "--",
+            "true",
+            "--password",
+            &format!("two {PW}"),
+        ])
+        .run()
+        .expect(0);
+    let note = redis.meta("argv").get("note").cloned().unwrap_or_default();
+    assert_eq!(note, "true --password ***");
+}
+
+#[test]
 fn an_unparsable_url_never_prints_its_password() {
     for url in [
         format!("redis:/:{PW}@127.0.0.1:6379"),
