@@ -97,29 +97,42 @@ end
 -- the key exists, so no newcomer can barge in ahead of the queue. The waiter leaves the queue now:
 -- if it does not claim in time, it was dead or too slow, and the next waiter gets its turn when
 -- the reservation expires.
+-- Reserve the lock for `waiter`; false if the server refused the write (out of memory).
+local function reserve(waiter, claim_ms)
+  local set = redis.pcall('SET', LOCK, '~' .. waiter, 'PX', claim_ms)
+  return not (type(set) == 'table' and set.err)
+end
+
 local function hand_over(waiter, claim_ms, quiet)
-  redis.call('SET', LOCK, '~' .. waiter, 'PX', claim_ms)
+  -- pcall: a server out of memory (maxmemory, noeviction) refuses the SET. The caller then frees
+  -- the lock instead: a release must not fail, and the waiter, still queued, looks again.
+  if not reserve(waiter, claim_ms) then
+    return false
+  end
   redis.call('ZREM', QUEUE, waiter)
   redis.call('HDEL', LEASES, waiter)
   if not quiet then
-    redis.call('LPUSH', wake_key(waiter), '1')
+    redis.pcall('LPUSH', wake_key(waiter), '1')
     redis.call('PEXPIRE', wake_key(waiter), claim_ms)
   end
+  return true
 end
 
 -- Free the lock: hand it to the first live waiter, or delete it when nobody waits. Returns the
 -- waiter it was handed to, or false. With `quiet`, the waiter is not woken yet (a quorum first
 -- reserves the lock for it on its other nodes). With `to` (a quorum's other nodes, which keep no
--- queue), the lock is reserved for that waiter, whom the queue node chose.
+-- queue), the lock is reserved for that waiter, whom the queue node chose. Out of memory, no
+-- reservation can be written: the lock is deleted (and a waiter takes it at its next look).
 local function pass_on(claim_ms, quiet, to)
   if to and to ~= '' then
-    redis.call('SET', LOCK, '~' .. to, 'PX', claim_ms)
-    return to
-  end
-  local waiter = first_live_waiter()
-  if waiter then
-    hand_over(waiter, claim_ms, quiet)
-    return waiter
+    if reserve(to, claim_ms) then
+      return to
+    end
+  else
+    local waiter = first_live_waiter()
+    if waiter and hand_over(waiter, claim_ms, quiet) then
+      return waiter
+    end
   end
   redis.call('DEL', LOCK)
   return false
