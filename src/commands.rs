@@ -147,7 +147,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     warn_short_ttl(config, args.lock.ttl);
     if !stdout_is_open() {
         return Err(usage(
-            "stdout is closed, so the token would be lost; redirect it instead of closing it",
+            "stdout is closed or read-only, so the token would be lost; redirect it to a file or a pipe",
         ));
     }
     let ppid = owner::parent_pid();
@@ -202,7 +202,9 @@ fn stdout_is_open() -> bool {
         let rc = libc::fstat(1, &mut stat);
         (flags, rc, stat)
     };
-    if flags == -1 || rc != 0 {
+    // Open for reading only (`1</dev/null`): a write fails with EBADF, which Rust's stdout
+    // swallows as if it had succeeded.
+    if flags == -1 || rc != 0 || flags & libc::O_ACCMODE == libc::O_RDONLY {
         return false;
     }
     let dev_null = std::fs::metadata("/dev/null").map(|m| m.rdev()).ok();

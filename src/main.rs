@@ -41,8 +41,10 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         // A help nobody can read (a full disk) is an output error; a reader that stopped
         // reading (`| head`) is not.
         use std::io::Write as _;
+        // (The help clap shows for a missing subcommand goes to stderr: a usage error.)
         if let Err(err) = e.print().and_then(|()| std::io::stdout().flush())
             && err.kind() != std::io::ErrorKind::BrokenPipe
+            && !e.use_stderr()
         {
             redlock::eline!("redlock: cannot write to stdout: {err}");
             return ExitCode::from(exit::IO_ERROR);

@@ -242,6 +242,12 @@ fn an_output_that_cannot_be_written_exits_74() {
             .expect(74);
         assert_one_error_line(&out);
     }
+    // Help for a missing subcommand goes to stderr: a usage error whatever stdout is.
+    redis.sh("redlock 2>/dev/full").run().expect(2);
+    // A stdout open for reading only: the token would be swallowed; refused before locking.
+    let out = redis.sh("redlock acquire ro 1</dev/null").run().expect(2);
+    assert_one_error_line(&out);
+    assert_eq!(redis.get(&lock_key("ro")), None, "{out}");
     // A reader that stops early is not an error.
     let out = redis
         .sh("(redlock --help; echo \"rc=$?\" >&2) | head -c1 >/dev/null")

@@ -92,17 +92,17 @@ local function first_live_waiter()
   return nil
 end
 
--- Reserve the free lock for `waiter` for `claim_ms` and wake it (unless `quiet`: a quorum wakes
--- it only after every node has the reservation). Until it claims (or the reservation expires),
--- the key exists, so no newcomer can barge in ahead of the queue. The waiter leaves the queue now:
--- if it does not claim in time, it was dead or too slow, and the next waiter gets its turn when
--- the reservation expires.
 -- Reserve the lock for `waiter`; false if the server refused the write (out of memory).
 local function reserve(waiter, claim_ms)
   local set = redis.pcall('SET', LOCK, '~' .. waiter, 'PX', claim_ms)
   return not (type(set) == 'table' and set.err)
 end
 
+-- Reserve the free lock for `waiter` for `claim_ms` and wake it (unless `quiet`: a quorum wakes
+-- it only after every node has the reservation). Until it claims (or the reservation expires),
+-- the key exists, so no newcomer can barge in ahead of the queue. The waiter leaves the queue now:
+-- if it does not claim in time, it was dead or too slow, and the next waiter gets its turn when
+-- the reservation expires. Returns false, and changes nothing, if the reservation was refused.
 local function hand_over(waiter, claim_ms, quiet)
   -- pcall: a server out of memory (maxmemory, noeviction) refuses the SET. The caller then frees
   -- the lock instead: a release must not fail, and the waiter, still queued, looks again.
