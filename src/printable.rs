@@ -11,14 +11,29 @@ use std::borrow::Cow;
 
 /// Whether `c` must not reach a terminal as is: a control character (C0, DEL, C1), a
 /// bidirectional formatting character, or an invisible one that makes a name look like another
-/// (zero-width space and non-joiner, word joiner, byte-order mark) or breaks a line where none
-/// shows (line and paragraph separators). The zero-width joiner stays: emoji are built with it.
+/// (soft hyphen, zero-width space and non-joiner, word joiner and invisible operators, Hangul
+/// and Mongolian fillers, byte-order mark, tag characters) or breaks a line where none shows
+/// (line and paragraph separators). The zero-width joiner and the variation selectors stay:
+/// emoji are built with them.
 pub fn is_unsafe(c: char) -> bool {
     c.is_control()
         || is_bidi_control(c)
         || matches!(
             c,
-            '\u{200b}' | '\u{200c}' | '\u{2060}' | '\u{feff}' | '\u{2028}' | '\u{2029}'
+            '\u{00ad}'
+                | '\u{034f}'
+                | '\u{115f}'
+                | '\u{1160}'
+                | '\u{180e}'
+                | '\u{200b}'
+                | '\u{200c}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{3164}'
+                | '\u{feff}'
+                | '\u{ffa0}'
+                | '\u{e0000}'..='\u{e007f}'
         )
 }
 
@@ -62,6 +77,10 @@ mod tests {
             ("\u{feff}root", "\\u{feff}root"),
             ("a\u{2028}b", "a\\u{2028}b"),
             ("👩\u{200d}💻", "👩\u{200d}💻"),
+            ("ad\u{ad}min", "ad\\u{ad}min"),
+            ("a\u{3164}", "a\\u{3164}"),
+            ("x\u{e0041}", "x\\u{e0041}"),
+            ("❤\u{fe0f}", "❤\u{fe0f}"),
         ] {
             assert_eq!(printable(raw), shown, "{raw:?}");
         }
