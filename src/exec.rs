@@ -140,7 +140,16 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     // Released even when the deadline passed: the lock may still be ours, and the release
     // deletes it only if it is.
     let mut why: Vec<String> = supervisor.lost_unseen.into_iter().collect();
-    why.extend(release(store.as_mut(), &lock).map(|why| format!("at release, {why}")));
+    // A lock known lost, or one whose release failed: nothing shows it was held to the end.
+    let mut known = !why.is_empty();
+    match release(store.as_mut(), &lock) {
+        Some(Ok(lost)) => {
+            known = true;
+            why.push(format!("at release, {lost}"));
+        }
+        Some(Err(unconfirmed)) => why.push(format!("at release, {unconfirmed}")),
+        None => {}
+    }
     if why.is_empty() {
         return Ok(child_code);
     }
@@ -151,10 +160,19 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         ""
     };
     // Not `say`: a command that ran without its lock must not pass for a success unnoticed.
+    let what = if known {
+        format!(
+            "lost the lock '{}' during the command (found after it ended)",
+            keys.name
+        )
+    } else {
+        format!(
+            "cannot confirm that '{}' was held to the end of the command",
+            keys.name
+        )
+    };
     crate::eline!(
-        "redlock: lost the lock '{}' during the command (found after it ended): {}; it may have \
-         run without the lock{kept}",
-        keys.name,
+        "redlock: {what}: {}; it may have run without the lock{kept}",
         why.join("; ")
     );
     Ok(code)
@@ -194,7 +212,7 @@ fn release_after(
     lock: &Lock,
     result: Result<u8>,
 ) -> Result<u8> {
-    if let Some(why) = release(store, lock) {
+    if let Some(Ok(why) | Err(why)) = release(store, lock) {
         say(
             config,
             format!("'{}' was no longer ours at release: {why}", lock.keys.name),
@@ -203,11 +221,12 @@ fn release_after(
     result
 }
 
-/// Releases the lock; returns why not if the release found it no longer ours, or could not tell:
+/// Releases the lock; returns why not if the release found it no longer ours (`Ok`), or could not
+/// tell (`Err`):
 /// a release that fails (the server gone, restarted, demoted, the key no longer a lock) cannot
 /// show that the lock was still held, so it counts as a loss too. If the lock was still ours, it
 /// expires by its TTL.
-fn release(store: &mut dyn Store, lock: &Lock) -> Option<String> {
+fn release(store: &mut dyn Store, lock: &Lock) -> Option<std::result::Result<String, String>> {
     let by = Releaser::Holder(lock.token.clone());
     let released = store.release(&lock.keys, &by).or_else(|first| {
         // The main connection may have gone stale during a long run: try once on a fresh one.
@@ -218,12 +237,15 @@ fn release(store: &mut dyn Store, lock: &Lock) -> Option<String> {
     });
     match released {
         Ok(Verdict::Done(_)) => None,
-        Ok(other) => Some(loss_reason(store, lock, &other)),
-        Err(e) => Some(format!(
+        Ok(other) => Some(Ok(loss_reason(store, lock, &other))),
+        Err(e) if crate::error::kind_of(&e) == crate::error::Kind::NotOwner => {
+            Some(Ok(format!("{e:#}")))
+        }
+        Err(e) => Some(Err(format!(
             "the release failed, so nothing shows the lock was still held ({e:#}); if it was, \
              it expires within {}",
             human_ms(lock.ttl)
-        )),
+        ))),
     }
 }
 

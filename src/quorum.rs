@@ -656,11 +656,23 @@ impl Store for Nodes {
                 .filter(|v| matches!(v, Verdict::Done(_)))
                 .count();
         if done.is_some() && holder_release && not_ours > n - self.q() {
-            return Ok(verdicts
-                .iter()
-                .find(|v| matches!(v, Verdict::HeldByOther(_)))
-                .cloned()
-                .unwrap_or(Verdict::Free));
+            let now = match verdicts.iter().find_map(|v| match v {
+                Verdict::HeldByOther(h) => Some(h),
+                _ => None,
+            }) {
+                Some(Some(h)) => format!("{} holds it now", h.who()),
+                Some(None) => "another token holds it now".to_string(),
+                None => "it is free now".to_string(),
+            };
+            return Err(failure(
+                Kind::NotOwner,
+                format!(
+                    "not the owner: only {} of {n} servers still had the token ({} needed), so \
+                     the lock was lost before this release; {now} (released where it was left)",
+                    verdicts.len() - not_ours,
+                    self.q()
+                ),
+            ));
         }
         if let Some(done) = done {
             if !failed.is_empty() && !self.config.quiet {
