@@ -382,13 +382,10 @@ fn lost_under_a_short_command(
         out.stdout, "finished\n",
         "ran to its end undisturbed:\n{out}"
     );
-    let said = out
-        .stderr
-        .lines()
-        .find(|l| {
-            l.starts_with("redlock: lost the lock 'k' during the command")
-                || l.starts_with("redlock: cannot confirm that 'k' was held to the end")
-        });
+    let said = out.stderr.lines().find(|l| {
+        l.starts_with("redlock: lost the lock 'k' during the command")
+            || l.starts_with("redlock: cannot confirm that 'k' was held to the end")
+    });
     assert!(
         said.is_some_and(|l| l.contains("at release")),
         "no message about the loss, or one that does not say how it was found:\n{out}"

@@ -40,10 +40,13 @@ fn waiter(redis: &RedisServer, name: &str, extra: &[&str]) -> (Proc, String) {
         .args(["acquire", name, "--wait", "30s"])
         .spawn_proc();
     let mut token = None;
+    // Queued, and the waiter has read the reply (`-v` logs a round trip after it): a server
+    // paused between running the attempt and writing its reply would leave the waiter with a
+    // timed-out first attempt instead of a place in the queue.
     let queued = wait_for(
         || {
             token = queue(redis, name).into_iter().find(|t| !before.contains(t));
-            token.is_some()
+            token.is_some() && proc.stderr().contains("acquire on")
         },
         EVENT,
     );
@@ -243,11 +246,14 @@ fn a_waiter_that_gives_up_during_a_freeze_leaves_nothing_held() {
         .args(["acquire", "k", "--wait", "6s", "--ttl", "60s"])
         .spawn_proc();
     let mut token = None;
+    // Queued and parked (in BLPOP): the waiter has read its attempt's reply. Queued alone is
+    // not enough: a server paused between running the attempt and writing its reply (a loaded
+    // machine) leaves the waiter with a timeout, not a place in the queue.
     assert!(
         wait_for(
             || {
                 token = queue(&redis, "k").into_iter().next();
-                token.is_some()
+                token.is_some() && redis.blocked_clients() == 1
             },
             EVENT
         ),
