@@ -195,7 +195,9 @@ impl Redactor {
     /// What `word` (quotes removed) says about the word after it.
     fn after(&self, word: &str) -> Next {
         match word {
-            "-p" | "-P" | "-a" => return Next::Hide(1),
+            "-p" | "-P" => return Next::Hide(1),
+            // redis-cli's password; elsewhere `-a` is "all" (`cp -a`, `git commit -a`).
+            "-a" if self.redis_cli => return Next::Hide(1),
             "-u" | "-U" | "--user" | "--proxy-user" => return Next::Credentials,
             "-c" => return Next::Script,
             "AUTH" => return Next::Hide(2),
@@ -214,6 +216,16 @@ impl Redactor {
             if is_secret_name(name) {
                 return Next::Value;
             }
+        }
+        // `Authorization:Bearer PW`, `AUTHORIZATION=Basic PW`: the pair's value is the scheme
+        // (hidden by the pair rule), the credential is the next word.
+        if let Some(sep) = word.rfind([':', '='])
+            && is_auth_scheme(&word[sep + 1..])
+            && is_secret_name(unquote(
+                word[..sep].trim_start_matches(['{', ',', '[', '-']),
+            ))
+        {
+            return Next::Hide(1);
         }
         if word.contains('=') {
             return Next::Keep;
@@ -741,6 +753,14 @@ mod tests {
             "curl -H Authorization: Bearer PW",
             "curl -H Authorization: Bearer ***",
         ),
+        (
+            "curl -H Authorization:Bearer PW -s",
+            "curl -H Authorization:*** *** -s",
+        ),
+        ("AUTHORIZATION=Basic PW cmd", "AUTHORIZATION=*** *** cmd"),
+        ("git commit -a -m fix", "git commit -a -m fix"),
+        ("cp -a src dst", "cp -a src dst"),
+        ("redis-cli -a PW ping", "redis-cli -a *** ping"),
         (
             "openssl enc -pass pass:PW -in f",
             "openssl enc -pass *** -in f",
