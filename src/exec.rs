@@ -18,7 +18,7 @@
 //!   unless the lock was not provably ours for the command's whole run: lost while it ran, its
 //!   deadline passed by the time the child was reaped (redlock stopped or starved: nothing
 //!   checked it meanwhile), or the release found another token or no key (a command shorter than
-//!   a renewal interval is checked by nothing else). Then redlock says so on stderr whatever
+//!   a renewal interval is checked by nothing else), or failed. Then redlock says so on stderr whatever
 //!   `-q` says, and exits 75 (`--on-lost ignore` keeps a success: see [`exit_status`]).
 
 use std::ffi::{OsStr, OsString};
@@ -221,11 +221,10 @@ fn release_after(
     result
 }
 
-/// Releases the lock; returns why not if the release found it no longer ours (`Ok`), or could not
-/// tell (`Err`):
-/// a release that fails (the server gone, restarted, demoted, the key no longer a lock) cannot
-/// show that the lock was still held, so it counts as a loss too. If the lock was still ours, it
-/// expires by its TTL.
+/// Releases the lock. `None`: it was ours to the end. `Some(Ok(why))`: the release found it no
+/// longer ours. `Some(Err(why))`: the release failed (the server gone, restarted, demoted, the
+/// key no longer a lock), so nothing shows the lock was still held; that counts as a loss too,
+/// and if the lock was still ours, it expires by its TTL.
 fn release(store: &mut dyn Store, lock: &Lock) -> Option<std::result::Result<String, String>> {
     let by = Releaser::Holder(lock.token.clone());
     let released = store.release(&lock.keys, &by).or_else(|first| {

@@ -28,8 +28,9 @@
 --
 -- Atomic together: the test that the lock is free and that it is our turn (no live waiter ahead
 -- of us), SET PX, the fence and the owner record. So a fence is never burned by a failed attempt,
--- no reader sees a lock without its record, and a newcomer never overtakes the queue. Joining the queue in the same script as the failed attempt means a release that comes
--- before we block on our wake list still finds us (and pushes to the list): no lost wake-ups.
+-- no reader sees a lock without its record, and a newcomer never overtakes the queue. Joining the
+-- queue in the same script as the failed attempt means a release that comes before we block on
+-- our wake list still finds us (and pushes to the list): no lost wake-ups.
 local token, ttl = ARGV[1], ARGV[2]
 
 -- Given up already (leave.lua left a tombstone): this is an attempt that arrived after its
