@@ -63,7 +63,10 @@ pub const TABLE: &[(&str, &str)] = &[
         "74",
         "cannot write the output (disk full, I/O error; a closed pipe is 141, as for SIGPIPE)",
     ),
-    ("75", "exec only: the lock was lost while the command ran"),
+    (
+        "75",
+        "exec only: the lock was lost, or cannot be shown to have been held, while the command ran",
+    ),
     ("77", "authentication or ACL permission refused"),
     ("126 / 127", "exec only: command not executable / not found"),
     (
