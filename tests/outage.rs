@@ -179,7 +179,11 @@ fn a_wait_that_runs_out_during_an_outage_exits_69() {
         }
         let before = queue(&redis, "k").len();
         let proc = cmd.args(["acquire", "k", "--wait", "3s"]).spawn_proc();
-        assert!(wait_for(|| queue(&redis, "k").len() > before, EVENT));
+        // Queued and parked: it has read its attempt's reply before the server goes.
+        assert!(wait_for(
+            || queue(&redis, "k").len() > before && redis.blocked_clients() as usize > before,
+            EVENT
+        ));
         proc
     };
     let (loud, quiet) = (start(false), start(true));
