@@ -270,6 +270,34 @@ fn until_go(started: &std::path::Path, go: &std::path::Path) -> String {
     )
 }
 
+/// Starts `cmd` (an `exec ... -c` still without its script) running [`until_go`] with its
+/// marker files in `dir`; returns once the command runs, with the file that ends it.
+#[track_caller]
+fn start_until_go(
+    mut cmd: std::process::Command,
+    dir: &std::path::Path,
+) -> (Proc, std::path::PathBuf) {
+    let (started, go) = (dir.join("started"), dir.join("go"));
+    let holder = cmd.arg(until_go(&started, &go)).spawn_proc();
+    assert!(
+        wait_for(|| started.exists(), Duration::from_secs(30)),
+        "{}",
+        holder.stderr()
+    );
+    (holder, go)
+}
+
+/// `holder` (started by [`start_until_go`]) renews lock `name` on `master`; told to end, its
+/// command exits 7, quietly, and the lock is released.
+#[track_caller]
+fn renewed_then_released(master: &RedisServer, name: &str, mut holder: Proc, go: &std::path::Path) {
+    wait_renewed(master, name, &mut holder, "the master");
+    std::fs::write(go, "").unwrap();
+    let out = holder.finish(Duration::from_secs(30)).expect(7);
+    assert!(out.stderr.is_empty(), "{out}");
+    assert_eq!(master.get(&lock_key(name)), None, "not released:\n{out}");
+}
+
 /// Waits until `server`'s PTTL of lock `name` goes up by more than a second: a renewal reached
 /// that server (replication and time only run it down).
 #[track_caller]
@@ -304,17 +332,9 @@ fn exec_with_wait_replicas_1_keeps_its_lock_when_the_master_fails_over() {
     };
     let old_port = group.first_master().port();
     let dir = tempfile::tempdir().unwrap();
-    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
-    let mut holder = group
-        .redlock()
-        .args(["exec", "k", "--ttl", "9s", "--wait-replicas", "1", "-c"])
-        .arg(until_go(&started, &go))
-        .spawn_proc();
-    assert!(
-        wait_for(|| started.exists(), Duration::from_secs(30)),
-        "{}",
-        holder.stderr()
-    );
+    let mut cmd = group.redlock();
+    cmd.args(["exec", "k", "--ttl", "9s", "--wait-replicas", "1", "-c"]);
+    let (mut holder, go) = start_until_go(cmd, dir.path());
     let token = group.first_master().get(&lock_key("k"));
     assert!(token.is_some(), "no lock on the master");
     // WAIT returned before the command started: the replica has the lock already.
@@ -350,17 +370,9 @@ fn exec_stops_its_command_when_the_promoted_replica_lacks_the_lock() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
-    let mut holder = group
-        .redlock()
-        .args(["exec", "k", "--ttl", "9s", "-c"])
-        .arg(until_go(&started, &go))
-        .spawn_proc();
-    assert!(
-        wait_for(|| started.exists(), Duration::from_secs(30)),
-        "{}",
-        holder.stderr()
-    );
+    let mut cmd = group.redlock();
+    cmd.args(["exec", "k", "--ttl", "9s", "-c"]);
+    let (mut holder, go) = start_until_go(cmd, dir.path());
     wait_renewed(group.first_master(), "k", &mut holder, "the first master");
     group.wait_replicated();
     let replica = group.first_replica();
@@ -476,22 +488,11 @@ fn the_password_reaches_the_sentinel_and_the_master() {
         assert_eq!(master.get(&lock_key(name)), Some(token), "{name}");
     }
     // exec: its renewal and its listener connect the same way.
-    let (started, go) = (master.dir().join("started"), master.dir().join("go"));
-    let mut holder = base()
-        .args(["--url", &sentinel_url, "exec", "d", "--ttl", "6s", "-c"])
-        .arg(until_go(&started, &go))
-        .env("REDLOCK_PASSWORD", PW)
-        .spawn_proc();
-    assert!(
-        wait_for(|| started.exists(), Duration::from_secs(30)),
-        "{}",
-        holder.stderr()
-    );
-    wait_renewed(master, "d", &mut holder, "the master");
-    std::fs::write(&go, "").unwrap();
-    let out = holder.finish(Duration::from_secs(30)).expect(7);
-    assert!(out.stderr.is_empty(), "{out}");
-    assert_eq!(master.get(&lock_key("d")), None, "not released:\n{out}");
+    let mut cmd = base();
+    cmd.args(["--url", &sentinel_url, "exec", "d", "--ttl", "6s", "-c"])
+        .env("REDLOCK_PASSWORD", PW);
+    let (holder, go) = start_until_go(cmd, master.dir());
+    renewed_then_released(master, "d", holder, &go);
 
     for env in [Some("wrong"), None] {
         let mut cmd = base();
@@ -528,21 +529,10 @@ fn tls_settings_reach_the_sentinel_and_the_master() {
     let token = with_ca().args(["acquire", "a", "-n"]).run().ok();
     assert!(is_token(&token), "{token:?}");
     assert_eq!(master.get(&lock_key("a")), Some(token));
-    let (started, go) = (master.dir().join("started"), master.dir().join("go"));
-    let mut holder = with_ca()
-        .args(["exec", "b", "--ttl", "6s", "-c"])
-        .arg(until_go(&started, &go))
-        .spawn_proc();
-    assert!(
-        wait_for(|| started.exists(), Duration::from_secs(30)),
-        "{}",
-        holder.stderr()
-    );
-    wait_renewed(master, "b", &mut holder, "the master");
-    std::fs::write(&go, "").unwrap();
-    let out = holder.finish(Duration::from_secs(30)).expect(7);
-    assert!(out.stderr.is_empty(), "{out}");
-    assert_eq!(master.get(&lock_key("b")), None, "not released:\n{out}");
+    let mut cmd = with_ca();
+    cmd.args(["exec", "b", "--ttl", "6s", "-c"]);
+    let (holder, go) = start_until_go(cmd, master.dir());
+    renewed_then_released(master, "b", holder, &go);
 
     let out = group
         .redlock()
