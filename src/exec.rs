@@ -143,12 +143,12 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     // A lock known lost, or one whose release failed: nothing shows it was held to the end.
     let mut known = !why.is_empty();
     match release(store.as_mut(), &lock) {
-        Some(Ok(lost)) => {
+        Released::Lost(lost) => {
             known = true;
             why.push(format!("at release, {lost}"));
         }
-        Some(Err(unconfirmed)) => why.push(format!("at release, {unconfirmed}")),
-        None => {}
+        Released::Unconfirmed(unconfirmed) => why.push(format!("at release, {unconfirmed}")),
+        Released::Ours => {}
     }
     if why.is_empty() {
         return Ok(child_code);
@@ -212,7 +212,7 @@ fn release_after(
     lock: &Lock,
     result: Result<u8>,
 ) -> Result<u8> {
-    if let Some(Ok(why) | Err(why)) = release(store, lock) {
+    if let Released::Lost(why) | Released::Unconfirmed(why) = release(store, lock) {
         say(
             config,
             format!("'{}' was no longer ours at release: {why}", lock.keys.name),
@@ -221,11 +221,20 @@ fn release_after(
     result
 }
 
-/// Releases the lock. `None`: it was ours to the end. `Some(Ok(why))`: the release found it no
-/// longer ours. `Some(Err(why))`: the release failed (the server gone, restarted, demoted, the
-/// key no longer a lock), so nothing shows the lock was still held; that counts as a loss too,
-/// and if the lock was still ours, it expires by its TTL.
-fn release(store: &mut dyn Store, lock: &Lock) -> Option<std::result::Result<String, String>> {
+/// What a release found.
+enum Released {
+    /// The lock was ours to the end, and is released.
+    Ours,
+    /// It was no longer ours: why.
+    Lost(String),
+    /// The release failed (the server gone, restarted, demoted, the key no longer a lock), so
+    /// nothing shows the lock was still held: why. That counts as a loss too; if the lock was
+    /// still ours, it expires by its TTL.
+    Unconfirmed(String),
+}
+
+/// Releases the lock.
+fn release(store: &mut dyn Store, lock: &Lock) -> Released {
     let by = Releaser::Holder(lock.token.clone());
     let released = store.release(&lock.keys, &by).or_else(|first| {
         // The main connection may have gone stale during a long run: try once on a fresh one.
@@ -235,16 +244,16 @@ fn release(store: &mut dyn Store, lock: &Lock) -> Option<std::result::Result<Str
             .map_err(|_| first)
     });
     match released {
-        Ok(Verdict::Done(_)) => None,
-        Ok(other) => Some(Ok(loss_reason(store, lock, &other))),
+        Ok(Verdict::Done(_)) => Released::Ours,
+        Ok(other) => Released::Lost(loss_reason(store, lock, &other)),
         Err(e) if crate::error::kind_of(&e) == crate::error::Kind::NotOwner => {
-            Some(Ok(format!("{e:#}")))
+            Released::Lost(format!("{e:#}"))
         }
-        Err(e) => Some(Err(format!(
+        Err(e) => Released::Unconfirmed(format!(
             "the release failed, so nothing shows the lock was still held ({e:#}); if it was, \
              it expires within {}",
             human_ms(lock.ttl)
-        ))),
+        )),
     }
 }
 
