@@ -1009,8 +1009,9 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
     // The lock key's value is anyone's to write: escaped for display (see printable.rs), which
     // keeps equal tokens equal.
     let token = text(token).map(|t| printable(&t).into_owned());
-    let (fence, recorded) = parse_meta(meta);
-    let forced = parse_forced(meta).map(Box::new);
+    let map = meta_map(meta);
+    let (fence, recorded) = holder_record(&map);
+    let forced = forced_record(&map).map(Box::new);
     let last = recorded.clone().filter(|_| token.is_none()).map(Box::new);
     let holder = recorded.filter(|h| Some(&h.token) == token.as_ref());
     Ok(State {
@@ -1115,19 +1116,22 @@ fn meta_map(v: &Value) -> HashMap<String, String> {
     map
 }
 
-/// The last forced release in HGETALL of the meta hash, if one is recorded.
-fn parse_forced(v: &Value) -> Option<Forced> {
-    let mut map = meta_map(v);
+/// The last forced release in the meta hash (see [`meta_map`]), if one is recorded.
+fn forced_record(map: &HashMap<String, String>) -> Option<Forced> {
     Some(Forced {
-        token: map.remove("forced_token")?,
-        by: map.remove("forced_by").unwrap_or_default(),
+        token: map.get("forced_token")?.clone(),
+        by: map.get("forced_by").cloned().unwrap_or_default(),
         at_ms: map.get("forced_at")?.parse().ok()?,
     })
 }
 
 /// Parses HGETALL of the meta hash into (fence counter, holder record if any).
 fn parse_meta(v: &Value) -> (i64, Option<Holder>) {
-    let map = meta_map(v);
+    holder_record(&meta_map(v))
+}
+
+/// The fence counter and the holder record, if any, in the meta hash (see [`meta_map`]).
+fn holder_record(map: &HashMap<String, String>) -> (i64, Option<Holder>) {
     let fence = map.get("fence").and_then(|f| f.parse().ok()).unwrap_or(0);
     let ms = |field: &str| map.get(field).and_then(|v| v.parse::<i64>().ok());
     let holder = map.get("token").map(|token| Holder {
@@ -1214,13 +1218,13 @@ mod tests {
             .map(|s| bulk(s))
             .collect(),
         );
-        let forced = parse_forced(&meta).unwrap();
+        let forced = forced_record(&meta_map(&meta)).unwrap();
         assert_eq!(forced.token, "old");
         assert_eq!(forced.by, "ops@h (pid 9)");
         assert_eq!(forced.at_ms, 1000);
         assert_eq!(parse_meta(&meta).1.unwrap().token, "new");
         assert_eq!(
-            parse_forced(&Value::Array(vec![bulk("fence"), bulk("1")])),
+            forced_record(&meta_map(&Value::Array(vec![bulk("fence"), bulk("1")]))),
             None
         );
         let why = forced_reason(Some(&forced));
