@@ -130,11 +130,6 @@ impl Redis {
         self.config.meta_ttl
     }
 
-    /// The server as shown in messages (no password).
-    pub fn display(&self) -> &str {
-        &self.display
-    }
-
     /// Whether the last call failed on a connection the server had closed.
     pub fn was_dropped(&self) -> bool {
         self.dropped

@@ -9,14 +9,16 @@ use std::sync::mpsc::{self, Receiver};
 
 use anyhow::{Context, Result};
 
+use crate::acquire::{self, Acquired, Wait};
+use crate::backend;
 use crate::cli::{AcquireArgs, ExtendArgs, LockArgs, ReleaseArgs, StatusArgs};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
 use crate::exit;
-use crate::lock::{self, Acquired, Keys, Lock, Releaser, Verdict, Wait};
+use crate::lock::{self, Keys, Lock, Releaser, Verdict};
 use crate::owner;
 use crate::signals;
-use crate::store::{self, Store};
+use crate::store::Store;
 use crate::wait::{self, Event, Parker};
 
 /// Prints a message for humans on stderr unless `--quiet`.
@@ -77,7 +79,7 @@ pub fn take_lock(
     events: &Receiver<Event>,
 ) -> Result<ControlFlow<u8, Lock>> {
     let mut parker = Parker::new(config, events);
-    match lock::acquire(store, keys, args.ttl, owner, args.wait(), &mut parker)? {
+    match acquire::acquire(store, keys, args.ttl, owner, args.wait(), &mut parker)? {
         Acquired::Held(lock) => {
             if args.wait_replicas > 0 {
                 wait_for_replicas(config, store, &lock, args.wait_replicas)?;
@@ -158,7 +160,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     if args.lock.wait() != Wait::No {
         signals::deliver(signals::STOP, tx, wait::signal_event)?;
     }
-    let mut store = store::open(config)?;
+    let mut store = backend::open(config)?;
     let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, &rx)? {
         ControlFlow::Continue(lock) => lock,
         ControlFlow::Break(code) => return Ok(code),
@@ -241,7 +243,7 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
     } else {
         Releaser::Holder(token_arg(args.token.as_deref())?.to_string())
     };
-    let mut store = store::open(config)?;
+    let mut store = backend::open(config)?;
     match store.release(&keys, &by)? {
         Verdict::Done(previous) => {
             if args.force {
@@ -279,7 +281,7 @@ pub fn extend(config: &Config, args: &ExtendArgs) -> Result<u8> {
     let keys = Keys::new(&config.prefix, &args.key)?;
     let token = token_arg(args.token.as_deref())?;
     warn_short_ttl(config, args.ttl);
-    let mut store = store::open(config)?;
+    let mut store = backend::open(config)?;
     match store.extend(&keys, token, args.ttl)? {
         Verdict::Done(_) => Ok(exit::OK),
         other => {
@@ -294,7 +296,7 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
         .iter()
         .map(|k| Keys::new(&config.prefix, k))
         .collect::<Result<_>>()?;
-    let mut store = store::open(config)?;
+    let mut store = backend::open(config)?;
     let keys = if named.is_empty() {
         store.scan(&config.prefix)?
     } else {

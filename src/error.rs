@@ -23,8 +23,6 @@ pub enum Kind {
     Protocol,
     /// Our output could not be written (not a closed pipe).
     Io,
-    /// `exec`: the lock was lost while the command ran.
-    LockLost,
     /// `exec`: the command was not found.
     NotFound,
     /// `exec`: the command could not be executed.
@@ -136,7 +134,6 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         Kind::Auth => exit::AUTH,
         Kind::Protocol => exit::INTERNAL,
         Kind::Io => exit::IO_ERROR,
-        Kind::LockLost => exit::LOCK_LOST,
         Kind::NotFound => exit::NOT_FOUND,
         Kind::NotExecutable => exit::NOT_EXECUTABLE,
     }

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result};
 use signal_hook::consts::signal::*;
 
+use crate::backend;
 use crate::cli::{ExecArgs, OnLost};
 use crate::commands::{say, take_lock};
 use crate::config::{Config, Servers};
@@ -42,7 +43,7 @@ use crate::notify;
 use crate::owner;
 use crate::signals::{self, Signal};
 use crate::spawn::{self, Child, SpawnError};
-use crate::store::{self, Store};
+use crate::store::Store;
 use crate::wait::{self, Event};
 
 /// The longest the loop sleeps without looking at the child (a safety net under SIGCHLD).
@@ -77,7 +78,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
 
     crate::commands::check_lock_args(config, &args.lock)?;
     crate::commands::warn_short_ttl(config, args.lock.ttl);
-    let mut store = store::open(config)?;
+    let mut store = backend::open(config)?;
     let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, &rx)? {
         ControlFlow::Continue(lock) => lock,
         ControlFlow::Break(code) => return Ok(code),
@@ -410,7 +411,7 @@ fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Even
                 }
                 let con = match &mut store {
                     Some(con) => con,
-                    None => match store::open(&config) {
+                    None => match backend::open(&config) {
                         Ok(mut con) => {
                             con.track_restarts(&lock.run_ids);
                             store.insert(con)

@@ -1,7 +1,28 @@
 //! redlock: a distributed mutual-exclusion lock for shell scripts, cron jobs and CI, on Redis.
 //!
-//! The binary (`main.rs`) parses the command line and calls [`run`]; everything else lives here so
-//! that tests can use the lock protocol directly.
+//! The binary (`main.rs`) parses the command line, calls [`run`] and reports the outcome with
+//! [`report_error`] or [`usage_error`]. The modules are private: the crate's interface is the
+//! command line, and its tests run the binary (plus unit tests inside the modules). `cli` and
+//! `exit` are public for the binary and the tests of the generated files.
+//!
+//! # Layers
+//!
+//! Bottom first. A module uses only modules of lower layers (`tests/layers.rs` checks it, reading
+//! this list):
+//!
+//! 0. `exit`, `printable`, `redact`, `scripts`, `signals`, `spawn`: facts and pure helpers
+//! 1. `cli`, `error`: the command line's definition; the error kinds and their exit codes
+//! 2. `config`: flags and environment resolved and validated
+//! 3. `messages`: every line for humans on stderr, and what `-q` silences
+//! 4. `client`: a connection to one server (timeouts, TLS, auth, Redis errors mapped to ours)
+//! 5. `lock`: the lock model and the one-server protocol, one script call per operation
+//! 6. `store`: the `Store` trait and its one-server implementation
+//! 7. `quorum`: a quorum of independent masters, the same trait over N servers
+//! 8. `acquire`, `backend`: taking a lock and waiting over any store; picking the store
+//! 9. `owner`, `output`, `wait`: who we are; what goes to stdout; parking a waiter on signals
+//! 10. `notify`, `complete`: hearing that our lock was taken; completing lock names in a shell
+//! 11. `commands`: `acquire`, `release`, `extend`, `status`
+//! 12. `exec`: the supervisor (it takes its lock as the `acquire` command does)
 
 /// `eprintln!` that never panics: every line for humans goes to stderr through here, and a
 /// closed or broken stderr (the reader of a pipe went away) must not turn an outcome into a
@@ -14,26 +35,32 @@ macro_rules! eline {
     }};
 }
 
+mod acquire;
+mod backend;
 pub mod cli;
-pub mod client;
+mod client;
 mod commands;
-pub mod complete;
-pub mod config;
-pub mod error;
+mod complete;
+mod config;
+mod error;
 mod exec;
 pub mod exit;
-pub mod lock;
+mod lock;
+mod messages;
 mod notify;
-pub mod output;
+mod output;
 mod owner;
-pub mod printable;
-pub mod quorum;
+mod printable;
+mod quorum;
 mod redact;
 mod scripts;
-pub mod signals;
+mod signals;
 mod spawn;
-pub mod store;
+mod store;
 mod wait;
+
+pub use complete::answer_shell as answer_completion;
+pub use messages::{report_error, usage_error};
 
 use anyhow::Result;
 

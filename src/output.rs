@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use unicode_width::UnicodeWidthStr;
 
 use crate::cli::Format;
-use crate::lock::{Forced, Holder, Lock, State, fingerprint};
+use crate::lock::{Forced, Holder, Lock, State, fingerprint, human_ms};
 
 /// The text `acquire` prints on stdout for `format`.
 pub fn acquired(lock: &Lock, format: Format) -> String {
@@ -168,11 +168,7 @@ pub fn quorum_details(states: &[State]) -> String {
         ));
         let width = q.nodes.iter().map(|(u, _)| u.width()).max().unwrap_or(0);
         for (url, view) in &q.nodes {
-            out.push_str(&format!(
-                "  {}  {}\n",
-                pad(url, width),
-                crate::quorum::node_line(view)
-            ));
+            out.push_str(&format!("  {}  {}\n", pad(url, width), node_line(view)));
         }
     }
     out
@@ -261,6 +257,40 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
 /// `s` and spaces up to `width` terminal cells (`format!`'s padding counts chars instead).
 fn pad(s: &str, width: usize) -> String {
     format!("{s}{}", " ".repeat(width.saturating_sub(s.width())))
+}
+
+/// One node's line for `status`: "held by 3f2a1b4c (fence 12, expires in 28s): ci@web1 (pid 4)".
+pub fn node_line(view: &std::result::Result<State, String>) -> String {
+    match view {
+        Err(why) => format!("unreachable: {why}"),
+        Ok(s) if !s.held() => "free".to_string(),
+        Ok(s) => {
+            let token = s.token.as_deref().unwrap_or_default();
+            let what = if s.handing_over() {
+                format!(
+                    "reserved for waiter {}",
+                    fingerprint(token.trim_start_matches('~'))
+                )
+            } else {
+                format!("held by {}", fingerprint(token))
+            };
+            let expires = match s.pttl_ms {
+                ms if ms >= 0 => {
+                    format!(
+                        ", expires in {}",
+                        human_ms(Duration::from_millis(ms as u64))
+                    )
+                }
+                _ => String::new(),
+            };
+            let who = s
+                .holder
+                .as_ref()
+                .map(|h| format!(": {}", h.who()))
+                .unwrap_or_default();
+            format!("{what} (fence {}{expires}){who}", s.fence)
+        }
+    }
 }
 
 #[cfg(test)]

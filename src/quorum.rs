@@ -54,7 +54,7 @@ use crate::client::Redis;
 use crate::config::{Config, Endpoint};
 use crate::error::{Kind, failure, kind_of};
 use crate::lock::{
-    self, Attempt, Doubt, Keys, Lock, Owner, QuorumView, Releaser, State, Verdict, fingerprint,
+    self, Attempt, Doubt, Keys, Lock, QuorumView, Releaser, Request, State, Verdict,
 };
 use crate::store::Store;
 
@@ -415,26 +415,26 @@ fn human(d: Duration) -> String {
 }
 
 impl Store for Nodes {
-    fn try_acquire(
-        &mut self,
-        keys: &Keys,
-        token: &str,
-        prev: Option<&str>,
-        ttl: Duration,
-        owner: &Owner,
-        join: bool,
-    ) -> Result<Attempt> {
+    fn try_acquire(&mut self, keys: &Keys, token: &str, req: &Request) -> Result<Attempt> {
+        let (ttl, join) = (req.ttl, req.join);
         let (n, q) = (self.n(), self.q());
         let sent = Instant::now();
-        let is_grant = |a: &Option<Result<Attempt>>| matches!(a, Some(Ok(Attempt::Acquired(_))));
+        let is_grant = |a: &Option<Result<Attempt>>| matches!(a, Some(Ok(Attempt::Granted(_))));
         let answers = {
-            let (k, t, o) = (keys.clone(), token.to_string(), owner.clone());
-            let p = prev.map(str::to_string);
+            let (k, t, o) = (keys.clone(), token.to_string(), req.owner.clone());
+            let p = req.prev.map(str::to_string);
             self.fan_out(
                 |_| true,
                 move |i, con| {
-                    let join = join && i == 0;
-                    lock::try_acquire(con, &k, &t, ttl, &o, join, true, p.as_deref())
+                    let req = Request {
+                        ttl,
+                        owner: &o,
+                        // Only the queue node keeps waiters.
+                        join: join && i == 0,
+                        run_id: true,
+                        prev: p.as_deref(),
+                    };
+                    lock::try_acquire(con, &k, &t, &req)
                 },
                 // A majority granted it, or can no longer grant it; a waiter also needs the queue
                 // node's answer (it keeps our place in the queue).
@@ -469,7 +469,7 @@ impl Store for Nodes {
         let mut queued = false;
         for (i, a) in answers.iter().enumerate() {
             match a {
-                Some(Ok(Attempt::Acquired(l))) => {
+                Some(Ok(Attempt::Granted(l))) => {
                     granted[i] = true;
                     fences.push(l.fence);
                     run_ids[i] = l.run_ids.first().cloned().flatten();
@@ -539,7 +539,7 @@ impl Store for Nodes {
                     |_| false,
                 );
             }
-            return Ok(Attempt::Acquired(Lock {
+            return Ok(Attempt::Granted(Lock {
                 keys: keys.clone(),
                 token: token.to_string(),
                 fence,
@@ -917,37 +917,6 @@ fn verdict(
     });
     debug_assert!(n >= q);
     state
-}
-
-/// One node's line for `status`: "held by 3f2a1b4c (fence 12, expires in 28s): ci@web1 (pid 4)".
-pub fn node_line(view: &std::result::Result<State, String>) -> String {
-    match view {
-        Err(why) => format!("unreachable: {why}"),
-        Ok(s) if !s.held() => "free".to_string(),
-        Ok(s) => {
-            let token = s.token.as_deref().unwrap_or_default();
-            let what = if s.handing_over() {
-                format!(
-                    "reserved for waiter {}",
-                    fingerprint(token.trim_start_matches('~'))
-                )
-            } else {
-                format!("held by {}", fingerprint(token))
-            };
-            let expires = match s.pttl_ms {
-                ms if ms >= 0 => {
-                    format!(", expires in {}", human(Duration::from_millis(ms as u64)))
-                }
-                _ => String::new(),
-            };
-            let who = s
-                .holder
-                .as_ref()
-                .map(|h| format!(": {}", h.who()))
-                .unwrap_or_default();
-            format!("{what} (fence {}{expires}){who}", s.fence)
-        }
-    }
 }
 
 #[cfg(test)]

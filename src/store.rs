@@ -1,32 +1,24 @@
-//! Where locks live: one server (standalone, Sentinel's master, a Redis Cluster) or a quorum of
-//! independent masters. The commands and `exec` talk to a [`Store`] and do not care which.
+//! Where locks live: the [`Store`] trait, and its one-server implementation (standalone,
+//! Sentinel's master, a Redis Cluster), which runs the protocol of `lock.rs` directly.
 //!
-//! One server runs the lock protocol of `lock.rs` directly; a quorum runs it on every node in
-//! parallel and counts the answers (`quorum.rs`).
+//! The layer above `lock.rs`. A quorum of independent masters implements the same trait above it
+//! (`quorum.rs`); `backend.rs` picks one for the configuration, and the waiting loop
+//! (`acquire.rs`), the commands and `exec` talk to a [`Store`] without caring which.
 
 use std::time::Duration;
 
 use anyhow::Result;
 
 use crate::client::{Redis, unexpected_reply};
-use crate::config::{Config, Servers};
-use crate::lock::{self, Attempt, Keys, Owner, Releaser, State, Verdict};
-use crate::quorum::Nodes;
+use crate::lock::{self, Attempt, Keys, Releaser, Request, State, Verdict};
 
 /// The lock operations, on whatever servers the configuration names.
 pub trait Store: Send {
-    /// One attempt to take the lock with `token`; with `join`, a busy lock queues us up. `prev`
-    /// is the token of the attempt before when [`Store::fresh_token_per_attempt`]: this attempt
-    /// takes over its place in the queue and a reservation made for it.
-    fn try_acquire(
-        &mut self,
-        keys: &Keys,
-        token: &str,
-        prev: Option<&str>,
-        ttl: Duration,
-        owner: &Owner,
-        join: bool,
-    ) -> Result<Attempt>;
+    /// One attempt to take the lock with `token`; with `req.join`, a busy lock queues us up.
+    /// `req.prev` is the token of the attempt before when [`Store::fresh_token_per_attempt`]:
+    /// this attempt takes over its place in the queue and a reservation made for it.
+    /// (`req.run_id` is the store's business: a quorum asks for run_ids whatever it says.)
+    fn try_acquire(&mut self, keys: &Keys, token: &str, req: &Request) -> Result<Attempt>;
     /// Whether every attempt needs a token of its own: a quorum undoes a failed attempt on nodes
     /// that may apply the undo late, after the next attempt, which must not match it.
     fn fresh_token_per_attempt(&self) -> bool {
@@ -55,25 +47,9 @@ pub trait Store: Send {
     fn track_restarts(&mut self, _run_ids: &[Option<String>]) {}
 }
 
-/// Connects to the configured servers (a quorum connects to each node when first used).
-pub fn open(config: &Config) -> Result<Box<dyn Store>> {
-    Ok(match &config.servers {
-        Servers::Quorum(_) => Box::new(Nodes::new(config)),
-        _ => Box::new(Redis::connect(config)?),
-    })
-}
-
 impl Store for Redis {
-    fn try_acquire(
-        &mut self,
-        keys: &Keys,
-        token: &str,
-        prev: Option<&str>,
-        ttl: Duration,
-        owner: &Owner,
-        join: bool,
-    ) -> Result<Attempt> {
-        lock::try_acquire(self, keys, token, ttl, owner, join, false, prev)
+    fn try_acquire(&mut self, keys: &Keys, token: &str, req: &Request) -> Result<Attempt> {
+        lock::try_acquire(self, keys, token, req)
     }
 
     fn leave(&mut self, keys: &Keys, token: &str) -> Result<()> {

@@ -20,10 +20,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
+use crate::acquire::{Park, Parked};
 use crate::client::Redis;
 use crate::config::Config;
 use crate::exit;
-use crate::lock::{Keys, Park, Parked};
+use crate::lock::Keys;
 use crate::signals::{self, Signal};
 
 /// Everything a waiting or supervising redlock reacts to, on one channel.
@@ -77,7 +78,7 @@ fn end_parked_wait(signal: &Signal) {
         return;
     };
     // Holding the mutex: the main thread cannot leave its BLPOP to take the lock meanwhile.
-    let left = crate::store::open(&on.config).and_then(|mut s| s.leave(&on.keys, &on.token));
+    let left = crate::backend::open(&on.config).and_then(|mut s| s.leave(&on.keys, &on.token));
     if !on.config.quiet {
         crate::eline!(
             "redlock: {} while waiting for '{}'; gave up",
@@ -95,7 +96,7 @@ fn end_parked_wait(signal: &Signal) {
     std::process::exit(i32::from(exit::signal(signal.signo)));
 }
 
-/// Parks the main thread for [`crate::lock::acquire`]; stop signals are those in `signals::STOP`.
+/// Parks the main thread for [`crate::acquire::acquire`]; stop signals are those in `signals::STOP`.
 pub struct Parker<'a> {
     config: &'a Config,
     events: &'a Receiver<Event>,

@@ -1,0 +1,375 @@
+//! Taking a lock and waiting for it, over any [`Store`]: the layer above both stores.
+//!
+//! Waiting: wake on release, first come first served.
+//! - A failed attempt joins the queue (`:q`, ordered by a ticket) in the same script, with a lease
+//!   (`:leases`) that covers the wait it is about to do. The waiter then blocks with BLPOP on its own
+//!   wake list `:w:TOKEN`, for at most the holder's remaining TTL (capped at [`BLOCK_CAP`]), so a
+//!   holder that dies without releasing is picked up when its key expires.
+//! - Release, in the script that deletes the lock, hands it to the first waiter whose lease is
+//!   live: the lock key becomes `~TOKEN` for [`CLAIM_WINDOW`](crate::lock::CLAIM_WINDOW) and the waiter's wake list gets one
+//!   push, which wakes exactly that waiter (no herd). Its next attempt claims the reservation.
+//!   Newcomers see the key and queue up behind: nobody overtakes the queue.
+//! - No lost wake-ups: the waiter is queued before it blocks, and a push that arrives before the
+//!   BLPOP stays in the list until the BLPOP takes it.
+//! - A waiter that gives up runs `leave.lua` (and passes on a reservation made for it). One that
+//!   dies is dropped when its lease runs out; if its turn comes first, the reservation expires
+//!   unclaimed after [`CLAIM_WINDOW`](crate::lock::CLAIM_WINDOW) and the next waiter, whose wait is capped, takes over.
+//! - A waiter that loses Redis (refused, reset, timed out) keeps waiting while its wait lasts: it
+//!   looks again with backoff and then goes on with the same token, so its queue entry keeps its
+//!   place if its lease is still live (or nobody looked at the queue meanwhile); otherwise it
+//!   queues again. See [`ride_out`].
+//!
+//! The protocol steps (one script call each) are in `lock.rs`; a quorum counts them in
+//! `quorum.rs`. This module decides only when to ask again and how to give up cleanly.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::client::Redis;
+use crate::error::{Failure, Kind, failure, kind_of};
+use crate::lock::{Attempt, BLOCK_CAP, Keys, Lock, Owner, Releaser, Request, State};
+use crate::store::Store;
+
+/// How long to wait for a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    No,
+    For(Duration),
+    Forever,
+}
+
+/// The outcome of [`acquire`]. (One per command, moved once: not worth a box.)
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Acquired {
+    Held(Lock),
+    /// Not acquired: busy when we gave up. The last known holder is included.
+    Busy(Option<State>),
+    /// A signal stopped the wait; nothing of ours is left in Redis.
+    Interrupted(i32),
+}
+
+/// How a waiter's block on its wake list ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parked {
+    /// Something was pushed: the lock was handed to us (or may be free).
+    Woken,
+    /// The timeout passed: look again (the holder may have died).
+    TimedOut,
+    /// A signal asks us to stop waiting.
+    Interrupted(i32),
+}
+
+/// Blocking on a wake list while staying responsive to signals; see `wait.rs`.
+pub trait Park {
+    /// Blocks on the wake list of `token` in the queue of `keys` until it gets a push, `timeout`
+    /// passes, or a stop signal arrives. May replace `redis` with a fresh connection.
+    fn park(
+        &mut self,
+        redis: &mut Redis,
+        keys: &Keys,
+        token: &str,
+        timeout: Duration,
+    ) -> Result<Parked>;
+    /// Waits `timeout` without Redis (nobody will wake us), unless a stop signal comes first.
+    fn sleep(&mut self, timeout: Duration) -> Result<Parked>;
+    /// A stop signal that arrived since the last look, without blocking.
+    fn interrupted(&mut self) -> Option<i32>;
+    /// Says (once per wait: the caller makes sure) that Redis stopped answering and that we go on
+    /// trying until the wait runs out (`forever`: until Redis answers again).
+    fn outage(&mut self, keys: &Keys, error: &anyhow::Error, forever: bool);
+}
+
+/// The first pause before a waiter that lost Redis tries again; it doubles up to
+/// [`OUTAGE_RETRY_CAP`], so a short outage costs little and a long one few connection attempts.
+pub const OUTAGE_RETRY: Duration = Duration::from_millis(100);
+pub const OUTAGE_RETRY_CAP: Duration = Duration::from_secs(2);
+
+/// A fresh random token (uuid v4: 122 random bits, 32 hex digits).
+pub fn new_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// Takes the lock, waiting as `wait` says.
+///
+/// A busy attempt queues us up; we then block on our wake list until the lock is handed to us,
+/// the holder's TTL runs out (a holder that died is picked up when its key expires), or
+/// [`BLOCK_CAP`] passes. A stop signal ends the wait at once. On every way out that does not
+/// return the lock, we leave the queue (and pass on a reservation made for us), so nothing of
+/// ours stays in Redis; a lock taken in the same instant as a signal is released again.
+///
+/// Once Redis has answered an attempt (we are a waiter), losing it does not end the wait: see
+/// [`ride_out`]. Before that, an unreachable server is an error at once (most likely a wrong URL).
+pub fn acquire(
+    store: &mut dyn Store,
+    keys: &Keys,
+    ttl: Duration,
+    owner: &Owner,
+    wait: Wait,
+    park: &mut dyn Park,
+) -> Result<Acquired> {
+    let mut token = new_token();
+    // The token of the attempt before, when each attempt takes a fresh one (see `Store`).
+    let mut prev: Option<String> = None;
+    let deadline = match wait {
+        Wait::For(d) => Instant::now().checked_add(d),
+        Wait::No | Wait::Forever => None,
+    };
+    let join = wait != Wait::No;
+    let mut queued = false;
+    // Redis answered a busy attempt that queued us: from then on an outage does not end the wait.
+    let mut waiting = false;
+    let mut outage = Outage::default();
+    // An attempt's reply was lost: it may still reach the server, even after we give up, so
+    // giving up leaves a tombstone for its token (see `leave.lua`).
+    let mut unsure = false;
+    let outcome = (|| -> Result<Acquired> {
+        let mut first = true;
+        loop {
+            if !first && store.fresh_token_per_attempt() {
+                prev = Some(std::mem::replace(&mut token, new_token()));
+            }
+            first = false;
+            if let Some(sig) = park.interrupted() {
+                return Ok(Acquired::Interrupted(sig));
+            }
+            let req = Request {
+                ttl,
+                owner,
+                join,
+                run_id: false,
+                prev: prev.as_deref(),
+            };
+            let attempt = match store.try_acquire(keys, &token, &req) {
+                Ok(attempt) => attempt,
+                Err(e) if waiting => {
+                    unsure = true;
+                    // The same token again once Redis is back: our queue entry (if still there)
+                    // keeps our place, and an attempt whose reply was lost finds its own grant.
+                    match ride_out(store, keys, park, deadline, e, &mut outage)? {
+                        Some(sig) => return Ok(Acquired::Interrupted(sig)),
+                        None => continue,
+                    }
+                }
+                Err(e) => {
+                    unsure |= !crate::error::was_refused(&e);
+                    return Err(e);
+                }
+            };
+            outage.pause = OUTAGE_RETRY;
+            let pttl_ms = match attempt {
+                Attempt::Granted(lock) => {
+                    queued = false;
+                    if let Some(sig) = park.interrupted() {
+                        store
+                            .release(keys, &Releaser::Holder(lock.token.clone()))
+                            .context("interrupted right after acquiring; releasing failed")?;
+                        return Ok(Acquired::Interrupted(sig));
+                    }
+                    return Ok(Acquired::Held(lock));
+                }
+                Attempt::Busy {
+                    pttl_ms,
+                    queued: in_queue,
+                    ..
+                } => {
+                    queued = in_queue;
+                    waiting = join;
+                    pttl_ms
+                }
+            };
+            let remaining = match (wait, deadline) {
+                (Wait::No, _) => Duration::ZERO,
+                (Wait::For(_), Some(d)) => d.saturating_duration_since(Instant::now()),
+                _ => Duration::MAX,
+            };
+            if remaining.is_zero() {
+                return Ok(Acquired::Busy(None));
+            }
+            let timeout = block_time(pttl_ms).min(remaining);
+            // Not queued (a quorum whose queue node is down): nobody will wake us; look again
+            // when the holder's TTL has run out, or after the cap.
+            let parking = if queued { store.parking() } else { None };
+            let parked = match parking {
+                Some(redis) => park.park(redis, keys, &token, timeout),
+                None => park.sleep(timeout),
+            };
+            let parked = match parked {
+                Ok(parked) => parked,
+                // The block failed and no fresh connection could be made: Redis is gone.
+                Err(e) if waiting => match ride_out(store, keys, park, deadline, e, &mut outage)? {
+                    Some(sig) => Parked::Interrupted(sig),
+                    None => Parked::TimedOut,
+                },
+                Err(e) => return Err(e),
+            };
+            if let Parked::Interrupted(sig) = parked {
+                return Ok(Acquired::Interrupted(sig));
+            }
+        }
+    })();
+    // With a fresh token per attempt, an earlier token stays queued if the last attempt never
+    // reached the queue node to take its place over: give that back too, best effort.
+    let give_up = |store: &mut dyn Store, token: &str| {
+        if unsure {
+            store.abandon(keys, token)
+        } else {
+            store.leave(keys, token)
+        }
+    };
+    if !matches!(outcome, Ok(Acquired::Held(_)))
+        && let Some(prev) = &prev
+    {
+        let _ = give_up(&mut *store, prev);
+    }
+    match &outcome {
+        Ok(Acquired::Held(_)) => {}
+        // A signal in the middle of an outage: leave if Redis is back, else our lease runs out
+        // by itself (within BLOCK_CAP + LEASE_MARGIN) and the queue goes on without us. (A
+        // frozen server runs the leave when it thaws: the tombstone stops our attempt queued
+        // there from taking the lock after it.)
+        Ok(_) if outage.down => {
+            let _ = store.recover().and_then(|()| store.abandon(keys, &token));
+        }
+        // Queued, or perhaps queued by an attempt whose reply was lost.
+        Ok(_) if queued || unsure => give_up(&mut *store, &token)
+            .with_context(|| format!("cannot leave the queue of '{}'", keys.name))?,
+        Ok(_) => {}
+        // An attempt may have run without our reading its reply, and the connection may still
+        // have a reply pending: clean up on a fresh one, best effort, and report the first error.
+        // Refused by the server (a replica, an evicting server) before it ran: nothing to undo.
+        Err(e) if crate::error::was_refused(e) && !unsure && !queued => {}
+        Err(_) => {
+            let _ = store.recover().and_then(|()| store.abandon(keys, &token));
+        }
+    }
+    match outcome {
+        // Who holds it, for the message: read after leaving, so we are not among the waiters.
+        Ok(Acquired::Busy(None)) => Ok(Acquired::Busy(store.inspect(keys).ok())),
+        other => other,
+    }
+}
+
+/// A waiter's view of a Redis outage.
+struct Outage {
+    /// The notice was printed (once per wait).
+    told: bool,
+    /// Redis has not answered since the outage began.
+    down: bool,
+    /// The next pause before looking again; back to [`OUTAGE_RETRY`] after an answered attempt.
+    pause: Duration,
+}
+
+impl Default for Outage {
+    fn default() -> Self {
+        Outage {
+            told: false,
+            down: false,
+            pause: OUTAGE_RETRY,
+        }
+    }
+}
+
+/// Rides out a failure that leaves a waiter without Redis (refused, reset, timed out: what
+/// [`Kind::Unavailable`] covers). Pauses with capped exponential backoff (a stop signal ends the
+/// pause) and looks again, read-only, until Redis answers: `Ok(None)`, and the caller goes on.
+/// `Ok(Some(signal))` when a stop signal came. Gives up with the last error when the wait runs
+/// out, and at once for any other kind of error (credentials, protocol: waiting cannot help).
+///
+/// The look is a status read, not a new attempt: an attempt sent to a frozen server would run
+/// when it thaws, perhaps after we gave up, and take the lock for a token nobody knows.
+fn ride_out(
+    store: &mut dyn Store,
+    keys: &Keys,
+    park: &mut dyn Park,
+    deadline: Option<Instant>,
+    error: anyhow::Error,
+    outage: &mut Outage,
+) -> Result<Option<i32>> {
+    let mut error = error;
+    outage.down = true;
+    loop {
+        if kind_of(&error) != Kind::Unavailable {
+            return Err(error);
+        }
+        let left = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        if left.is_zero() {
+            return Err(ran_out(keys, error));
+        }
+        if !outage.told {
+            park.outage(keys, &error, deadline.is_none());
+            outage.told = true;
+        }
+        if let Parked::Interrupted(sig) = park.sleep(outage.pause.min(left))? {
+            return Ok(Some(sig));
+        }
+        outage.pause = (outage.pause * 2).min(OUTAGE_RETRY_CAP);
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(ran_out(keys, error));
+        }
+        match store.recover().and_then(|()| store.inspect(keys)) {
+            // A quorum's look succeeds with fewer than a majority answering: not back yet.
+            Ok(state)
+                if state
+                    .quorum
+                    .as_ref()
+                    .is_some_and(|q| q.verdict == "unknown") =>
+            {
+                error = failure(
+                    Kind::Unavailable,
+                    format!("no quorum for '{}': too few servers answered", keys.name),
+                );
+            }
+            Ok(_) => {
+                outage.down = false;
+                return Ok(None);
+            }
+            Err(e) => error = e,
+        }
+    }
+}
+
+/// The error a wait that ran out during an outage ends with. A timeout names the step that timed
+/// out (`status`: our own look, which the user never ran): say what the user was doing instead.
+fn ran_out(keys: &Keys, error: anyhow::Error) -> anyhow::Error {
+    let Some(f) = error.downcast_ref::<Failure>() else {
+        return error;
+    };
+    match f.message.split_once(" did not answer ") {
+        Some((server, step)) if step.ends_with(" within --io-timeout") => failure(
+            f.kind,
+            format!(
+                "{server} did not answer within --io-timeout while waiting for '{}'",
+                keys.name
+            ),
+        ),
+        _ => error,
+    }
+}
+
+/// How long to block after a busy attempt: until just past the holder's expiry, at most
+/// [`BLOCK_CAP`].
+fn block_time(pttl_ms: i64) -> Duration {
+    match u64::try_from(pttl_ms) {
+        Ok(ms) => Duration::from_millis(ms + 1).min(BLOCK_CAP),
+        // -2: the key vanished between our reads; look again at once. -1: no expiry at all.
+        Err(_) if pttl_ms == -2 => Duration::from_millis(1),
+        Err(_) => BLOCK_CAP,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiters_block_until_just_past_expiry_at_most_the_cap() {
+        assert_eq!(block_time(5), Duration::from_millis(6));
+        assert_eq!(block_time(30_000), BLOCK_CAP);
+        assert_eq!(block_time(-1), BLOCK_CAP);
+        assert_eq!(block_time(-2), Duration::from_millis(1));
+    }
+}

@@ -1,0 +1,18 @@
+//! Picks the [`Store`] for the configured servers: the one place that knows every backend. Above
+//! `store.rs` and `quorum.rs`; the commands, `exec` and the waiting loop's signal thread open
+//! their store here.
+
+use anyhow::Result;
+
+use crate::client::Redis;
+use crate::config::{Config, Servers};
+use crate::quorum::Nodes;
+use crate::store::Store;
+
+/// Connects to the configured servers (a quorum connects to each node when first used).
+pub fn open(config: &Config) -> Result<Box<dyn Store>> {
+    Ok(match &config.servers {
+        Servers::Quorum(_) => Box::new(Nodes::new(config)),
+        _ => Box::new(Redis::connect(config)?),
+    })
+}
