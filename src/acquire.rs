@@ -109,58 +109,88 @@ pub fn acquire(
     wait: Wait,
     park: &mut dyn Park,
 ) -> Result<Acquired> {
-    let mut token = new_token();
-    // The token of the attempt before, when each attempt takes a fresh one (see `Store`).
-    let mut prev: Option<String> = None;
-    let deadline = match wait {
-        Wait::For(d) => Instant::now().checked_add(d),
-        Wait::No | Wait::Forever => None,
+    let mut waiter = Waiter {
+        keys,
+        ttl,
+        owner,
+        wait,
+        deadline: match wait {
+            Wait::For(d) => Instant::now().checked_add(d),
+            Wait::No | Wait::Forever => None,
+        },
+        token: new_token(),
+        prev: None,
+        queued: false,
+        waiting: false,
+        outage: Outage::default(),
+        unsure: false,
     };
-    let join = wait != Wait::No;
-    let mut queued = false;
-    // Redis answered a busy attempt that queued us: from then on an outage does not end the wait.
-    let mut waiting = false;
-    let mut outage = Outage::default();
-    // An attempt's reply was lost: it may still reach the server, even after we give up, so
-    // giving up leaves a tombstone for its token (see `leave.lua`).
-    let mut unsure = false;
-    let outcome = (|| -> Result<Acquired> {
+    let outcome = waiter.wait(store, park);
+    waiter.clean_up(store, outcome)
+}
+
+/// One call of [`acquire`]: what it asked for and what it left in Redis so far.
+struct Waiter<'a> {
+    keys: &'a Keys,
+    ttl: Duration,
+    owner: &'a Owner,
+    wait: Wait,
+    deadline: Option<Instant>,
+    token: String,
+    /// The token of the attempt before, when each attempt takes a fresh one (see `Store`).
+    prev: Option<String>,
+    /// The last attempt queued us up.
+    queued: bool,
+    /// Redis answered a busy attempt that queued us: from then on an outage does not end the wait.
+    waiting: bool,
+    outage: Outage,
+    /// An attempt's reply was lost: it may still reach the server, even after we give up, so
+    /// giving up leaves a tombstone for its token (see `leave.lua`).
+    unsure: bool,
+}
+
+impl Waiter<'_> {
+    /// Attempts and parks until the lock is ours, the wait runs out, a signal comes, or an error
+    /// ends it. Leaves cleaning up to [`Waiter::clean_up`].
+    fn wait(&mut self, store: &mut dyn Store, park: &mut dyn Park) -> Result<Acquired> {
+        let keys = self.keys;
+        let join = self.wait != Wait::No;
         let mut first = true;
         loop {
             if !first && store.fresh_token_per_attempt() {
-                prev = Some(std::mem::replace(&mut token, new_token()));
+                self.prev = Some(std::mem::replace(&mut self.token, new_token()));
             }
             first = false;
             if let Some(sig) = park.interrupted() {
                 return Ok(Acquired::Interrupted(sig));
             }
             let req = Request {
-                ttl,
-                owner,
+                ttl: self.ttl,
+                owner: self.owner,
                 join,
                 run_id: false,
-                prev: prev.as_deref(),
+                prev: self.prev.as_deref(),
             };
-            let attempt = match store.try_acquire(keys, &token, &req) {
+            let attempt = match store.try_acquire(keys, &self.token, &req) {
                 Ok(attempt) => attempt,
-                Err(e) if waiting => {
-                    unsure = true;
+                Err(e) if self.waiting => {
+                    self.unsure = true;
                     // The same token again once Redis is back: our queue entry (if still there)
                     // keeps our place, and an attempt whose reply was lost finds its own grant.
-                    match ride_out(store, keys, park, deadline, e, &mut outage)? {
+                    match ride_out(store, keys, park, self.deadline, e, &mut self.outage)? {
                         Some(sig) => return Ok(Acquired::Interrupted(sig)),
                         None => continue,
                     }
                 }
                 Err(e) => {
-                    unsure |= !crate::error::was_refused(&e);
+                    self.unsure |= !crate::error::was_refused(&e);
                     return Err(e);
                 }
             };
-            outage.pause = OUTAGE_RETRY;
+            self.outage.pause = OUTAGE_RETRY;
             let pttl_ms = match attempt {
                 Attempt::Granted(lock) => {
-                    queued = false;
+                    self.queued = false;
                     if let Some(sig) = park.interrupted() {
                         store
                             .release(keys, &Releaser::Holder(lock.token.clone()))
@@ -170,84 +200,114 @@ pub fn acquire(
                     return Ok(Acquired::Held(lock));
                 }
                 Attempt::Busy {
-                    pttl_ms,
-                    queued: in_queue,
-                    ..
+                    pttl_ms, queued, ..
                 } => {
-                    queued = in_queue;
-                    waiting = join;
+                    self.queued = queued;
+                    self.waiting = join;
                     pttl_ms
                 }
             };
-            let remaining = match (wait, deadline) {
-                (Wait::No, _) => Duration::ZERO,
-                (Wait::For(_), Some(d)) => d.saturating_duration_since(Instant::now()),
-                _ => Duration::MAX,
-            };
+            // The wait is over (at once for `-n`). Otherwise, however short the rest is, the
+            // park is followed by one more attempt: a waiter woken at its deadline claims the
+            // lock handed to it.
+            let remaining = self.remaining();
             if remaining.is_zero() {
                 return Ok(Acquired::Busy(None));
             }
-            let timeout = block_time(pttl_ms).min(remaining);
-            // Not queued (a quorum whose queue node is down): nobody will wake us; look again
-            // when the holder's TTL has run out, or after the cap.
-            let parking = if queued { store.parking() } else { None };
-            let parked = match parking {
-                Some(redis) => park.park(redis, keys, &token, timeout),
-                None => park.sleep(timeout),
-            };
-            let parked = match parked {
-                Ok(parked) => parked,
-                // The block failed and no fresh connection could be made: Redis is gone.
-                Err(e) if waiting => match ride_out(store, keys, park, deadline, e, &mut outage)? {
-                    Some(sig) => Parked::Interrupted(sig),
-                    None => Parked::TimedOut,
-                },
-                Err(e) => return Err(e),
-            };
-            if let Parked::Interrupted(sig) = parked {
+            if let Parked::Interrupted(sig) = self.park(store, park, pttl_ms, remaining)? {
                 return Ok(Acquired::Interrupted(sig));
             }
         }
-    })();
-    // With a fresh token per attempt, an earlier token stays queued if the last attempt never
-    // reached the queue node to take its place over: give that back too, best effort.
-    let give_up = |store: &mut dyn Store, token: &str| {
-        if unsure {
-            store.abandon(keys, token)
-        } else {
-            store.leave(keys, token)
-        }
-    };
-    if !matches!(outcome, Ok(Acquired::Held(_)))
-        && let Some(prev) = &prev
-    {
-        let _ = give_up(&mut *store, prev);
     }
-    match &outcome {
-        Ok(Acquired::Held(_)) => {}
-        // A signal in the middle of an outage: leave if Redis is back, else our lease runs out
-        // by itself (within BLOCK_CAP + LEASE_MARGIN) and the queue goes on without us. (A
-        // frozen server runs the leave when it thaws: the tombstone stops our attempt queued
-        // there from taking the lock after it.)
-        Ok(_) if outage.down => {
-            let _ = store.recover().and_then(|()| store.abandon(keys, &token));
-        }
-        // Queued, or perhaps queued by an attempt whose reply was lost.
-        Ok(_) if queued || unsure => give_up(&mut *store, &token)
-            .with_context(|| format!("cannot leave the queue of '{}'", keys.name))?,
-        Ok(_) => {}
-        // An attempt may have run without our reading its reply, and the connection may still
-        // have a reply pending: clean up on a fresh one, best effort, and report the first error.
-        // Refused by the server (a replica, an evicting server) before it ran: nothing to undo.
-        Err(e) if crate::error::was_refused(e) && !unsure && !queued => {}
-        Err(_) => {
-            let _ = store.recover().and_then(|()| store.abandon(keys, &token));
+
+    /// What is left of the wait.
+    fn remaining(&self) -> Duration {
+        match (self.wait, self.deadline) {
+            (Wait::No, _) => Duration::ZERO,
+            (Wait::For(_), Some(d)) => d.saturating_duration_since(Instant::now()),
+            _ => Duration::MAX,
         }
     }
-    match outcome {
-        // Who holds it, for the message: read after leaving, so we are not among the waiters.
-        Ok(Acquired::Busy(None)) => Ok(Acquired::Busy(store.inspect(keys).ok())),
-        other => other,
+
+    /// After a busy attempt: blocks on our wake list (or sleeps, when nobody will wake us) until
+    /// just past the holder's expiry, at most `remaining` (the rest of the wait).
+    fn park(
+        &mut self,
+        store: &mut dyn Store,
+        park: &mut dyn Park,
+        pttl_ms: i64,
+        remaining: Duration,
+    ) -> Result<Parked> {
+        let timeout = block_time(pttl_ms).min(remaining);
+        // Not queued (a quorum whose queue node is down): nobody will wake us; look again
+        // when the holder's TTL has run out, or after the cap.
+        let parking = if self.queued { store.parking() } else { None };
+        let parked = match parking {
+            Some(redis) => park.park(redis, self.keys, &self.token, timeout),
+            None => park.sleep(timeout),
+        };
+        match parked {
+            Ok(parked) => Ok(parked),
+            // The block failed and no fresh connection could be made: Redis is gone.
+            Err(e) if self.waiting => {
+                match ride_out(store, self.keys, park, self.deadline, e, &mut self.outage)? {
+                    Some(sig) => Ok(Parked::Interrupted(sig)),
+                    None => Ok(Parked::TimedOut),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Leaves nothing of ours in Redis unless the lock is ours, and names the holder of a busy
+    /// lock.
+    fn clean_up(&self, store: &mut dyn Store, outcome: Result<Acquired>) -> Result<Acquired> {
+        let keys = self.keys;
+        // With a fresh token per attempt, an earlier token stays queued if the last attempt never
+        // reached the queue node to take its place over: give that back too, best effort.
+        let give_up = |store: &mut dyn Store, token: &str| {
+            if self.unsure {
+                store.abandon(keys, token)
+            } else {
+                store.leave(keys, token)
+            }
+        };
+        if !matches!(outcome, Ok(Acquired::Held(_)))
+            && let Some(prev) = &self.prev
+        {
+            let _ = give_up(&mut *store, prev);
+        }
+        match &outcome {
+            Ok(Acquired::Held(_)) => {}
+            // A signal in the middle of an outage: leave if Redis is back, else our lease runs
+            // out by itself (within BLOCK_CAP + LEASE_MARGIN) and the queue goes on without us.
+            // (A frozen server runs the leave when it thaws: the tombstone stops our attempt
+            // queued there from taking the lock after it.)
+            Ok(_) if self.outage.down => {
+                let _ = store
+                    .recover()
+                    .and_then(|()| store.abandon(keys, &self.token));
+            }
+            // Queued, or perhaps queued by an attempt whose reply was lost.
+            Ok(_) if self.queued || self.unsure => give_up(&mut *store, &self.token)
+                .with_context(|| format!("cannot leave the queue of '{}'", keys.name))?,
+            Ok(_) => {}
+            // An attempt may have run without our reading its reply, and the connection may
+            // still have a reply pending: clean up on a fresh one, best effort, and report the
+            // first error. Refused by the server (a replica, an evicting server) before it ran:
+            // nothing to undo.
+            Err(e) if crate::error::was_refused(e) && !self.unsure && !self.queued => {}
+            Err(_) => {
+                let _ = store
+                    .recover()
+                    .and_then(|()| store.abandon(keys, &self.token));
+            }
+        }
+        match outcome {
+            // Who holds it, for the message: read after leaving, so we are not among the waiters.
+            Ok(Acquired::Busy(None)) => Ok(Acquired::Busy(store.inspect(keys).ok())),
+            other => other,
+        }
     }
 }
 

@@ -744,7 +744,6 @@ fn diagnose(
     config: &Config,
     e: &redis::RedisError,
 ) -> Option<anyhow::Error> {
-    use redis::ConnectionAddr as A;
     if redis_kind(e) == Kind::Auth {
         let refusal = auth_refusal(ep, config)?;
         // The driver reports any refusal of its AUTH as wrong credentials; the server may just
@@ -783,6 +782,19 @@ fn diagnose(
     {
         return Some(max_clients(display));
     }
+    if let Some(problem) = address_problem(display, ep, e) {
+        return Some(problem);
+    }
+    if tls_hint(&e.to_string(), has_ca(config)).is_none() {
+        return not_tls(display, ep, config);
+    }
+    None
+}
+
+/// A Unix socket that is not there or not listened on, or a host name that does not resolve:
+/// said in the words of the fix.
+fn address_problem(display: &str, ep: &Endpoint, e: &redis::RedisError) -> Option<anyhow::Error> {
+    use redis::ConnectionAddr as A;
     match ep.info.addr() {
         A::Unix(path) if e.is_connection_refusal() => {
             let p = path.display();
@@ -795,10 +807,10 @@ fn diagnose(
                     "no server listens on {p} (connection refused); start redis-server with --unixsocket {p}"
                 )
             };
-            return Some(failure(
+            Some(failure(
                 Kind::Unavailable,
                 format!("cannot connect to {display}: {why} in --url / REDLOCK_URL"),
-            ));
+            ))
         }
         A::Tcp(host, port) | A::TcpTls { host, port, .. }
             if e.is_io_error()
@@ -820,13 +832,10 @@ fn diagnose(
                     ),
                 ));
             }
+            None
         }
-        _ => {}
+        _ => None,
     }
-    if tls_hint(&e.to_string(), has_ca(config)).is_none() {
-        return not_tls(display, ep, config);
-    }
-    None
 }
 
 /// The error for a TLS handshake that failed, after the connection was made.

@@ -500,14 +500,45 @@ pub fn parse_url(
             redact_unparsed(raw)
         )));
     }
-    let mut url = url::Url::parse(raw).map_err(|e| {
+    let url = url::Url::parse(raw).map_err(|e| {
         usage(format!(
             "malformed Redis URL '{}': {e}; expected e.g. redis://127.0.0.1:6379",
             redact_unparsed(raw)
         ))
     })?;
     let scheme = url.scheme().to_string();
-    match scheme.as_str() {
+    check_shape(&url, raw)?;
+    refuse_port_zero(&url, raw)?;
+    if tls.is_some() && scheme != "rediss" {
+        return Err(usage(
+            "--tls-ca, --tls-cert and --tls-key need a rediss:// URL",
+        ));
+    }
+    let mut info = url.as_str().into_connection_info().map_err(|e| {
+        usage(format!(
+            "invalid Redis URL '{}': {}",
+            redact_unparsed(raw),
+            crate::error::redis_text(&e)
+        ))
+    })?;
+    let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
+    if let Some(pw) = password {
+        settings = settings.set_password(pw);
+    }
+    info = info.set_redis_settings(settings);
+
+    let (public, display) = public_and_display(url);
+    Ok(Endpoint {
+        info,
+        display,
+        public,
+        tls,
+    })
+}
+
+/// A URL redlock can use: a known scheme, with a host (or a socket path) and a numeric database.
+fn check_shape(url: &url::Url, raw: &str) -> Result<()> {
+    match url.scheme() {
         "redis" | "rediss" => {
             if url.host_str().is_none_or(str::is_empty) {
                 return Err(usage(format!(
@@ -532,7 +563,7 @@ pub fn parse_url(
             )));
         }
     }
-    let db = match scheme.as_str() {
+    let db = match url.scheme() {
         "redis" | "rediss" => Some(url.path().trim_matches('/').to_string()),
         _ => url
             .query_pairs()
@@ -546,26 +577,12 @@ pub fn parse_url(
             redact_unparsed(raw)
         )));
     }
-    refuse_port_zero(&url, raw)?;
-    if tls.is_some() && scheme != "rediss" {
-        return Err(usage(
-            "--tls-ca, --tls-cert and --tls-key need a rediss:// URL",
-        ));
-    }
-    let mut info = url.as_str().into_connection_info().map_err(|e| {
-        usage(format!(
-            "invalid Redis URL '{}': {}",
-            redact_unparsed(raw),
-            crate::error::redis_text(&e)
-        ))
-    })?;
-    let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
-    if let Some(pw) = password {
-        settings = settings.set_password(pw);
-    }
-    info = info.set_redis_settings(settings);
+    Ok(())
+}
 
-    // `public` loses the password (userinfo, or a socket URL's `pass=`), `display` shows `***`.
+/// The URL as it may be passed on (`public`: without its password or a socket URL's `pass=`)
+/// and as it may be shown (`display`: with `***` in their place).
+fn public_and_display(mut url: url::Url) -> (String, String) {
     let has_password = url.password().is_some();
     let _ = url.set_password(None);
     let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
@@ -586,14 +603,7 @@ pub fn parse_url(
     if has_password {
         let _ = display_url.set_password(Some("***"));
     }
-    let public = url.to_string();
-    let display = display_url.to_string();
-    Ok(Endpoint {
-        info,
-        display,
-        public,
-        tls,
-    })
+    (url.to_string(), display_url.to_string())
 }
 
 /// Port 0 is no port a server listens on (a socket bound to it gets a random one): a typo or an

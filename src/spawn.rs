@@ -112,22 +112,7 @@ pub fn spawn(
     let c = |s: &OsStr| CString::new(s.as_bytes()).map_err(|e| SpawnError::NotExecutable(e.into()));
     let path_c = c(path.as_os_str())?;
     let args: Vec<CString> = argv.iter().map(|a| c(a)).collect::<Result<_, _>>()?;
-    let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
-        .filter(|(k, _)| !env.iter().any(|(name, _)| k == name))
-        .collect();
-    vars.extend(
-        env.iter()
-            .filter_map(|(k, v)| Some((OsString::from(k), (*v)?.to_os_string()))),
-    );
-    let envs: Vec<CString> = vars
-        .iter()
-        .map(|(k, v)| {
-            let mut kv = k.clone();
-            kv.push("=");
-            kv.push(v);
-            c(&kv)
-        })
-        .collect::<Result<_, _>>()?;
+    let envs = environment(env)?;
     let nul_terminated = |v: &[CString]| {
         let mut p: Vec<*const libc::c_char> = v.iter().map(|s| s.as_ptr()).collect();
         p.push(std::ptr::null());
@@ -182,19 +167,41 @@ pub fn spawn(
         errno => {
             // The child has exited already (exec failed): reap it.
             let _ = child.wait();
-            let e = io::Error::from_raw_os_error(errno);
-            Err(match e.kind() {
-                // The file is there (we found it): what is missing is its interpreter.
-                io::ErrorKind::NotFound if path.exists() => {
-                    SpawnError::NotExecutable(io::Error::new(
-                        e.kind(),
-                        "bad interpreter (its #! line names a missing file)",
-                    ))
-                }
-                io::ErrorKind::NotFound => SpawnError::NotFound,
-                _ => SpawnError::NotExecutable(e),
-            })
+            Err(exec_failed(&path, errno))
         }
+    }
+}
+
+/// Our environment changed by `env`, as `NAME=VALUE` strings for execve.
+fn environment(env: &[(&str, Option<&OsStr>)]) -> Result<Vec<CString>, SpawnError> {
+    let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| !env.iter().any(|(name, _)| k == name))
+        .collect();
+    vars.extend(
+        env.iter()
+            .filter_map(|(k, v)| Some((OsString::from(k), (*v)?.to_os_string()))),
+    );
+    vars.iter()
+        .map(|(k, v)| {
+            let mut kv = k.clone();
+            kv.push("=");
+            kv.push(v);
+            CString::new(kv.as_bytes()).map_err(|e| SpawnError::NotExecutable(e.into()))
+        })
+        .collect()
+}
+
+/// What the child's failed exec of `path` (errno) means for the user.
+fn exec_failed(path: &Path, errno: i32) -> SpawnError {
+    let e = io::Error::from_raw_os_error(errno);
+    match e.kind() {
+        // The file is there (we found it): what is missing is its interpreter.
+        io::ErrorKind::NotFound if path.exists() => SpawnError::NotExecutable(io::Error::new(
+            e.kind(),
+            "bad interpreter (its #! line names a missing file)",
+        )),
+        io::ErrorKind::NotFound => SpawnError::NotFound,
+        _ => SpawnError::NotExecutable(e),
     }
 }
 
