@@ -1,7 +1,7 @@
 //! Waiting for a lock without polling and without going deaf to signals.
 //!
 //! A waiter blocks on its wake list with BLPOP on its one connection (see the protocol notes in
-//! `lock.rs`). A blocked read cannot be cut short by a signal (the signals are taken by the
+//! `acquire.rs`). A blocked read cannot be cut short by a signal (the signals are taken by the
 //! signal thread only, see `signals.rs`), so the signal thread ends a wait itself: while the
 //! main thread is parked, a stop signal makes the signal thread leave the queue on a connection of
 //! its own and exit with 128+N. A mutex around the parked state makes this exclusive with the main

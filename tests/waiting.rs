@@ -1,7 +1,7 @@
 //! Waiting for a busy lock: wake on release, first come first served, and no waiter (dead,
 //! impatient or interrupted) holding up the queue.
 //!
-//! The protocol is described at the top of `src/lock.rs`. These tests watch it from outside,
+//! The protocol is described at the top of `src/acquire.rs`. These tests watch it from outside,
 //! with real `redlock` processes against a real `redis-server`: they synchronise on Redis state
 //! (a waiter is queued once its token is in `PREFIX{NAME}:q`) and on exits, never on a sleep, and
 //! bound every wait generously.
