@@ -54,7 +54,8 @@ use crate::client::Redis;
 use crate::config::{Config, Endpoint};
 use crate::error::{Kind, failure, kind_of};
 use crate::lock::{
-    self, Attempt, Doubt, Keys, Lock, QuorumView, Releaser, Request, State, Verdict,
+    self, Attempt, Doubt, HandOver, Keys, Lock, QuorumVerdict, QuorumView, Releaser, Request,
+    State, Verdict,
 };
 use crate::store::Store;
 
@@ -282,7 +283,7 @@ impl Nodes {
                     Some(true) => Doubt::Unsure,
                     _ => Doubt::Sure,
                 };
-                lock::leave_to(con, &k, &t, false, None, doubt)
+                lock::leave_to(con, &k, &t, HandOver::Wake, doubt)
             },
             move |a| answered(a) + skipped >= q,
         );
@@ -306,20 +307,21 @@ impl Nodes {
         let (k, t) = (keys.clone(), token.to_string());
         self.hand_on(
             keys,
-            move |con, quiet, to| lock::leave_to(con, &k, &t, quiet, to, doubt),
+            move |con, hand_over| lock::leave_to(con, &k, &t, hand_over, doubt),
             Option::clone,
         )
     }
 
     /// Runs `step` (a release or a leave) so that the lock passes to the next waiter on every
-    /// node at once: the queue node first, quietly (it picks the next waiter without waking it;
-    /// the other nodes only connect meanwhile), then the others with that waiter as `to`, which
-    /// reserve the lock for it in the same script as their own step (no newcomer in between),
-    /// and only then the waiter is woken. `next_of` reads the waiter from the queue node's answer.
+    /// node at once: the queue node first, [`HandOver::Quietly`] (it picks the next waiter
+    /// without waking it; the other nodes only connect meanwhile), then the others with
+    /// [`HandOver::To`] that waiter, which reserve the lock for it in the same script as their own
+    /// step (no newcomer in between), and only then the waiter is woken. `next_of` reads the
+    /// waiter from the queue node's answer.
     fn hand_on<T: Send + 'static>(
         &mut self,
         keys: &Keys,
-        step: impl Fn(&mut Redis, bool, Option<&str>) -> Result<T> + Clone + Send + Sync + 'static,
+        step: impl Fn(&mut Redis, HandOver) -> Result<T> + Clone + Send + Sync + 'static,
         next_of: impl Fn(&T) -> Option<String>,
     ) -> Answers<T> {
         let q = self.q();
@@ -327,7 +329,7 @@ impl Nodes {
         let first = self.fan_out(
             |_| true,
             move |i, con| match i {
-                0 => first_step(con, true, None).map(Some),
+                0 => first_step(con, HandOver::Quietly).map(Some),
                 _ => Ok(None),
             },
             move |a| a[0].is_some() && answered(a) >= q,
@@ -340,7 +342,8 @@ impl Nodes {
         let to = next.clone();
         let mut answers = self.fan_out(
             |i| i != 0,
-            move |_, con| step(con, false, to.as_deref()),
+            // No waiter named: the other nodes keep no queue, so there the lock just goes free.
+            move |_, con| step(con, to.as_deref().map_or(HandOver::Wake, HandOver::To)),
             move |a| answered(a) + usize::from(first_ok) >= q,
         );
         if let Some(waiter) = next {
@@ -637,7 +640,7 @@ impl Store for Nodes {
         let (k, by) = (keys.clone(), by.clone());
         let answers = self.hand_on(
             keys,
-            move |con, quiet, to| lock::release(con, &k, &by, quiet, to),
+            move |con, hand_over| lock::release(con, &k, &by, hand_over),
             |(_, next): &(Verdict, Option<String>)| next.clone(),
         );
         let failed = self.failures(&answers);
@@ -846,20 +849,7 @@ fn verdict(
 ) -> State {
     let answered: Vec<&State> = nodes.iter().filter_map(|(_, s)| s.as_ref().ok()).collect();
     let free = answered.iter().filter(|s| !s.held()).count();
-    // The token on the most nodes, and the nodes holding it.
-    let mut best: Option<(&str, Vec<&State>)> = None;
-    for s in &answered {
-        if let Some(t) = s.token.as_deref() {
-            let with: Vec<&State> = answered
-                .iter()
-                .copied()
-                .filter(|o| o.token.as_deref() == Some(t))
-                .collect();
-            if best.as_ref().is_none_or(|(_, b)| with.len() > b.len()) {
-                best = Some((t, with));
-            }
-        }
-    }
+    let best = most_held(&answered);
     let fence = answered.iter().map(|s| s.fence).max().unwrap_or(0);
     let waiters = nodes
         .first()
@@ -894,7 +884,7 @@ fn verdict(
             state.pttl_ms = ttls[q - 1];
             state.now_ms = holder_node.now_ms;
             state.holder = holder_node.holder.clone();
-            ("held", with.len())
+            (QuorumVerdict::Held, with.len())
         }
         _ if free >= q => {
             // The most recent record any node kept.
@@ -903,11 +893,11 @@ fn verdict(
                 .filter_map(|s| s.last.as_ref())
                 .max_by_key(|h| h.fence)
                 .cloned();
-            ("free", free)
+            (QuorumVerdict::Free, free)
         }
-        _ if answered.len() < q => ("unknown", answered.len()),
-        Some((_, with)) => ("split", with.len()),
-        None => ("split", free),
+        _ if answered.len() < q => (QuorumVerdict::Unknown, answered.len()),
+        Some((_, with)) => (QuorumVerdict::Split, with.len()),
+        None => (QuorumVerdict::Split, free),
     };
     state.quorum = Some(QuorumView {
         verdict,
@@ -917,6 +907,24 @@ fn verdict(
     });
     debug_assert!(n >= q);
     state
+}
+
+/// The token on the most nodes (the first found, on a tie), and the nodes holding it.
+fn most_held<'a>(answered: &[&'a State]) -> Option<(&'a str, Vec<&'a State>)> {
+    let mut best: Option<(&str, Vec<&State>)> = None;
+    for s in answered {
+        if let Some(t) = s.token.as_deref() {
+            let with: Vec<&State> = answered
+                .iter()
+                .copied()
+                .filter(|o| o.token.as_deref() == Some(t))
+                .collect();
+            if best.as_ref().is_none_or(|(_, b)| with.len() > b.len()) {
+                best = Some((t, with));
+            }
+        }
+    }
+    best
 }
 
 #[cfg(test)]
