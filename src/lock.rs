@@ -899,6 +899,13 @@ mod tests {
     }
 
     #[test]
+    fn hand_over_roles_are_the_scripts_arguments() {
+        assert_eq!(HandOver::Wake.args(), ("", ""));
+        assert_eq!(HandOver::Quietly.args(), ("quiet", ""));
+        assert_eq!(HandOver::To("w1").args(), ("", "w1"));
+    }
+
+    #[test]
     fn names_with_braces_round_trip() {
         let k = Keys::new("p:", "a}b{c}").unwrap();
         assert_eq!(Keys::name_of("p:", &k.lock).as_deref(), Some("a}b{c}"));
