@@ -28,7 +28,7 @@ use anyhow::{Context, Result};
 
 use crate::client::Redis;
 use crate::error::{Failure, Kind, failure, kind_of};
-use crate::lock::{Attempt, BLOCK_CAP, Keys, Lock, Owner, Releaser, Request, State};
+use crate::lock::{Attempt, BLOCK_CAP, Keys, Lock, Owner, QuorumVerdict, Releaser, Request, State};
 use crate::store::Store;
 
 /// How long to wait for a busy lock.
@@ -372,12 +372,7 @@ fn ride_out(
         }
         match store.recover().and_then(|()| store.inspect(keys)) {
             // A quorum's look succeeds with fewer than a majority answering: not back yet.
-            Ok(state)
-                if state
-                    .quorum
-                    .as_ref()
-                    .is_some_and(|q| q.verdict == "unknown") =>
-            {
+            Ok(state) if state.quorum_verdict() == Some(QuorumVerdict::Unknown) => {
                 error = failure(
                     Kind::Unavailable,
                     format!("no quorum for '{}': too few servers answered", keys.name),

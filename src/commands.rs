@@ -15,7 +15,7 @@ use crate::cli::{AcquireArgs, ExtendArgs, LockArgs, ReleaseArgs, StatusArgs};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
 use crate::exit;
-use crate::lock::{self, Keys, Lock, Releaser, Verdict};
+use crate::lock::{self, Keys, Lock, QuorumVerdict, Releaser, Verdict};
 use crate::owner;
 use crate::signals;
 use crate::store::Store;
@@ -307,7 +307,8 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
         let state = store.inspect(k)?;
         // A lock found by SCAN may have been released since: list only what is still held (by
         // anyone, for a quorum: a split lock is worth seeing).
-        let visible = state.held() || state.quorum.as_ref().is_some_and(|q| q.verdict != "free");
+        let visible =
+            state.held() || matches!(state.quorum_verdict(), Some(v) if v != QuorumVerdict::Free);
         if args.keys.is_empty() && !visible {
             continue;
         }
@@ -332,7 +333,7 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
     print_stdout(&text)?;
     let unknown: Vec<&str> = states
         .iter()
-        .filter(|s| s.quorum.as_ref().is_some_and(|q| q.verdict == "unknown"))
+        .filter(|s| s.quorum_verdict() == Some(QuorumVerdict::Unknown))
         .map(|s| s.keys.name.as_str())
         .collect();
     if !unknown.is_empty() {

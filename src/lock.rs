@@ -250,9 +250,7 @@ pub struct State {
 /// How a quorum's nodes see one lock.
 #[derive(Debug, Clone)]
 pub struct QuorumView {
-    /// `held` (one token on a majority), `free` (a majority free), `split` (neither),
-    /// `unknown` (fewer than a majority answered).
-    pub verdict: &'static str,
+    pub verdict: QuorumVerdict,
     pub needed: usize,
     /// Nodes that agree with the verdict (hold its token, or are free).
     pub agree: usize,
@@ -260,9 +258,45 @@ pub struct QuorumView {
     pub nodes: Vec<(String, std::result::Result<State, String>)>,
 }
 
+/// What a quorum's nodes, taken together, say of one lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuorumVerdict {
+    /// One token on a majority.
+    Held,
+    /// A majority free.
+    Free,
+    /// Neither: no token and no freedom on a majority, though a majority answered.
+    Split,
+    /// Fewer than a majority answered.
+    Unknown,
+}
+
+impl QuorumVerdict {
+    /// The word `status` shows, in its table and its JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuorumVerdict::Held => "held",
+            QuorumVerdict::Free => "free",
+            QuorumVerdict::Split => "split",
+            QuorumVerdict::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for QuorumVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl State {
     pub fn held(&self) -> bool {
         self.token.is_some()
+    }
+
+    /// A quorum's verdict on the lock; `None` for one server.
+    pub fn quorum_verdict(&self) -> Option<QuorumVerdict> {
+        self.quorum.as_ref().map(|q| q.verdict)
     }
 
     /// The forced release that took the lock from `token`, if that is how its hold ended.
@@ -474,7 +508,33 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
 /// Leaves the queue of `keys` (passing on a reservation made for `token`, and giving back a lock
 /// that an attempt whose reply was lost took with it).
 pub fn leave(redis: &mut Redis, keys: &Keys, token: &str) -> Result<()> {
-    leave_to(redis, keys, token, false, None, Doubt::Sure).map(|_| ())
+    leave_to(redis, keys, token, HandOver::Wake, Doubt::Sure).map(|_| ())
+}
+
+/// How a release or a leave passes the lock on to the next waiter: the role this server plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandOver<'a> {
+    /// This server keeps the queue and decides alone (a single server, or a quorum's other node
+    /// when the queue node named no waiter: those keep no queue, so the lock just goes free):
+    /// reserve the lock for the first waiter and wake it.
+    Wake,
+    /// A quorum's queue node: reserve the lock for the first waiter but do not wake it yet; the
+    /// other nodes reserve it for that waiter first, then [`wake`] wakes it.
+    Quietly,
+    /// A quorum's other node: reserve the lock for this waiter, the one the queue node picked, in
+    /// the same step (no newcomer can slip in between).
+    To(&'a str),
+}
+
+impl<'a> HandOver<'a> {
+    /// The script arguments `quiet` and `to` (see `release.lua` and `leave.lua`).
+    fn args(self) -> (&'static str, &'a str) {
+        match self {
+            HandOver::Wake => ("", ""),
+            HandOver::Quietly => ("quiet", ""),
+            HandOver::To(waiter) => ("", waiter),
+        }
+    }
 }
 
 /// Whether an attempt with the token we give up may still be on its way to the server.
@@ -487,18 +547,16 @@ pub enum Doubt {
     Unsure,
 }
 
-/// [`leave`] with the hand-over of a quorum (see [`release`] for `quiet` and `to`) and a
-/// tombstone when `doubt` says so; returns the waiter the lock was passed on to.
+/// [`leave`] with the hand-over of a quorum (see [`HandOver`]) and a tombstone when `doubt` says
+/// so; returns the waiter the lock was passed on to.
 pub fn leave_to(
     redis: &mut Redis,
     keys: &Keys,
     token: &str,
-    quiet: bool,
-    to: Option<&str>,
+    hand_over: HandOver,
     doubt: Doubt,
 ) -> Result<Option<String>> {
-    let quiet = if quiet { "quiet" } else { "" };
-    let to = to.unwrap_or("");
+    let (quiet, to) = hand_over.args();
     let next: Value = match doubt {
         Doubt::Sure => redis.call("leave", |con| {
             scripts::LEAVE
@@ -529,29 +587,27 @@ pub fn leave_to(
 }
 
 /// Deletes the lock if the releaser's token holds it, handing it to the first waiter; with
-/// [`Releaser::Force`], releases it whoever holds it and records who forced it. With `quiet`, the
-/// waiter is not woken (a quorum's queue node: the other nodes reserve the lock for it first, then
-/// [`wake`] wakes it). With `to` (a quorum's other nodes, which keep no queue), the lock is
-/// reserved for that waiter in the same step. Returns the verdict and the waiter the lock was
-/// handed to.
+/// [`Releaser::Force`], releases it whoever holds it and records who forced it. `hand_over` says
+/// whether the waiter it goes to is woken, or named by a quorum's queue node (see [`HandOver`]).
+/// Returns the verdict and the waiter the lock was handed to.
 pub fn release(
     redis: &mut Redis,
     keys: &Keys,
     by: &Releaser,
-    quiet: bool,
-    to: Option<&str>,
+    hand_over: HandOver,
 ) -> Result<(Verdict, Option<String>)> {
     let (token, forcer) = match by {
         Releaser::Holder(token) => (token.as_str(), None),
         Releaser::Force(owner) => ("", Some(owner)),
     };
+    let (quiet, to) = hand_over.args();
     let reply: Vec<Value> = redis.call("release", |con| {
         let mut call = scripts::RELEASE.key(keys.all().as_slice());
         call.arg(token)
             .arg(if forcer.is_some() { "force" } else { "" })
             .arg(millis(CLAIM_WINDOW))
-            .arg(if quiet { "quiet" } else { "" })
-            .arg(to.unwrap_or(""));
+            .arg(quiet)
+            .arg(to);
         if let Some(o) = forcer {
             call.arg(&o.host).arg(o.pid).arg(&o.user);
         }
@@ -840,6 +896,13 @@ mod tests {
         for aux in [&k.meta, &k.queue, &k.leases, &k.wake("t")] {
             assert_eq!(Keys::name_of("redlock:", aux), None, "{aux}");
         }
+    }
+
+    #[test]
+    fn hand_over_roles_are_the_scripts_arguments() {
+        assert_eq!(HandOver::Wake.args(), ("", ""));
+        assert_eq!(HandOver::Quietly.args(), ("quiet", ""));
+        assert_eq!(HandOver::To("w1").args(), ("", "w1"));
     }
 
     #[test]

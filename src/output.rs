@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use unicode_width::UnicodeWidthStr;
 
 use crate::cli::Format;
-use crate::lock::{Forced, Holder, Lock, State, fingerprint, human_ms};
+use crate::lock::{Forced, Holder, Lock, QuorumVerdict, State, fingerprint, human_ms};
 
 /// The text `acquire` prints on stdout for `format`.
 pub fn acquired(lock: &Lock, format: Format) -> String {
@@ -177,10 +177,10 @@ pub fn quorum_details(states: &[State]) -> String {
 /// `held`, `free`, or `handover` (released, reserved for the first waiter); for a quorum also
 /// `split` or `unknown`.
 fn state_word(s: &State) -> &'static str {
-    if let Some(q) = &s.quorum
-        && q.verdict != "held"
+    if let Some(verdict) = s.quorum_verdict()
+        && verdict != QuorumVerdict::Held
     {
-        return q.verdict;
+        return verdict.as_str();
     }
     match (s.held(), s.handing_over()) {
         (true, true) => "handover",

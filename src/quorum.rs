@@ -1,5 +1,11 @@
 //! Redlock: one lock over N independent Redis masters, held when a majority granted it.
 //!
+//! The layer above `store.rs`: [`Nodes`] implements its [`Store`] trait over N servers, with the
+//! one-server calls of `lock.rs`; `acquire.rs` and `backend.rs` are above it. The decisions are
+//! pure functions with table tests: [`decide`] reads an attempt's answers, counted into a
+//! [`Tally`], and [`verdict`] the nodes' states for `status`; the methods around them do the
+//! I/O.
+//!
 //! Every operation runs the one-server scripts of `lock.rs` on all nodes in parallel (a thread
 //! per node, each bounded by `--connect-timeout` and `--io-timeout`) and counts the answers. It
 //! does not wait for a slow node once the others have settled the outcome: after that, a node
@@ -54,7 +60,8 @@ use crate::client::Redis;
 use crate::config::{Config, Endpoint};
 use crate::error::{Kind, failure, kind_of};
 use crate::lock::{
-    self, Attempt, Doubt, Keys, Lock, QuorumView, Releaser, Request, State, Verdict,
+    self, Attempt, Doubt, HandOver, Keys, Lock, QuorumVerdict, QuorumView, Releaser, Request,
+    State, Verdict,
 };
 use crate::store::Store;
 
@@ -282,7 +289,7 @@ impl Nodes {
                     Some(true) => Doubt::Unsure,
                     _ => Doubt::Sure,
                 };
-                lock::leave_to(con, &k, &t, false, None, doubt)
+                lock::leave_to(con, &k, &t, HandOver::Wake, doubt)
             },
             move |a| answered(a) + skipped >= q,
         );
@@ -306,20 +313,21 @@ impl Nodes {
         let (k, t) = (keys.clone(), token.to_string());
         self.hand_on(
             keys,
-            move |con, quiet, to| lock::leave_to(con, &k, &t, quiet, to, doubt),
+            move |con, hand_over| lock::leave_to(con, &k, &t, hand_over, doubt),
             Option::clone,
         )
     }
 
     /// Runs `step` (a release or a leave) so that the lock passes to the next waiter on every
-    /// node at once: the queue node first, quietly (it picks the next waiter without waking it;
-    /// the other nodes only connect meanwhile), then the others with that waiter as `to`, which
-    /// reserve the lock for it in the same script as their own step (no newcomer in between),
-    /// and only then the waiter is woken. `next_of` reads the waiter from the queue node's answer.
+    /// node at once: the queue node first, [`HandOver::Quietly`] (it picks the next waiter
+    /// without waking it; the other nodes only connect meanwhile), then the others with
+    /// [`HandOver::To`] that waiter, which reserve the lock for it in the same script as their own
+    /// step (no newcomer in between), and only then the waiter is woken. `next_of` reads the
+    /// waiter from the queue node's answer.
     fn hand_on<T: Send + 'static>(
         &mut self,
         keys: &Keys,
-        step: impl Fn(&mut Redis, bool, Option<&str>) -> Result<T> + Clone + Send + Sync + 'static,
+        step: impl Fn(&mut Redis, HandOver) -> Result<T> + Clone + Send + Sync + 'static,
         next_of: impl Fn(&T) -> Option<String>,
     ) -> Answers<T> {
         let q = self.q();
@@ -327,7 +335,7 @@ impl Nodes {
         let first = self.fan_out(
             |_| true,
             move |i, con| match i {
-                0 => first_step(con, true, None).map(Some),
+                0 => first_step(con, HandOver::Quietly).map(Some),
                 _ => Ok(None),
             },
             move |a| a[0].is_some() && answered(a) >= q,
@@ -340,7 +348,8 @@ impl Nodes {
         let to = next.clone();
         let mut answers = self.fan_out(
             |i| i != 0,
-            move |_, con| step(con, false, to.as_deref()),
+            // No waiter named: the other nodes keep no queue, so there the lock just goes free.
+            move |_, con| step(con, to.as_deref().map_or(HandOver::Wake, HandOver::To)),
             move |a| answered(a) + usize::from(first_ok) >= q,
         );
         if let Some(waiter) = next {
@@ -360,17 +369,336 @@ impl Nodes {
         answers
     }
 
-    /// Two node addresses that turned out to be one server (the same run_id), if any.
-    fn same_server(&self, run_ids: &[Option<String>]) -> Option<(usize, usize)> {
-        for (i, a) in run_ids.iter().enumerate() {
-            for (j, b) in run_ids.iter().enumerate().skip(i + 1) {
-                if a.is_some() && a == b {
-                    return Some((i, j));
-                }
+    /// Sends one attempt to every node (see [`Store::try_acquire`]); returns when a majority
+    /// granted it or can no longer grant it, and a waiter also has the queue node's answer (it
+    /// keeps our place in the queue).
+    fn attempt(&mut self, keys: &Keys, token: &str, req: &Request) -> Answers<Attempt> {
+        let (n, q, ttl, join) = (self.n(), self.q(), req.ttl, req.join);
+        let is_grant = |a: &Option<Result<Attempt>>| matches!(a, Some(Ok(Attempt::Granted(_))));
+        let (k, t, o) = (keys.clone(), token.to_string(), req.owner.clone());
+        let p = req.prev.map(str::to_string);
+        self.fan_out(
+            |_| true,
+            move |i, con| {
+                let req = Request {
+                    ttl,
+                    owner: &o,
+                    // Only the queue node keeps waiters.
+                    join: join && i == 0,
+                    run_id: true,
+                    prev: p.as_deref(),
+                };
+                lock::try_acquire(con, &k, &t, &req)
+            },
+            move |a| {
+                let granted = a.iter().filter(|a| is_grant(a)).count();
+                let other = a.iter().flatten().count() - granted;
+                (granted >= q || other > n - q) && (!join || a[0].is_some())
+            },
+        )
+    }
+
+    /// Writes the holder's fence back to the nodes that granted it (counter = max(counter,
+    /// fence)); returns how many recorded it. One more round trip per acquisition, the price of
+    /// fences that a node's lost counter cannot take back (see the module doc).
+    fn record_fence(&mut self, keys: &Keys, token: &str, tally: &Tally) -> usize {
+        let q = self.q();
+        let (k, t, fence) = (keys.clone(), token.to_string(), tally.fence());
+        let granted = tally.granted.clone();
+        let raised = self.fan_out(
+            |i| granted[i],
+            move |_, con| lock::raise_fence(con, &k, &t, fence),
+            move |a| a.iter().filter(|a| matches!(a, Some(Ok(true)))).count() >= q,
+        );
+        raised
+            .iter()
+            .filter(|a| matches!(a, Some(Ok(true))))
+            .count()
+    }
+
+    /// Leaves the queue node's queue after taking the lock without the queue node, or it would
+    /// hand us the lock again later. Best effort: the lease runs out by itself.
+    fn leave_queue(&mut self, keys: &Keys, token: &str) {
+        let (k, t) = (keys.clone(), token.to_string());
+        self.fan_out(
+            |i| i == 0,
+            move |_, con| lock::leave(con, &k, &t),
+            |_| false,
+        );
+    }
+
+    /// What an attempt that is not ours returns, once it was undone or given back: busy, or the
+    /// error that says why no majority was had.
+    fn not_ours(&self, keys: &Keys, tally: &Tally, why: Miss, round: &Round) -> Result<Attempt> {
+        let (n, q, ttl, failed) = (round.n, round.q, round.ttl, &tally.failed);
+        let what = match why {
+            Miss::Busy { queued, reserved } => {
+                return Ok(Attempt::Busy {
+                    // A majority answered but the lock was taken or split: look again when it
+                    // expires.
+                    pttl_ms: tally.busy_pttl.unwrap_or(-2),
+                    queued,
+                    reserved,
+                });
+            }
+            Miss::TooSlow => format!(
+                "{} of {n} servers granted it, but that took {} of the {} TTL ({} allowed for \
+                 clock drift); lower the latency or raise --ttl",
+                tally.grants(),
+                human(round.elapsed),
+                human(ttl),
+                human(drift(ttl))
+            ),
+            Miss::FenceNotRecorded { recorded } => {
+                format!("the fence could be recorded on {recorded} of {n} servers, {q} needed")
+            }
+            Miss::NoMajority { answered } => {
+                format!("{answered} of {n} servers answered, {q} needed")
+            }
+        };
+        Err(self.no_quorum(keys, what, failed))
+    }
+}
+
+/// How long a waiter whose turn the queue node gave, but who found the other nodes still held,
+/// waits before it looks again: [`TURN_RETRY`], doubling with every such attempt in a row
+/// (`retries`), up to [`lock::BLOCK_CAP`].
+///
+/// Never longer than a third of the TTL: the queue node's grant, which is our turn, lasts one TTL
+/// from this attempt, and the next attempt renews it. Waiting past it lost the turn to the next
+/// waiter, and we went to the back of the queue (finding 13 of issue 11: with --ttl 1s the
+/// backoff reached 1.6s while the other nodes were still reserved for our previous attempt's
+/// token by a release that crossed it).
+fn turn_delay(retries: u32, ttl: Duration) -> Duration {
+    TURN_RETRY
+        .saturating_mul(1 << retries.min(8))
+        .min(lock::BLOCK_CAP)
+        .min(ttl / 3)
+}
+
+/// Two node addresses that turned out to be one server (the same run_id), if any.
+fn same_server(run_ids: &[Option<String>]) -> Option<(usize, usize)> {
+    for (i, a) in run_ids.iter().enumerate() {
+        for (j, b) in run_ids.iter().enumerate().skip(i + 1) {
+            if a.is_some() && a == b {
+                return Some((i, j));
             }
         }
-        None
     }
+    None
+}
+
+/// The nodes' answers to one attempt, counted: what [`decide`] decides on.
+#[derive(Debug)]
+struct Tally {
+    /// Which nodes granted the lock to our token.
+    granted: Vec<bool>,
+    /// The granting nodes' fences.
+    fences: Vec<i64>,
+    /// The granting nodes' run_ids (`None` for the others).
+    run_ids: Vec<Option<String>>,
+    /// The latest grant, by the granting servers' clocks.
+    acquired_ms: i64,
+    /// When to look again if the lock is busy: the queue node's view decides; else the longest
+    /// TTL among the others.
+    busy_pttl: Option<i64>,
+    /// The queue node has us in its queue.
+    queued: bool,
+    /// The queue node vetoes a majority of the others (see [`Tally::of`]).
+    vetoed: bool,
+    /// The nodes that failed: the kind of error, and "URL (why)".
+    failed: Vec<(Kind, String)>,
+    /// Nodes that may still apply this attempt (no answer, or a lost one): see [`Nodes::undo`].
+    missing: Vec<bool>,
+}
+
+impl Tally {
+    /// Counts the answers (the queue node's first); `failed` describes the failed ones.
+    fn of(answers: &Answers<Attempt>, failed: Vec<(Kind, String)>) -> Tally {
+        let n = answers.len();
+        let mut t = Tally {
+            granted: vec![false; n],
+            fences: Vec::new(),
+            run_ids: vec![None; n],
+            acquired_ms: 0,
+            busy_pttl: None,
+            queued: false,
+            // The queue node decides whose turn it is: when it has the lock reserved for another
+            // waiter, or granted to the waiter whose turn it is and who has no majority yet (its
+            // other grants are on their way), a majority of the others does not count, or a
+            // newcomer or a later waiter could overtake the queue when a lock expires. (A lock
+            // otherwise held there by someone else does not veto: the majority decides who
+            // holds it.)
+            vetoed: matches!(answers[0], Some(Ok(Attempt::Busy { reserved: true, .. }))),
+            failed,
+            missing: answers
+                .iter()
+                .map(|a| match a {
+                    Some(Ok(_)) => false,
+                    // Refused (credentials, a script error, a replica): the node did not run the
+                    // attempt.
+                    Some(Err(e)) => {
+                        kind_of(e) == Kind::Unavailable && !crate::error::was_refused(e)
+                    }
+                    None => true,
+                })
+                .collect(),
+        };
+        let queue_node_busy = matches!(answers[0], Some(Ok(Attempt::Busy { .. })));
+        for (i, a) in answers.iter().enumerate() {
+            match a {
+                Some(Ok(Attempt::Granted(l))) => {
+                    t.granted[i] = true;
+                    t.fences.push(l.fence);
+                    t.run_ids[i] = l.run_ids.first().cloned().flatten();
+                    t.acquired_ms = t.acquired_ms.max(l.acquired_ms);
+                }
+                Some(Ok(Attempt::Busy {
+                    pttl_ms, queued, ..
+                })) => {
+                    if i == 0 {
+                        t.queued = *queued;
+                        t.busy_pttl = Some(*pttl_ms);
+                    } else if !queue_node_busy {
+                        t.busy_pttl = Some(t.busy_pttl.map_or(*pttl_ms, |p| p.max(*pttl_ms)));
+                    }
+                }
+                _ => {}
+            }
+        }
+        t
+    }
+
+    fn grants(&self) -> usize {
+        self.fences.len()
+    }
+
+    /// The holder's fence: the highest of the granting nodes' values.
+    fn fence(&self) -> i64 {
+        self.fences.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Whether a node may still apply this attempt after we give it back.
+    fn doubt(&self) -> Doubt {
+        if self.missing.contains(&true) {
+            Doubt::Unsure
+        } else {
+            Doubt::Sure
+        }
+    }
+}
+
+/// What [`decide`] needs besides the tally.
+#[derive(Debug, Clone, Copy)]
+struct Round {
+    n: usize,
+    q: usize,
+    /// A waiter's attempt: it queues on the queue node.
+    join: bool,
+    ttl: Duration,
+    /// From sending the attempt until now (after the fence write-back, if there was one).
+    elapsed: Duration,
+    /// How many of the granting nodes recorded the fence: `None` until it is written back.
+    recorded: Option<usize>,
+}
+
+/// What to do with an attempt, from its tally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    /// Two node addresses are one server: undo the attempt everywhere and refuse the
+    /// configuration.
+    SameServer(usize, usize),
+    /// A majority granted it, with different fences: write the highest back to the granting
+    /// nodes, then decide again with how many recorded it ([`Round::recorded`]). The write-back
+    /// is a side effect between "a majority granted it" and "held", so the decision comes in two
+    /// steps rather than taking a callback.
+    RecordFence,
+    /// Ours. `leave_queue`: we are in the queue node's queue, and it did not grant the lock: leave
+    /// its queue.
+    Held { leave_queue: bool },
+    /// Our turn on the queue node, but no majority yet: the other nodes are held by someone,
+    /// often a contender whose vetoed attempt is being undone right now. Undo the attempt on the
+    /// others, keep the queue node (our next attempt, with a fresh token, takes it over) and look
+    /// again soon ([`turn_delay`]), instead of handing our turn to the next waiter.
+    RetryTurn,
+    /// Not ours: clean up, then say why.
+    NotOurs { cleanup: Cleanup, why: Miss },
+}
+
+/// How a failed attempt is taken back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cleanup {
+    /// The queue node granted it: what it granted us goes to the next waiter, on every node, as
+    /// in a release ([`Nodes::give_back`]).
+    GiveBack,
+    /// Undo it on every node, except the queue node when `keep_place`: we wait on in its queue.
+    Undo { keep_place: bool },
+}
+
+/// Why an attempt is not ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Miss {
+    /// A majority answered, but the lock is taken, split or reserved for another waiter (the
+    /// queue node's veto): look again later. As [`Attempt::Busy`].
+    Busy { queued: bool, reserved: bool },
+    /// A majority granted it, but too late: no validity was left.
+    TooSlow,
+    /// A majority granted it, but fewer recorded its fence.
+    FenceNotRecorded { recorded: usize },
+    /// More than N−Q nodes failed: `answered` is how many did not.
+    NoMajority { answered: usize },
+}
+
+/// The pure decision of [`Nodes::try_acquire`]: no I/O, no clock. Held iff a majority granted
+/// it, the queue node does not veto, a majority recorded the fence, and validity is left
+/// (`ttl > elapsed + drift`).
+fn decide(t: &Tally, r: &Round) -> Decision {
+    let (n, q, grants) = (r.n, r.q, t.grants());
+    if let Some((a, b)) = same_server(&t.run_ids) {
+        return Decision::SameServer(a, b);
+    }
+    let majority = grants >= q && !t.vetoed;
+    let fence = t.fence();
+    let recorded = match r.recorded {
+        Some(recorded) => recorded,
+        // Unless they all agree already: rare now that a node's value is at least its clock in µs.
+        None if majority && t.fences.iter().any(|&f| f != fence) => {
+            return Decision::RecordFence;
+        }
+        None => grants,
+    };
+    let valid = r.ttl > r.elapsed + drift(r.ttl);
+    // In our queue on the queue node, which did not grant it.
+    let keep_place = t.queued && !t.granted[0];
+    if majority && recorded >= q && valid {
+        return Decision::Held {
+            leave_queue: keep_place,
+        };
+    }
+    let failed = t.failed.len();
+    if r.join && t.granted[0] && grants < q && failed <= n - q {
+        return Decision::RetryTurn;
+    }
+    let cleanup = if t.granted[0] {
+        Cleanup::GiveBack
+    } else {
+        Cleanup::Undo { keep_place }
+    };
+    let why = if majority && !valid {
+        Miss::TooSlow
+    } else if majority {
+        Miss::FenceNotRecorded { recorded }
+    } else if failed > n - q {
+        Miss::NoMajority {
+            answered: n - failed,
+        }
+    } else {
+        Miss::Busy {
+            queued: keep_place,
+            reserved: t.vetoed,
+        }
+    };
+    Decision::NotOurs { cleanup, why }
 }
 
 /// Runs `f` on node `i`, connecting first if `con` is `None`. Returns the connection to keep:
@@ -415,207 +743,79 @@ fn human(d: Duration) -> String {
 }
 
 impl Store for Nodes {
+    /// One attempt on every node: the answers are counted ([`Tally::of`]), [`decide`] says what
+    /// they mean, and the one `match` below does what it says.
     fn try_acquire(&mut self, keys: &Keys, token: &str, req: &Request) -> Result<Attempt> {
-        let (ttl, join) = (req.ttl, req.join);
-        let (n, q) = (self.n(), self.q());
+        let (n, q, ttl) = (self.n(), self.q(), req.ttl);
         let sent = Instant::now();
-        let is_grant = |a: &Option<Result<Attempt>>| matches!(a, Some(Ok(Attempt::Granted(_))));
-        let answers = {
-            let (k, t, o) = (keys.clone(), token.to_string(), req.owner.clone());
-            let p = req.prev.map(str::to_string);
-            self.fan_out(
-                |_| true,
-                move |i, con| {
-                    let req = Request {
-                        ttl,
-                        owner: &o,
-                        // Only the queue node keeps waiters.
-                        join: join && i == 0,
-                        run_id: true,
-                        prev: p.as_deref(),
-                    };
-                    lock::try_acquire(con, &k, &t, &req)
-                },
-                // A majority granted it, or can no longer grant it; a waiter also needs the queue
-                // node's answer (it keeps our place in the queue).
-                move |a| {
-                    let granted = a.iter().filter(|a| is_grant(a)).count();
-                    let other = a.iter().flatten().count() - granted;
-                    (granted >= q || other > n - q) && (!join || a[0].is_some())
-                },
-            )
+        let answers = self.attempt(keys, token, req);
+        let tally = Tally::of(&answers, self.failures(&answers));
+        let mut round = Round {
+            n,
+            q,
+            join: req.join,
+            ttl,
+            elapsed: sent.elapsed(),
+            recorded: None,
         };
-        // Nodes that may still apply this attempt (no answer, or a lost one): see `undo`.
-        let missing: Vec<bool> = answers
-            .iter()
-            .map(|a| match a {
-                Some(Ok(_)) => false,
-                // Refused (credentials, a script error, a replica): the node did not run the
-                // attempt.
-                Some(Err(e)) => kind_of(e) == Kind::Unavailable && !crate::error::was_refused(e),
-                None => true,
-            })
-            .collect();
-        let unsure = if missing.contains(&true) {
-            Doubt::Unsure
-        } else {
-            Doubt::Sure
-        };
-        let mut granted = vec![false; n];
-        let mut fences = Vec::new();
-        let mut run_ids = vec![None; n];
-        let mut acquired_ms = 0;
-        let mut busy_pttl: Option<i64> = None;
-        let mut queued = false;
-        for (i, a) in answers.iter().enumerate() {
-            match a {
-                Some(Ok(Attempt::Granted(l))) => {
-                    granted[i] = true;
-                    fences.push(l.fence);
-                    run_ids[i] = l.run_ids.first().cloned().flatten();
-                    acquired_ms = acquired_ms.max(l.acquired_ms);
+        // Twice at most: `decide` asks for the fence write-back only while `recorded` is `None`;
+        // the validity it checks the second time includes the write-back's round trip.
+        loop {
+            match decide(&tally, &round) {
+                Decision::SameServer(a, b) => {
+                    self.undo(keys, token, |_| true, tally.missing);
+                    return Err(crate::error::usage(format!(
+                        "{} and {} are the same Redis server (same run_id); a quorum needs \
+                         independent servers",
+                        self.endpoints[a].display, self.endpoints[b].display
+                    )));
                 }
-                // The queue node's view decides when to look again; else the longest TTL.
-                Some(Ok(Attempt::Busy {
-                    pttl_ms,
-                    queued: in_queue,
-                    ..
-                })) => {
-                    if i == 0 {
-                        queued = *in_queue;
-                        busy_pttl = Some(*pttl_ms);
-                    } else if !matches!(answers[0], Some(Ok(Attempt::Busy { .. }))) {
-                        busy_pttl = Some(busy_pttl.map_or(*pttl_ms, |p| p.max(*pttl_ms)));
+                Decision::RecordFence => {
+                    round.recorded = Some(self.record_fence(keys, token, &tally));
+                    round.elapsed = sent.elapsed();
+                }
+                Decision::Held { leave_queue } => {
+                    if leave_queue {
+                        self.leave_queue(keys, token);
                     }
+                    return Ok(Attempt::Granted(Lock {
+                        keys: keys.clone(),
+                        token: token.to_string(),
+                        fence: tally.fence(),
+                        acquired_ms: tally.acquired_ms,
+                        ttl,
+                        sent,
+                        drift: drift(ttl),
+                        run_ids: tally.run_ids,
+                    }));
                 }
-                _ => {}
+                Decision::RetryTurn => {
+                    self.undo(keys, token, |i| i != 0, tally.missing);
+                    let delay = turn_delay(self.turn_retries, ttl);
+                    self.turn_retries += 1;
+                    // "Queued": something of ours is on the queue node, which giving up must
+                    // undo.
+                    return Ok(Attempt::Busy {
+                        pttl_ms: i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
+                        queued: true,
+                        reserved: false,
+                    });
+                }
+                Decision::NotOurs { cleanup, why } => {
+                    self.turn_retries = 0;
+                    match cleanup {
+                        Cleanup::GiveBack => {
+                            self.give_back(keys, token, tally.doubt());
+                        }
+                        Cleanup::Undo { keep_place } => {
+                            let missing = tally.missing.clone();
+                            self.undo(keys, token, |i| !(i == 0 && keep_place), missing);
+                        }
+                    }
+                    return self.not_ours(keys, &tally, why, &round);
+                }
             }
         }
-        let failed = self.failures(&answers);
-        let grants = fences.len();
-        let fence = fences.iter().copied().max().unwrap_or(0);
-        if let Some((a, b)) = self.same_server(&run_ids) {
-            self.undo(keys, token, |_| true, missing);
-            return Err(crate::error::usage(format!(
-                "{} and {} are the same Redis server (same run_id); a quorum needs independent \
-                 servers",
-                self.endpoints[a].display, self.endpoints[b].display
-            )));
-        }
-        // The fence goes back to the granting nodes before the lock counts as ours, unless they
-        // all agree already (rare now that a node's value is at least its clock in µs: this is
-        // one more round trip per acquisition, the price of fences that a node's lost counter
-        // cannot take back).
-        let mut recorded = grants;
-        // The queue node decides whose turn it is: when it has the lock reserved for another
-        // waiter, or granted to the waiter whose turn it is and who has no majority yet (its
-        // other grants are on their way), a majority of the others does not count, or a newcomer
-        // or a later waiter could overtake the queue when a lock expires. (A lock otherwise held
-        // there by someone else does not veto: the majority decides who holds it.)
-        let vetoed = matches!(answers[0], Some(Ok(Attempt::Busy { reserved: true, .. })));
-        if grants >= q && !vetoed && fences.iter().any(|&f| f != fence) {
-            let (k, t) = (keys.clone(), token.to_string());
-            let raised = self.fan_out(
-                |i| granted[i],
-                move |_, con| lock::raise_fence(con, &k, &t, fence),
-                move |a| a.iter().filter(|a| matches!(a, Some(Ok(true)))).count() >= q,
-            );
-            recorded = raised
-                .iter()
-                .filter(|a| matches!(a, Some(Ok(true))))
-                .count();
-        }
-        let elapsed = sent.elapsed();
-        let allowed = drift(ttl);
-        let valid = ttl > elapsed + allowed;
-        if grants >= q && recorded >= q && valid && !vetoed {
-            if queued && !granted[0] {
-                // Taken without the queue node: leave its queue, or it would hand us the lock
-                // again later. Best effort: the lease runs out by itself.
-                let (k, t) = (keys.clone(), token.to_string());
-                self.fan_out(
-                    |i| i == 0,
-                    move |_, con| lock::leave(con, &k, &t),
-                    |_| false,
-                );
-            }
-            return Ok(Attempt::Granted(Lock {
-                keys: keys.clone(),
-                token: token.to_string(),
-                fence,
-                acquired_ms,
-                ttl,
-                sent,
-                drift: allowed,
-                run_ids,
-            }));
-        }
-        // Not ours: undo it everywhere, except our place in the queue while we wait on. What the
-        // queue node granted us goes to the next waiter, on every node, as in a release.
-        let keep_place = queued && !granted[0];
-        // Our turn on the queue node, but not a majority yet: the other nodes are held by
-        // someone, often a contender whose vetoed attempt is being undone right now. Keep the
-        // queue node (our next attempt, with a fresh token, takes it over) and look again soon,
-        // backing off, instead of handing our turn to the next waiter.
-        let our_turn = granted[0] && grants < q && failed.len() <= n - q;
-        if our_turn && join {
-            self.undo(keys, token, |i| i != 0, missing);
-            // Never longer than a third of the TTL: the queue node's grant, which is our turn,
-            // lasts one TTL from this attempt, and the next attempt renews it. Waiting past it
-            // lost the turn to the next waiter, and we went to the back of the queue (finding 13
-            // of issue 11: with --ttl 1s the backoff reached 1.6s while the other nodes were
-            // still reserved for our previous attempt's token by a release that crossed it).
-            let delay = TURN_RETRY
-                .saturating_mul(1 << self.turn_retries.min(8))
-                .min(lock::BLOCK_CAP)
-                .min(ttl / 3);
-            self.turn_retries += 1;
-            // "Queued": something of ours is on the queue node, which giving up must undo.
-            return Ok(Attempt::Busy {
-                pttl_ms: i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
-                queued: true,
-                reserved: false,
-            });
-        }
-        self.turn_retries = 0;
-        if granted[0] {
-            self.give_back(keys, token, unsure);
-        } else {
-            self.undo(keys, token, |i| !(i == 0 && keep_place), missing);
-        }
-        if grants >= q && !valid && !vetoed {
-            return Err(self.no_quorum(
-                keys,
-                format!(
-                    "{grants} of {n} servers granted it, but that took {} of the {} TTL \
-                     ({} allowed for clock drift); lower the latency or raise --ttl",
-                    human(elapsed),
-                    human(ttl),
-                    human(allowed)
-                ),
-                &failed,
-            ));
-        }
-        if grants >= q && !vetoed {
-            return Err(self.no_quorum(
-                keys,
-                format!("the fence could be recorded on {recorded} of {n} servers, {q} needed"),
-                &failed,
-            ));
-        }
-        if failed.len() > n - q {
-            return Err(self.no_quorum(
-                keys,
-                format!("{} of {n} servers answered, {q} needed", n - failed.len()),
-                &failed,
-            ));
-        }
-        Ok(Attempt::Busy {
-            // A majority answered but the lock was taken or split: look again when it expires.
-            pttl_ms: busy_pttl.unwrap_or(-2),
-            queued: keep_place,
-            reserved: vetoed,
-        })
     }
 
     fn fresh_token_per_attempt(&self) -> bool {
@@ -630,6 +830,9 @@ impl Store for Nodes {
         self.leave_with(keys, token, Doubt::Unsure)
     }
 
+    /// Releases on every node, passing the lock on as [`Nodes::hand_on`] does. About 80 lines, in
+    /// one piece on purpose: the checks of what the nodes said (the lock lost before the release,
+    /// released with nodes down, held by none) decide in this order, which one body shows best.
     fn release(&mut self, keys: &Keys, by: &Releaser) -> Result<Verdict> {
         let n = self.n();
         // Every node gets the same releaser: a forced release records the same forcer on each.
@@ -637,7 +840,7 @@ impl Store for Nodes {
         let (k, by) = (keys.clone(), by.clone());
         let answers = self.hand_on(
             keys,
-            move |con, quiet, to| lock::release(con, &k, &by, quiet, to),
+            move |con, hand_over| lock::release(con, &k, &by, hand_over),
             |(_, next): &(Verdict, Option<String>)| next.clone(),
         );
         let failed = self.failures(&answers);
@@ -846,20 +1049,7 @@ fn verdict(
 ) -> State {
     let answered: Vec<&State> = nodes.iter().filter_map(|(_, s)| s.as_ref().ok()).collect();
     let free = answered.iter().filter(|s| !s.held()).count();
-    // The token on the most nodes, and the nodes holding it.
-    let mut best: Option<(&str, Vec<&State>)> = None;
-    for s in &answered {
-        if let Some(t) = s.token.as_deref() {
-            let with: Vec<&State> = answered
-                .iter()
-                .copied()
-                .filter(|o| o.token.as_deref() == Some(t))
-                .collect();
-            if best.as_ref().is_none_or(|(_, b)| with.len() > b.len()) {
-                best = Some((t, with));
-            }
-        }
-    }
+    let best = most_held(&answered);
     let fence = answered.iter().map(|s| s.fence).max().unwrap_or(0);
     let waiters = nodes
         .first()
@@ -894,7 +1084,7 @@ fn verdict(
             state.pttl_ms = ttls[q - 1];
             state.now_ms = holder_node.now_ms;
             state.holder = holder_node.holder.clone();
-            ("held", with.len())
+            (QuorumVerdict::Held, with.len())
         }
         _ if free >= q => {
             // The most recent record any node kept.
@@ -903,11 +1093,11 @@ fn verdict(
                 .filter_map(|s| s.last.as_ref())
                 .max_by_key(|h| h.fence)
                 .cloned();
-            ("free", free)
+            (QuorumVerdict::Free, free)
         }
-        _ if answered.len() < q => ("unknown", answered.len()),
-        Some((_, with)) => ("split", with.len()),
-        None => ("split", free),
+        _ if answered.len() < q => (QuorumVerdict::Unknown, answered.len()),
+        Some((_, with)) => (QuorumVerdict::Split, with.len()),
+        None => (QuorumVerdict::Split, free),
     };
     state.quorum = Some(QuorumView {
         verdict,
@@ -919,9 +1109,28 @@ fn verdict(
     state
 }
 
+/// The token on the most nodes (the first found, on a tie), and the nodes holding it.
+fn most_held<'a>(answered: &[&'a State]) -> Option<(&'a str, Vec<&'a State>)> {
+    let mut best: Option<(&str, Vec<&State>)> = None;
+    for s in answered {
+        if let Some(t) = s.token.as_deref() {
+            let with: Vec<&State> = answered
+                .iter()
+                .copied()
+                .filter(|o| o.token.as_deref() == Some(t))
+                .collect();
+            if best.as_ref().is_none_or(|(_, b)| with.len() > b.len()) {
+                best = Some((t, with));
+            }
+        }
+    }
+    best
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lock::Holder;
 
     #[test]
     fn majorities() {
@@ -934,5 +1143,317 @@ mod tests {
     #[test]
     fn drift_is_one_percent_plus_two_ms() {
         assert_eq!(drift(Duration::from_secs(10)), Duration::from_millis(102));
+    }
+
+    const TTL: Duration = Duration::from_secs(1);
+
+    fn keys() -> Keys {
+        Keys::new("redlock:", "job").unwrap()
+    }
+
+    /// One node's answer per letter, the queue node first: `G` granted (fence 100 + node, so
+    /// the fences differ), `g` granted (fence 100), `B` busy, held by someone else (TTL 100 ms ×
+    /// (node + 1)), `Q` busy with us in the queue, `R` busy and reserved for another waiter (the
+    /// queue node's veto), `V` the same with us in the queue, `F` no answer in time (it may still
+    /// apply the attempt), `X` refused (credentials: it did not run the attempt).
+    fn answers(spec: &str) -> Answers<Attempt> {
+        let busy = |i: i64, queued, reserved| Attempt::Busy {
+            pttl_ms: 100 * (i + 1),
+            queued,
+            reserved,
+        };
+        spec.chars()
+            .zip(0i64..)
+            .map(|(c, i)| {
+                Some(Ok(match c {
+                    'G' | 'g' => Attempt::Granted(Lock {
+                        keys: keys(),
+                        token: "t".to_string(),
+                        fence: if c == 'G' { 100 + i } else { 100 },
+                        acquired_ms: 1000 + i,
+                        ttl: TTL,
+                        sent: Instant::now(),
+                        drift: Duration::ZERO,
+                        run_ids: vec![Some(format!("run{i}"))],
+                    }),
+                    'B' => busy(i, false, false),
+                    'Q' => busy(i, true, false),
+                    'R' => busy(i, false, true),
+                    'V' => busy(i, true, true),
+                    'F' => return Some(Err(failure(Kind::Unavailable, format!("node {i} slow")))),
+                    'X' => return Some(Err(failure(Kind::Auth, format!("node {i} refused")))),
+                    other => panic!("unknown answer {other:?}"),
+                }))
+            })
+            .collect()
+    }
+
+    fn tally(spec: &str) -> Tally {
+        let answers = answers(spec);
+        let failed = answers
+            .iter()
+            .filter_map(|a| match a {
+                Some(Err(e)) => Some((kind_of(e), format!("{e}"))),
+                _ => None,
+            })
+            .collect();
+        Tally::of(&answers, failed)
+    }
+
+    fn round(n: usize, join: bool, elapsed_ms: u64, recorded: Option<usize>) -> Round {
+        Round {
+            n,
+            q: quorum(n),
+            join,
+            ttl: TTL,
+            elapsed: Duration::from_millis(elapsed_ms),
+            recorded,
+        }
+    }
+
+    #[test]
+    fn tally_counts_the_answers() {
+        let t = tally("GGB");
+        assert_eq!(t.granted, [true, true, false]);
+        assert_eq!((t.grants(), t.fence(), t.acquired_ms), (2, 101, 1001));
+        assert_eq!(t.run_ids[1].as_deref(), Some("run1"));
+        assert_eq!(t.run_ids[2], None);
+        // The queue node granted it: the longest TTL among the others decides when to look again.
+        assert_eq!(t.busy_pttl, Some(300));
+        assert!(!t.queued && !t.vetoed);
+        assert_eq!(t.doubt(), Doubt::Sure);
+        // The queue node's view decides when to look again.
+        let t = tally("QBB");
+        assert_eq!((t.busy_pttl, t.queued, t.vetoed), (Some(100), true, false));
+        assert_eq!((tally("RGG").vetoed, tally("BGG").vetoed), (true, false));
+        // Only a node that may still apply the attempt is missing: a refusal did not run it.
+        let t = tally("FXG");
+        assert_eq!(t.missing, [true, false, false]);
+        assert_eq!(
+            (t.failed.len(), t.doubt(), t.busy_pttl),
+            (2, Doubt::Unsure, None)
+        );
+        assert_eq!(tally("FBB").busy_pttl, Some(300));
+    }
+
+    #[test]
+    fn decisions() {
+        use Cleanup::{GiveBack, Undo};
+        use Decision::{Held, NotOurs, RecordFence, RetryTurn};
+        use Miss::{Busy, FenceNotRecorded, NoMajority, TooSlow};
+        let busy = |queued, reserved| Busy { queued, reserved };
+        let undo = |keep_place| Undo { keep_place };
+        let not_ours = |cleanup, why| NotOurs { cleanup, why };
+        let held = Held { leave_queue: false };
+        // (what, answers, a waiter's attempt, ms elapsed, fence recorded on, decision)
+        #[rustfmt::skip]
+        let cases = [
+            ("3: all granted, fences differ", "GGG", false, 10, None, RecordFence),
+            ("3: all granted, fence recorded", "GGG", false, 10, Some(3), held),
+            ("3: fences agree: no write-back", "ggB", false, 10, None, held),
+            ("3: majority with the queue node", "GGB", false, 10, Some(2), held),
+            ("3: majority elsewhere, queue node held", "BGG", false, 10, Some(2), held),
+            ("3: majority elsewhere, queue node refused", "XGG", false, 10, Some(2), held),
+            ("3: majority elsewhere, we queued there", "QGG", true, 10, Some(2),
+                Held { leave_queue: true }),
+            ("3: veto: reserved for another", "RGG", false, 10, None,
+                not_ours(undo(false), busy(false, true))),
+            ("3: veto while we wait in the queue", "VGG", true, 10, None,
+                not_ours(undo(true), busy(true, true))),
+            ("3: our turn, no majority, waiting", "GBB", true, 10, None, RetryTurn),
+            ("3: our turn, no majority, not waiting", "GBB", false, 10, None,
+                not_ours(GiveBack, busy(false, false))),
+            ("3: validity left at the edge", "GGB", false, 987, Some(2), held),
+            ("3: no validity left", "GGB", false, 988, Some(2), not_ours(GiveBack, TooSlow)),
+            ("3: no validity left, queue node held", "BGG", false, 990, Some(2),
+                not_ours(undo(false), TooSlow)),
+            ("3: fence recorded on fewer than Q", "GGB", false, 10, Some(1),
+                not_ours(GiveBack, FenceNotRecorded { recorded: 1 })),
+            ("3: more than N-Q failed, our turn", "GFF", true, 10, None,
+                not_ours(GiveBack, NoMajority { answered: 1 })),
+            ("3: more than N-Q failed, queued", "QFF", true, 10, None,
+                not_ours(undo(true), NoMajority { answered: 1 })),
+            ("3: more than N-Q failed, busy", "BFX", false, 10, None,
+                not_ours(undo(false), NoMajority { answered: 1 })),
+            ("3: busy, keeping our place", "QBB", true, 10, None,
+                not_ours(undo(true), busy(true, false))),
+            ("3: busy, no place", "BBB", false, 10, None, not_ours(undo(false), busy(false, false))),
+            ("3: split", "BGB", false, 10, None, not_ours(undo(false), busy(false, false))),
+            ("5: majority, fences differ", "GGGBB", false, 10, None, RecordFence),
+            ("5: majority with the queue node", "GGGBB", false, 10, Some(3), held),
+            ("5: majority elsewhere", "BBGGG", false, 10, Some(3), held),
+            ("5: majority elsewhere, we queued there", "QGGGB", true, 10, Some(3),
+                Held { leave_queue: true }),
+            ("5: veto: reserved for another", "RGGGG", false, 10, None,
+                not_ours(undo(false), busy(false, true))),
+            ("5: our turn, no majority, waiting", "GGBBB", true, 10, None, RetryTurn),
+            ("5: our turn, N-Q failed, waiting", "GGBFF", true, 10, None, RetryTurn),
+            ("5: our turn, no majority, not waiting", "GGBBB", false, 10, None,
+                not_ours(GiveBack, busy(false, false))),
+            ("5: no validity left", "GGGBB", false, 990, Some(3), not_ours(GiveBack, TooSlow)),
+            ("5: fence recorded on fewer than Q", "GGGBB", false, 10, Some(2),
+                not_ours(GiveBack, FenceNotRecorded { recorded: 2 })),
+            ("5: more than N-Q failed, our turn", "GGFFF", true, 10, None,
+                not_ours(GiveBack, NoMajority { answered: 2 })),
+            ("5: more than N-Q failed, busy", "BBFFF", false, 10, None,
+                not_ours(undo(false), NoMajority { answered: 2 })),
+            ("5: busy, keeping our place", "QBBFF", true, 10, None,
+                not_ours(undo(true), busy(true, false))),
+            ("5: busy, no place", "BBBFF", false, 10, None,
+                not_ours(undo(false), busy(false, false))),
+        ];
+        // Every wrong case at once, so that a change shows all it breaks.
+        let wrong: Vec<String> = cases
+            .into_iter()
+            .filter_map(|(what, spec, join, elapsed_ms, recorded, want)| {
+                let got = decide(&tally(spec), &round(spec.len(), join, elapsed_ms, recorded));
+                (got != want).then(|| format!("{what} ({spec}): {got:?}, expected {want:?}"))
+            })
+            .collect();
+        assert!(wrong.is_empty(), "wrong decisions:\n{}", wrong.join("\n"));
+    }
+
+    #[test]
+    fn one_server_twice_is_refused_first() {
+        let mut t = tally("RGG");
+        t.run_ids[2] = t.run_ids[1].clone();
+        assert_eq!(
+            decide(&t, &round(3, false, 10, None)),
+            Decision::SameServer(1, 2)
+        );
+    }
+
+    #[test]
+    fn turn_delay_doubles_up_to_a_third_of_the_ttl() {
+        let ms = Duration::from_millis;
+        assert_eq!(turn_delay(0, TTL), ms(25));
+        assert_eq!(turn_delay(3, TTL), ms(200));
+        assert_eq!(turn_delay(5, TTL), TTL / 3);
+        assert_eq!(turn_delay(30, Duration::from_secs(60)), lock::BLOCK_CAP);
+    }
+
+    fn holder(token: &str, fence: i64, user: &str) -> Holder {
+        Holder {
+            token: token.to_string(),
+            fence,
+            host: "web1".to_string(),
+            pid: "42".to_string(),
+            user: user.to_string(),
+            note: String::new(),
+            acquired_ms: Some(1000),
+            ttl_ms: Some(1000),
+            expires_ms: None,
+            released_ms: None,
+        }
+    }
+
+    /// A node's state: `token` held with `pttl_ms` left (its holder record names `user`), or
+    /// free (`None`) with a last holder whose fence is `fence`.
+    fn node(token: Option<&str>, pttl_ms: i64, fence: i64, user: &str) -> State {
+        State {
+            keys: keys(),
+            token: token.map(str::to_string),
+            pttl_ms,
+            now_ms: 5000 + fence,
+            fence,
+            holder: token.map(|t| holder(t, fence, user)),
+            last: token
+                .is_none()
+                .then(|| Box::new(holder("old", fence, user))),
+            waiters: fence,
+            forced: None,
+            quorum: None,
+        }
+    }
+
+    fn look(nodes: Vec<std::result::Result<State, String>>) -> State {
+        let n = nodes.len();
+        let nodes = nodes
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| (format!("redis://node{i}"), s))
+            .collect();
+        verdict(&keys(), nodes, n, quorum(n))
+    }
+
+    fn view(s: &State) -> (QuorumVerdict, usize, Option<&str>) {
+        let q = s.quorum.as_ref().unwrap();
+        (q.verdict, q.agree, s.token.as_deref())
+    }
+
+    #[test]
+    fn verdict_held_reports_the_holders_nodes() {
+        let free = || Ok(node(None, -2, 20, "old"));
+        let s = look(vec![
+            Ok(node(Some("A"), 900, 10, "alice")),
+            Ok(node(Some("A"), 500, 12, "alice")),
+            free(),
+        ]);
+        assert_eq!(view(&s), (QuorumVerdict::Held, 2, Some("A")));
+        // The lock lasts while a majority keeps it: the Q-th longest TTL of the holder's nodes.
+        assert_eq!(s.pttl_ms, 500);
+        // The holder's fence is the highest among its own nodes, not the free node's counter.
+        assert_eq!(s.fence, 12);
+        assert_eq!(s.holder.as_ref().map(|h| h.user.as_str()), Some("alice"));
+        // The queue node (the first) counts the waiters.
+        assert_eq!(s.waiters, 10);
+        let s = look(vec![
+            Ok(node(Some("B"), 1000, 30, "bob")),
+            Ok(node(Some("A"), 900, 10, "alice")),
+            Ok(node(Some("A"), 700, 11, "alice")),
+            Ok(node(Some("A"), 800, 12, "alice")),
+            Ok(node(Some("A"), 500, 13, "alice")),
+        ]);
+        assert_eq!(view(&s), (QuorumVerdict::Held, 4, Some("A")));
+        assert_eq!((s.pttl_ms, s.fence, s.now_ms), (700, 13, 5010));
+        assert_eq!(s.holder.as_ref().map(|h| h.user.as_str()), Some("alice"));
+        assert_eq!(QuorumVerdict::Held.to_string(), "held");
+    }
+
+    #[test]
+    fn verdict_free_split_unknown() {
+        let s = look(vec![
+            Ok(node(None, -2, 7, "old")),
+            Ok(node(Some("A"), 900, 10, "alice")),
+            Ok(node(None, -2, 9, "older")),
+        ]);
+        assert_eq!(view(&s), (QuorumVerdict::Free, 2, None));
+        assert_eq!(s.pttl_ms, -2);
+        // The most recent record any node kept (the highest fence), and the highest counter.
+        assert_eq!(s.last.as_ref().map(|h| h.user.as_str()), Some("older"));
+        assert_eq!((s.fence, s.holder.is_none()), (10, true));
+        let s = look(vec![
+            Ok(node(Some("A"), 900, 10, "alice")),
+            Ok(node(Some("B"), 800, 11, "bob")),
+            Ok(node(None, -2, 9, "old")),
+        ]);
+        assert_eq!(view(&s), (QuorumVerdict::Split, 1, None));
+        assert_eq!(s.pttl_ms, -2);
+        let s = look(vec![
+            Ok(node(Some("A"), 900, 10, "alice")),
+            Ok(node(Some("A"), 900, 10, "alice")),
+            Ok(node(Some("B"), 800, 11, "bob")),
+            Ok(node(Some("B"), 800, 11, "bob")),
+            Ok(node(None, -2, 9, "old")),
+        ]);
+        assert_eq!(view(&s), (QuorumVerdict::Split, 2, None));
+        let s = look(vec![
+            Ok(node(Some("A"), 900, 10, "alice")),
+            Err("redis://node1 (refused)".to_string()),
+            Err("redis://node2 (timed out)".to_string()),
+        ]);
+        assert_eq!(view(&s), (QuorumVerdict::Unknown, 1, None));
+        let s = look(vec![
+            Err("down".to_string()),
+            Ok(node(None, -2, 9, "old")),
+            Err("down".to_string()),
+        ]);
+        assert_eq!(view(&s), (QuorumVerdict::Unknown, 1, None));
+        // Every node's view is kept, in order, for `status`.
+        let nodes = &s.quorum.as_ref().unwrap().nodes;
+        assert_eq!(nodes.len(), 3);
+        assert_eq!(nodes[0].0, "redis://node0");
+        assert_eq!(nodes[0].1.as_ref().err().map(String::as_str), Some("down"));
+        assert_eq!(s.waiters, 0);
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::client::{Redis, unexpected_reply};
-use crate::lock::{self, Attempt, Keys, Releaser, Request, State, Verdict};
+use crate::lock::{self, Attempt, HandOver, Keys, Releaser, Request, State, Verdict};
 
 /// The lock operations, on whatever servers the configuration names.
 pub trait Store: Send {
@@ -57,11 +57,11 @@ impl Store for Redis {
     }
 
     fn abandon(&mut self, keys: &Keys, token: &str) -> Result<()> {
-        lock::leave_to(self, keys, token, false, None, lock::Doubt::Unsure).map(|_| ())
+        lock::leave_to(self, keys, token, HandOver::Wake, lock::Doubt::Unsure).map(|_| ())
     }
 
     fn release(&mut self, keys: &Keys, by: &Releaser) -> Result<Verdict> {
-        Ok(lock::release(self, keys, by, false, None)?.0)
+        Ok(lock::release(self, keys, by, HandOver::Wake)?.0)
     }
 
     fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {
