@@ -1,0 +1,279 @@
+//! Redis administration: starting a `redis-server` of the bench's own ([`Server`]), and the
+//! bench's own connection ([`Admin`]), which counts the Redis commands of a run from
+//! `INFO commandstats` and the slow log ([`Cmds`]) and subtracts what it sent itself. Above
+//! [`guard`]: every server is registered there, so that it dies with the bench.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::guard::{self, STEP_TIMEOUT, tail};
+
+/// A `redis-server` of the bench's own; killed when dropped.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+}
+
+impl Server {
+    /// Starts one on a free loopback port (five tries), without persistence, logging every
+    /// command to the slow log, and waits for its PING.
+    pub fn start(dir: &Path) -> Server {
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("cannot find a free loopback port")
+                .port();
+            let log = dir.join(format!("redis-{port}.log"));
+            let mut cmd = Command::new("redis-server");
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .arg("--dir")
+                .arg(dir)
+                .arg("--logfile")
+                .arg(&log)
+                .args(["--slowlog-log-slower-than", "0"])
+                .args(["--slowlog-max-len", "1000000"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null());
+            // SAFETY: the closure runs in the child between fork and exec and calls only prctl(2),
+            // which is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            let mut child = cmd
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start redis-server: {e}"));
+            guard::add_service(child.id() as i32);
+            let until = Instant::now() + STEP_TIMEOUT;
+            loop {
+                if let Ok(Some(status)) = child.try_wait() {
+                    last_error = format!(
+                        "redis-server on port {port} exited with {status}: {}",
+                        tail(&log)
+                    );
+                    break;
+                }
+                let pong = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                    .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+                if pong.is_ok() {
+                    return Server { child, port };
+                }
+                if Instant::now() >= until {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "redis-server on port {port} did not answer PING within {}s; {}",
+                        STEP_TIMEOUT.as_secs(),
+                        tail(&log)
+                    );
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("cannot start redis-server: {last_error}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let pid = self.child.id() as i32;
+        guard::remove_service(pid);
+    }
+}
+
+/// Redis commands of one run, from commandstats and the slow log.
+#[derive(Clone, Debug, Default)]
+pub struct Cmds {
+    /// Everything the server ran (calls + rejected calls), the bench's own commands excluded.
+    pub total: u64,
+    /// Of which run inside Lua scripts (slow log entries of the Lua client).
+    pub in_scripts: u64,
+    /// Per command name, for the log.
+    pub by_name: Vec<(String, u64)>,
+    /// How long the counting window was.
+    pub window: Duration,
+}
+
+impl Cmds {
+    /// The commands clients sent (round trips): the total minus those run inside scripts.
+    pub fn sent(&self) -> u64 {
+        self.total.saturating_sub(self.in_scripts)
+    }
+}
+
+/// A point to count commands from.
+pub struct Mark {
+    at: Instant,
+    stats: BTreeMap<String, u64>,
+    /// Clients blocked in a command (BLPOP): sent, but counted by commandstats only when done.
+    blocked: u64,
+    own: BTreeMap<String, u64>,
+}
+
+/// The bench's own connection; it counts what it sends, so that it can subtract that.
+pub struct Admin {
+    con: redis::Connection,
+    own: BTreeMap<String, u64>,
+}
+
+impl Admin {
+    pub fn connect(port: u16) -> Admin {
+        let con = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .and_then(|c| c.get_connection_with_timeout(STEP_TIMEOUT))
+            .unwrap_or_else(|e| panic!("cannot connect to the bench's redis-server: {e}"));
+        con.set_read_timeout(Some(STEP_TIMEOUT))
+            .expect("cannot set a read timeout");
+        let mut admin = Admin {
+            con,
+            own: BTreeMap::new(),
+        };
+        admin.query::<()>(
+            "client|setname",
+            redis::cmd("CLIENT").arg("SETNAME").arg("bench"),
+        );
+        admin
+    }
+
+    /// One command; `stat` is its name in `INFO commandstats`.
+    pub fn query<T: redis::FromRedisValue>(&mut self, stat: &str, cmd: &redis::Cmd) -> T {
+        let reply = cmd
+            .query(&mut self.con)
+            .unwrap_or_else(|e| panic!("the bench's own Redis command {stat} failed: {e}"));
+        *self.own.entry(stat.to_string()).or_default() += 1;
+        reply
+    }
+
+    fn mark(&mut self) -> Mark {
+        // INFO counts itself only after it has answered: it is in the next snapshot, like every
+        // command sent after this copy of `own`.
+        let own = self.own.clone();
+        let text: String = self.query(
+            "info",
+            redis::cmd("INFO").arg("commandstats").arg("clients"),
+        );
+        let blocked = text
+            .lines()
+            .find_map(|l| l.strip_prefix("blocked_clients:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("INFO clients has no blocked_clients: {text}"));
+        let mut stats = BTreeMap::new();
+        for line in text.lines() {
+            let Some((name, fields)) = line
+                .strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            let mut n = 0;
+            for field in fields.split(',') {
+                if let Some(v) = field
+                    .strip_prefix("calls=")
+                    .or_else(|| field.strip_prefix("rejected_calls="))
+                {
+                    n += v.parse::<u64>().unwrap_or(0);
+                }
+            }
+            stats.insert(name.to_string(), n);
+        }
+        Mark {
+            at: Instant::now(),
+            stats,
+            blocked,
+            own,
+        }
+    }
+
+    /// Starts counting: a commandstats snapshot, and an empty slow log.
+    pub fn begin(&mut self) -> Mark {
+        let mark = self.mark();
+        self.query::<()>("slowlog|reset", redis::cmd("SLOWLOG").arg("RESET"));
+        mark
+    }
+
+    /// The commands since `from`.
+    pub fn end(&mut self, from: &Mark) -> Cmds {
+        let log: redis::Value = self.query("slowlog|get", redis::cmd("SLOWLOG").arg("GET").arg(-1));
+        let redis::Value::Array(entries) = log else {
+            panic!("SLOWLOG GET answered {log:?}");
+        };
+        assert!(
+            entries.len() < 1_000_000,
+            "the slow log overflowed (1000000 entries): the command counts would be wrong"
+        );
+        let text = |v: &redis::Value| match v {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            redis::Value::SimpleString(s) => s.clone(),
+            _ => String::new(),
+        };
+        let (mut in_scripts, mut from_clients) = (0, 0);
+        for entry in &entries {
+            let redis::Value::Array(fields) = entry else {
+                continue;
+            };
+            // id, time, duration, args, client address, client name
+            if fields.len() < 6 || text(&fields[5]) == "bench" {
+                continue;
+            }
+            if text(&fields[4]) == "?:0" {
+                in_scripts += 1;
+            } else {
+                from_clients += 1;
+            }
+        }
+        let to = self.mark();
+        let mut by_name = Vec::new();
+        let mut total = 0;
+        for (name, &n) in &to.stats {
+            let before = from.stats.get(name).copied().unwrap_or(0);
+            let own =
+                to.own.get(name).copied().unwrap_or(0) - from.own.get(name).copied().unwrap_or(0);
+            let d = n.saturating_sub(before).saturating_sub(own);
+            if d > 0 {
+                by_name.push((name.clone(), d));
+                total += d;
+            }
+        }
+        // A command still blocked at the end was sent in the window; one blocked at the start was
+        // sent before it (and is counted, when it completes, in the window: a wash).
+        let blocked = to.blocked.saturating_sub(from.blocked);
+        if blocked > 0 {
+            by_name.push(("(blocked at the end)".to_string(), blocked));
+            total += blocked;
+        }
+        by_name.sort_by_key(|b| std::cmp::Reverse(b.1));
+        if from_clients + in_scripts + blocked != total {
+            // Only commandstats counts rejected commands and a BLPOP that timed out, and it also
+            // sees what ran between SLOWLOG GET and INFO; `sent` (total - in scripts) includes
+            // them all.
+            eprintln!(
+                "contention: note: commandstats counted {total} commands, the slow log \
+                 {from_clients} from clients + {in_scripts} in scripts"
+            );
+        }
+        Cmds {
+            total,
+            in_scripts,
+            by_name,
+            window: to.at - from.at,
+        }
+    }
+
+    pub fn pttl(&mut self, key: &str) -> i64 {
+        self.query("pttl", redis::cmd("PTTL").arg(key))
+    }
+}

@@ -1,0 +1,160 @@
+//! `cargo bench --bench contention`: redlock side by side with `flock` and a polling Redis lock
+//! (SET NX PX with a fixed retry interval), on seven workloads (contention at three scales, idle
+//! waiters, a dead holder, the uncontended cost, the cost of a quorum), in one run, printed as one
+//! markdown table.
+//!
+//! Needs `redis-server`, `redis-cli`, `flock` and `sh` on PATH; uses loopback only; takes about two
+//! to three minutes. Under `cargo test --benches` (no `--bench` argument) it does nothing.
+//!
+//! # Set-up
+//! - `redlock` is the binary Cargo builds for this bench (`CARGO_BIN_EXE_redlock`); under
+//!   `cargo bench` that is the `bench` profile, which inherits `release`. The bench refuses to run
+//!   against anything built outside a `release` directory.
+//! - One `redis-server` of its own: a free loopback port, no persistence, a temp dir, and
+//!   `slowlog-log-slower-than 0` (see "Redis commands" below). It is killed at the end, on a panic
+//!   and on Ctrl-C, and dies with the bench (PDEATHSIG) if the bench is killed. Workload 7 starts
+//!   five more the same way (same guards) and kills them when it ends.
+//! - Every lock command runs in its own process group, so that a timeout or a failure kills it with
+//!   whatever it started. Each run of a workload is bounded by a 120 s watchdog that kills
+//!   everything and fails loudly (the slowest, the polling lock's crowd, takes about 50 s on two
+//!   CPUs); every other wait has its own bound.
+//!
+//! # The tools, all running the same critical section `sh -c CS`
+//! - flock: `flock DIR/KEY.lock sh -c CS`, the kernel lock (one machine only: the physical limit).
+//! - the polling lock (the table's "seed style" column, after the Java/Jedis article on Redis locks
+//!   this project grew from, whose recipe it is): `benches/seed-lock.sh`:
+//!   `redis-cli SET KEY TOKEN NX PX TTL`, `sleep 0.2` between attempts (the fixed interval that
+//!   article measured best among the retry strategies it tried), release with a Lua
+//!   compare-and-delete through `redis-cli EVAL`.
+//! - redlock: `redlock exec KEY -- sh -c CS` (and `acquire` / `release` where the workload says so).
+//!
+//! The critical section is the non-atomic counter increment `read n < C; echo $((n + 1)) > C`
+//! (plus `sleep 0.02` in workload 2), bracketed by an entry and a leave line written to a FIFO.
+//! Everything but `sleep` is a dash builtin, so the bracket costs no fork. After every run the
+//! counter must equal the number of critical sections, and entry and leave lines must strictly
+//! alternate; otherwise the bench panics (the lock let two critical sections overlap).
+//!
+//! # Repetitions
+//! On a small shared VM one run's wall time swings by tens of percent from run to run, more than
+//! the margins of the wall targets. So workloads 1 and 2 run flock and redlock `REPS` (5) times
+//! each, alternately (flock, redlock, flock, redlock, …), so that the two tools meet the same spells
+//! of load; the polling lock, slow and far from its targets, runs once, after them. The table gives
+//! the median run's wall (and that run's hand-overs/s) and the wall targets compare the medians;
+//! waits, commands per critical section and client-side hand-overs pool all runs of a tool, and
+//! fairness is the worst run's. stderr has every run's figures, and per workload the walls in run
+//! order and each pair's redlock ÷ flock ratio, so the spread is visible. Workloads 3 to 5 run
+//! once per tool; workload 6's uncontended `true` and acquire + release are medians of 200 runs
+//! per command, the tools interleaved in each round (stderr adds the quartiles of `true`).
+//!
+//! # Workload 7: the cost of the quorum
+//! Several `--url`s make redlock a Redlock quorum over independent masters, contacted in
+//! parallel; this measures what that costs a script. Five more `redis-server`s are started, then
+//! 200 cycles of `redlock acquire k` + `redlock release k TOKEN` (two processes, uncontended, each
+//! cycle timed from the first start to the second exit) run once with the bench's server as the
+//! only `--url` and once with the five extra servers as five `--url`s, interleaved in each cycle
+//! and the 1- and 5-node order alternating, so that machine noise and warm caches hit both alike.
+//! All servers have the same settings, so the only difference is the number of nodes. The table
+//! gives median / p90 of each; the target is 5-node median ≤ 1.5 × 1-node median. The first
+//! cycle checks, on every server, that the lock key held the printed token and was gone after the
+//! release. The flock cell is `flock -n f true` interleaved with them: the same take-and-drop in
+//! one process (flock has no second command and no network), the floor of a process start, for
+//! scale; the polling lock has no multi-server mode ("–"). stderr adds the quartiles and p90s.
+//!
+//! # Measures
+//! - Loops are threads of this process: each round, a thread notes the time, starts the lock
+//!   command and waits for it. The same driver serves every tool, so the overhead is the same.
+//! - wait: from starting the lock command to its critical section's entry line, which a thread of
+//!   this process timestamps on arrival (monotonic clock). It includes the tool's start-up, which
+//!   is part of what a shell script pays for a lock.
+//! - wall: from releasing all loops at once to the exit of the last round; hand-overs/s is the
+//!   number of critical sections divided by wall (of the median run, where there are several).
+//! - fairness: the largest per-loop mean wait divided by the mean wait over all rounds of the run
+//!   (the worst run's, where there are several: loop `i` of one run is not loop `i` of another).
+//! - hand-over, client side: from a critical section's leave line to the next one's entry line.
+//! - hand-over, server side (the target): in a separate repetition of workload 1 under
+//!   `redis-cli MONITOR`, from a release to the next holder's acquisition, by the server's clock.
+//!   A release is a DEL of the lock key while it holds a token, or a SET of a `~reservation` value
+//!   over a token; an acquisition is the next SET of a token value that succeeds (a SET NX on an
+//!   existing key fails; a reservation cleared before its claim does not count as a release).
+//! - Redis commands: `INFO commandstats` before and after each run (calls + rejected calls), minus
+//!   the bench's own commands, plus the clients still blocked (a BLPOP sent in the window but not
+//!   counted until it returns), is the total; it counts the commands that Lua scripts run too. The
+//!   server logs every command to the slow log with its client, and the Lua client shows as `?:0`:
+//!   those entries are the commands run inside scripts, and `sent` = total - in scripts is what
+//!   clients sent (round trips). Targets on command counts are checked against `sent`; the total
+//!   is printed beside it.
+//! - Peak RSS: the largest `VmHWM` of the lock process itself (`redlock exec`, `flock`, the polling
+//!   lock's `sh`), sampled from `/proc` every 2 ms while its command sleeps 0.3 s, over 5 runs. Not
+//!   `ru_maxrss`, which for a child spawned with vfork includes the parent's (the bench's) peak.
+
+//!
+//! # Layout
+//! One module per concern, each importing only the ones listed before it:
+//! - [`guard`]: every process registered, killed on failure, timeout, panic or Ctrl-C; the
+//!   watchdog; [`guard::Proc`] and the stderr logs.
+//! - [`tools`]: the three tools, the critical sections, the commands that run them.
+//! - [`events`]: the critical sections' lines on the FIFO, timestamped on arrival.
+//! - [`admin`]: the `redis-server`s and the bench's own connection, which counts commands.
+//! - [`harness`]: [`harness::Bench`], the state every workload runs in; single commands, a lock
+//!   held by the bench itself, the machine description.
+//! - [`loops`]: a run of loops × rounds, its measures and its check.
+//! - [`stats`]: percentiles, formatting, the summary of a tool's runs.
+//! - [`monitor`]: the server-side hand-over from `redis-cli MONITOR`.
+//! - [`report`]: the table, the targets, the notes (formatting only; imports no other module).
+//! - [`workloads`]: one module per workload, each adding its rows; `main` calls them in order.
+
+// The bench is documented with `--document-private-items` only (its modules are private), so the
+// links above to private modules are meant.
+#![allow(rustdoc::private_intra_doc_links)]
+
+mod admin;
+mod events;
+mod guard;
+mod harness;
+mod loops;
+mod monitor;
+mod report;
+mod stats;
+mod tools;
+mod workloads;
+
+use std::time::Instant;
+
+use harness::Bench;
+use report::Report;
+
+fn main() {
+    if !std::env::args().skip(1).any(|a| a == "--bench") {
+        eprintln!("contention: not run without --bench; run `cargo bench --bench contention`");
+        return;
+    }
+    let began = Instant::now();
+    let bin = tools::release_binary();
+    tools::require_tools();
+    guard::install_guards();
+    let temp = tempfile::Builder::new()
+        .prefix("redlock-bench.")
+        .tempdir()
+        .expect("cannot create a temp dir");
+    guard::set_temp(Some(temp.path().to_path_buf()));
+    let mut bench = Bench::new(bin, temp.path());
+    let mut header = bench.machine();
+    workloads::warm_up(&mut bench);
+
+    let mut report = Report::default();
+    workloads::empty_cs(&mut bench, &mut report); // 1
+    workloads::sleepy_cs(&mut bench, &mut report); // 2
+    workloads::crowd(&mut bench, &mut report); // 3
+    workloads::idle(&mut bench, &mut report); // 4
+    workloads::dead_holder(&mut bench, &mut report); // 5
+    workloads::uncontended(&mut bench, &mut report); // 6
+    workloads::quorum(&mut bench, &mut report); // 7
+
+    drop(bench);
+    guard::set_temp(None);
+    temp.close().expect("cannot remove the temp dir");
+    guard::assert_none_left();
+    let took = began.elapsed();
+    header[0] = format!("{} (took {:.0} s)", header[0], took.as_secs_f64());
+    report.print(&header, &workloads::notes());
+}

@@ -1,0 +1,145 @@
+//! Statistics and formatting of the figures: percentiles, ratios, durations as the table prints
+//! them, and [`Summary`], what the runs of one tool in one contention workload come to (the median
+//! run's wall and rate, pooled waits, commands and hand-overs, the worst run's fairness); each run
+//! is also logged on stderr ([`log_run`]). Above [`loops`](crate::loops) and
+//! [`admin`](crate::admin), whose measurements it summarises; pure but for the stderr lines.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::admin::Cmds;
+use crate::loops::LoopRun;
+
+/// The `p` quantile by the nearest-rank method (zero for no sample).
+pub fn percentile(ds: &[Duration], p: f64) -> Duration {
+    if ds.is_empty() {
+        return Duration::ZERO;
+    }
+    let mut sorted = ds.to_vec();
+    sorted.sort();
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// A duration as the table prints it: two decimals in seconds from 1 s, else three significant
+/// figures in ms.
+pub fn fmt_d(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1e3;
+    if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1e3)
+    } else if ms >= 100.0 {
+        format!("{ms:.0} ms")
+    } else if ms >= 10.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{ms:.2} ms")
+    }
+}
+
+/// What the runs of one tool in one contention workload come to.
+pub struct Summary {
+    /// How many runs.
+    pub runs: usize,
+    /// Each run's wall, in run order.
+    pub walls: Vec<Duration>,
+    /// The median of `walls` (the upper middle one for an even count: `percentile(_, 0.5)`).
+    pub wall: Duration,
+    /// Hand-overs per second of the median run: critical sections ÷ `wall`.
+    pub rate: f64,
+    /// Waits of all runs pooled.
+    pub p50: Duration,
+    pub p99: Duration,
+    /// Commands per critical section, all runs pooled: (sent, including those run inside scripts).
+    pub cmds: Option<(f64, f64)>,
+    /// The worst run's fairness.
+    pub fairness: f64,
+    /// Client-side hand-overs of all runs pooled: the median.
+    pub handover: Duration,
+}
+
+/// Logs one run's figures on stderr (the per-run breakdown).
+pub fn log_run(label: &str, run: &LoopRun) {
+    let waits: Vec<Duration> = run.waits().into_iter().map(|w| w.1).collect();
+    let n = run.rounds.len();
+    let wall = run.wall();
+    let mut line = format!(
+        "contention: {label}: {n} critical sections in {}, {:.0}/s, wait p50 {} p99 {}, \
+         fairness {:.2}, hand-over p50 {}",
+        fmt_d(wall),
+        n as f64 / wall.as_secs_f64(),
+        fmt_d(percentile(&waits, 0.5)),
+        fmt_d(percentile(&waits, 0.99)),
+        run.fairness(),
+        fmt_d(percentile(&run.client_handovers(), 0.5))
+    );
+    if let Some(c) = &run.cmds {
+        let _ = write!(line, "; {}", describe_cmds(c, n));
+    }
+    eprintln!("{line}");
+}
+
+/// The runs of one tool: the median wall (and the rate of that run), waits, commands and
+/// client-side hand-overs pooled over all runs, the worst run's fairness.
+pub fn summarize(runs: &[LoopRun]) -> Summary {
+    assert!(!runs.is_empty(), "no run to summarize");
+    let walls: Vec<Duration> = runs.iter().map(LoopRun::wall).collect();
+    let wall = percentile(&walls, 0.5);
+    let per_run = runs[0].rounds.len();
+    let all = runs.iter().map(|r| r.rounds.len()).sum::<usize>() as f64;
+    let waits: Vec<Duration> = runs
+        .iter()
+        .flat_map(|r| r.waits().into_iter().map(|w| w.1))
+        .collect();
+    let handovers: Vec<Duration> = runs.iter().flat_map(LoopRun::client_handovers).collect();
+    let cmds = runs
+        .iter()
+        .map(|r| r.cmds.as_ref().map(|c| (c.sent(), c.total)))
+        .collect::<Option<Vec<(u64, u64)>>>()
+        .map(|cs| {
+            let sent: u64 = cs.iter().map(|c| c.0).sum();
+            let total: u64 = cs.iter().map(|c| c.1).sum();
+            (sent as f64 / all, total as f64 / all)
+        });
+    Summary {
+        runs: runs.len(),
+        wall,
+        rate: per_run as f64 / wall.as_secs_f64(),
+        p50: percentile(&waits, 0.5),
+        p99: percentile(&waits, 0.99),
+        cmds,
+        fairness: runs.iter().map(LoopRun::fairness).fold(0.0_f64, f64::max),
+        handover: percentile(&handovers, 0.5),
+        walls,
+    }
+}
+
+/// A run's Redis commands for stderr: sent, in scripts, per `per` units, the top ten names.
+pub fn describe_cmds(c: &Cmds, per: usize) -> String {
+    let names: Vec<String> = c
+        .by_name
+        .iter()
+        .take(10)
+        .map(|(n, k)| format!("{n} {k}"))
+        .collect();
+    format!(
+        "Redis: {} sent + {} in scripts = {:.1} / {:.1} per unit [{}]",
+        c.sent(),
+        c.in_scripts,
+        c.sent() as f64 / per as f64,
+        c.total as f64 / per as f64,
+        names.join(", ")
+    )
+}
+
+/// The table cell of commands per critical section: "sent / total", or "–" (flock).
+pub fn cmds_cell(c: Option<(f64, f64)>) -> String {
+    match c {
+        Some((sent, total)) => format!("{sent:.1} / {total:.1}"),
+        None => "–".to_string(),
+    }
+}
+
+/// `a ÷ b`.
+pub fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
+}

@@ -1,0 +1,188 @@
+//! The three tools under test and the commands that run them: [`Tool`], the critical sections
+//! they all run, [`Env`] (every command the bench starts, with the bench's variables and none of
+//! the caller's redlock settings), the Redis keys each tool uses, and the checks that the
+//! programs the bench needs are there ([`release_binary`], [`require_tools`]). Just above
+//! [`guard`](crate::guard) in the bench's layers: it builds commands, it starts none.
+//!
+//! The polling tool is `benches/seed-lock.sh`: the usual hand-written Redis lock
+//! (`SET KEY TOKEN NX PX TTL`, retried after a fixed 200 ms sleep, released with a Lua
+//! compare-and-delete). It is the recipe of the Java (Jedis) article on Redis locks this project
+//! grew from, whose measurements found the 200 ms sleep the best of the retry strategies it tried
+//! (spinning, yielding, sleeping 200 ms or 2 s); the table heads its column "seed style" for that
+//! reason, and [`Tool::name`] calls it "seed".
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The polling lock as a shell helper; written to the temp dir at run time.
+pub const POLLING_LOCK_SH: &str = include_str!("../seed-lock.sh");
+/// The polling lock's release: compare-and-delete.
+pub const RELEASE_LUA: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+
+/// Critical sections. `$BF` is the FIFO, `$BC` the counter file, `$BT $BL $BR` tag, loop, round.
+pub const CS_EMPTY: &str = r#"echo "E $BT $BL $BR" > "$BF"; read n < "$BC"; echo $((n + 1)) > "$BC"; echo "L $BT $BL $BR" > "$BF""#;
+/// The sleep sits between the read and the write, so an overlap would surely lose an update.
+pub const CS_20MS: &str = r#"echo "E $BT $BL $BR" > "$BF"; read n < "$BC"; sleep 0.02; echo $((n + 1)) > "$BC"; echo "L $BT $BL $BR" > "$BF""#;
+/// A holder that says it holds the lock, then sleeps until killed.
+pub const CS_HOLD: &str = r#"echo "H $BT 0 0" > "$BF"; exec sleep 60"#;
+
+/// Every tool, in the order of the table's columns.
+pub const TOOLS: [Tool; 3] = [Tool::Flock, Tool::Polling, Tool::Redlock];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tool {
+    /// `flock DIR/KEY.lock`: the kernel lock, one machine only (the physical limit).
+    Flock,
+    /// `seed-lock.sh`: SET NX PX, a fixed 200 ms sleep between attempts, Lua release.
+    Polling,
+    /// `redlock exec KEY --`.
+    Redlock,
+}
+
+impl Tool {
+    /// The tool's name in run tags, log files and stderr lines (the polling tool keeps its
+    /// historical "seed").
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::Flock => "flock",
+            Tool::Polling => "seed",
+            Tool::Redlock => "redlock",
+        }
+    }
+
+    /// The tool's column: its position in [`TOOLS`].
+    pub fn index(self) -> usize {
+        match self {
+            Tool::Flock => 0,
+            Tool::Polling => 1,
+            Tool::Redlock => 2,
+        }
+    }
+}
+
+/// What every lock command needs; cloned into the loop threads.
+#[derive(Clone)]
+pub struct Env {
+    pub bin: PathBuf,
+    pub url: String,
+    pub port: String,
+    /// The polling lock's script ([`POLLING_LOCK_SH`]) in the temp dir.
+    pub polling_lock: PathBuf,
+    pub dir: PathBuf,
+    pub fifo: PathBuf,
+    pub counter: PathBuf,
+}
+
+impl Env {
+    /// A command with the bench's variables and none of the caller's redlock settings.
+    pub fn base(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        for (name, _) in std::env::vars_os() {
+            let n = name.to_string_lossy();
+            if n.starts_with("REDLOCK_") || n == "REDIS_URL" {
+                cmd.env_remove(&name);
+            }
+        }
+        cmd.env("BF", &self.fifo)
+            .env("BC", &self.counter)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        cmd
+    }
+
+    pub fn redlock(&self, args: &[&str]) -> Command {
+        self.redlock_on(std::slice::from_ref(&self.url), args)
+    }
+
+    /// `redlock` with one `--url` per server: several make it a Redlock quorum (workload 7).
+    pub fn redlock_on(&self, urls: &[String], args: &[&str]) -> Command {
+        let mut cmd = self.base(&self.bin);
+        for url in urls {
+            cmd.arg("--url").arg(url);
+        }
+        cmd.args(args);
+        cmd
+    }
+
+    pub fn redis_cli(&self, args: &[&str]) -> Command {
+        let mut cmd = self.base("redis-cli");
+        cmd.args(["-p", &self.port]).args(args);
+        cmd
+    }
+
+    /// `argv` run under `tool`'s lock on `key`.
+    pub fn under_lock(&self, tool: Tool, key: &str, ttl_ms: u64, argv: &[&str]) -> Command {
+        match tool {
+            Tool::Flock => {
+                let mut cmd = self.base("flock");
+                cmd.arg(self.dir.join(format!("{key}.lock"))).args(argv);
+                cmd
+            }
+            Tool::Polling => {
+                let mut cmd = self.base("sh");
+                cmd.arg(&self.polling_lock)
+                    .arg(&self.port)
+                    .arg(polling_key(key))
+                    .arg(ttl_ms.to_string())
+                    .args(argv);
+                cmd
+            }
+            Tool::Redlock => {
+                let ttl = format!("{ttl_ms}ms");
+                let mut args = vec!["exec", key, "--ttl", &ttl, "--"];
+                args.extend_from_slice(argv);
+                self.redlock(&args)
+            }
+        }
+    }
+}
+
+/// The Redis key the polling lock uses for lock `key`.
+pub fn polling_key(key: &str) -> String {
+    format!("seed:{key}")
+}
+
+/// The Redis key redlock uses for lock `key` (default prefix).
+pub fn redlock_key(key: &str) -> String {
+    format!("redlock:{{{key}}}")
+}
+
+/// The `redlock` Cargo built for this bench; it must be a release build.
+pub fn release_binary() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_redlock"));
+    let profile_dir = bin
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(OsStr::to_str)
+        .unwrap_or("");
+    assert!(
+        profile_dir == "release" && !cfg!(debug_assertions),
+        "{} is not a release build: run the benchmark with `cargo bench --bench contention`",
+        bin.display()
+    );
+    assert!(
+        bin.is_file(),
+        "{} does not exist: run the benchmark with `cargo bench --bench contention`, which builds it",
+        bin.display()
+    );
+    bin
+}
+
+/// Panics, naming the Debian package, unless every program the bench runs is on PATH.
+pub fn require_tools() {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for (tool, package) in [
+        ("redis-server", "redis-server"),
+        ("redis-cli", "redis-tools"),
+        ("flock", "util-linux"),
+        ("sh", "dash"),
+        ("mkfifo", "coreutils"),
+        ("sleep", "coreutils"),
+    ] {
+        assert!(
+            std::env::split_paths(&path).any(|d| d.join(tool).is_file()),
+            "the benchmark needs `{tool}` on PATH (Debian: apt-get install {package})"
+        );
+    }
+}

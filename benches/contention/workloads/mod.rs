@@ -1,0 +1,64 @@
+//! The seven workloads, the top layer below `main`: each module runs one workload (or, for
+//! `contention`, the three that share the loops) for every tool and adds its rows and targets to
+//! the [`Report`](crate::report::Report). This module also owns the warm-up that precedes them and the notes printed
+//! under the table, which describe how the workloads ran.
+
+mod contention;
+mod dead_holder;
+mod idle;
+mod quorum;
+mod uncontended;
+
+pub use contention::{crowd, empty_cs, sleepy_cs};
+pub use dead_holder::dead_holder;
+pub use idle::idle;
+pub use quorum::quorum;
+pub use uncontended::uncontended;
+
+use crate::guard::watched;
+use crate::harness::Bench;
+use crate::loops::LOOP_TTL_MS;
+use crate::tools::TOOLS;
+
+/// A few uncontended runs of each tool, so that no workload pays for a cold cache (page cache,
+/// Redis's script cache).
+pub fn warm_up(bench: &mut Bench) {
+    watched("warm-up", || {
+        let log = bench.log("warm-up");
+        for i in 0..3 {
+            for tool in TOOLS {
+                let cmd = bench
+                    .env
+                    .under_lock(tool, "warm-up", LOOP_TTL_MS, &["true"]);
+                bench.time_one(cmd, &format!("warm-up {} run {i}", tool.name()), &log);
+            }
+        }
+    });
+}
+
+/// The paragraphs printed under the table: how the workloads ran, and what the metrics mean.
+pub fn notes() -> [String; 2] {
+    use contention::REPS;
+    use quorum::{QUORUM_CYCLES, QUORUM_NODES};
+    use uncontended::UNCONTENDED_RUNS;
+    [
+        format!(
+            "Workloads 1 and 2: flock and redlock ran {REPS} times each, alternately (flock, \
+             redlock, flock, redlock, …) so that both met the same machine conditions; the seed \
+             style ran once, after them. Wall is the median run's (hand-overs/s is that run's), \
+             and the wall targets compare medians; every run's wall is on stderr. Waits, \
+             commands per CS and client-side hand-overs pool all runs of a tool; fairness is the \
+             worst run's. Every run was checked (exact counter, no overlap). Workloads 3 to 5: \
+             one run per tool. Workload 6: medians of {UNCONTENDED_RUNS} runs per command, \
+             interleaved. Workload 7: {QUORUM_CYCLES} cycles per configuration, interleaved (the \
+             1- and {QUORUM_NODES}-node order alternating), against {QUORUM_NODES} more \
+             redis-servers started for it; the seed style has no multi-server mode."
+        ),
+        "wait: from starting the lock command to entering the critical section (the tool's \
+         start-up included). Redis commands: `sent` are the commands clients sent (round \
+         trips), `incl. scripts` adds those that Lua scripts ran (INFO commandstats counts \
+         both); targets use `sent`. Server-side hand-over: release to the next holder's SET \
+         by the server's clock, from `redis-cli MONITOR` in a separate run of workload 1."
+            .to_string(),
+    ]
+}
