@@ -34,11 +34,12 @@ use signal_hook::consts::signal::*;
 
 use crate::backend;
 use crate::cli::{ExecArgs, OnLost};
-use crate::commands::{say, take_lock};
+use crate::commands::take_lock;
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure};
 use crate::exit;
 use crate::lock::{Keys, Lock, Releaser, Verdict, forced_reason, human_ms};
+use crate::messages;
 use crate::notify;
 use crate::owner;
 use crate::signals::{self, Signal};
@@ -86,9 +87,9 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
 
     // From here on the lock is ours: every way out goes through `release_after`.
     if let Some(sig) = pending_stop(&rx, &tx) {
-        say(
+        messages::notice(
             config,
-            format!("{} before the command started", signals::name(sig)),
+            format_args!("{} before the command started", signals::name(sig)),
         );
         return release_after(config, store.as_mut(), &lock, Ok(exit::signal(sig)));
     }
@@ -96,14 +97,14 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         Ok(child) => child,
         Err(e) => return release_after(config, store.as_mut(), &lock, Err(e)),
     };
-    if config.verbose {
-        crate::eline!(
-            "redlock: holding '{}' (fence {}); started pid {}",
+    messages::log(config, || {
+        format!(
+            "holding '{}' (fence {}); started pid {}",
             keys.name,
             lock.fence,
             child.id()
-        );
-    }
+        )
+    });
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let mut supervisor = Supervisor {
         config,
@@ -160,7 +161,8 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     } else {
         ""
     };
-    // Not `say`: a command that ran without its lock must not pass for a success unnoticed.
+    // An alert, not a notice: a command that ran without its lock must not pass for a success
+    // unnoticed.
     let what = if known {
         format!(
             "lost the lock '{}' during the command (found after it ended)",
@@ -172,10 +174,10 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
             keys.name
         )
     };
-    crate::eline!(
-        "redlock: {what}: {}; it may have run without the lock{kept}",
+    messages::alert(format_args!(
+        "{what}: {}; it may have run without the lock{kept}",
         why.join("; ")
-    );
+    ));
     Ok(code)
 }
 
@@ -214,9 +216,9 @@ fn release_after(
     result: Result<u8>,
 ) -> Result<u8> {
     if let Released::Lost(why) | Released::Unconfirmed(why) = release(store, lock) {
-        say(
+        messages::notice(
             config,
-            format!("'{}' was no longer ours at release: {why}", lock.keys.name),
+            format_args!("'{}' was no longer ours at release: {why}", lock.keys.name),
         );
     }
     result
@@ -274,28 +276,22 @@ fn spawn(argv: &[OsString], lock: &Lock, config: &Config, handled: &[i32]) -> Re
         .and_then(|pw| match password_fd(pw) {
             Ok(fd) => Some(fd),
             Err(e) => {
-                say(
+                messages::notice(
                     config,
-                    format!(
+                    format_args!(
                         "cannot hand the password to the command ({e}): a redlock it runs needs \
-                     --password-file"
+                         --password-file"
                     ),
                 );
                 None
             }
         });
-    if files.password.is_none() && config.verbose {
-        let passwords = config.servers.endpoints().iter();
-        if passwords
-            .filter_map(|e| e.info.redis_settings().password())
-            .next()
-            .is_some()
-        {
-            crate::eline!(
-                "redlock: the servers have different passwords: the command gets none (one \
-                 password file cannot carry them all)"
-            );
-        }
+    let mut passwords = config.servers.endpoints().iter();
+    if files.password.is_none() && passwords.any(|e| e.info.redis_settings().password().is_some()) {
+        messages::log(config, || {
+            "the servers have different passwords: the command gets none (one password file \
+             cannot carry them all)"
+        });
     }
     let password_file = password
         .as_ref()
@@ -450,7 +446,7 @@ fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Even
         });
     if let Err(e) = spawned {
         // Without renewal the deadline check still stops the child when the TTL runs out.
-        crate::eline!("redlock: cannot start the renewal thread: {e}");
+        messages::alert(format_args!("cannot start the renewal thread: {e}"));
     }
 }
 
@@ -580,9 +576,9 @@ impl Supervisor<'_> {
                 }
                 Ok(Event::RenewFailed(e)) => {
                     if self.lost.is_none() && self.last_renew_error.is_none() {
-                        say(
+                        messages::notice(
                             self.config,
-                            format!(
+                            format_args!(
                                 "renewing '{}' failed: {e}; retrying while the lock lasts ({} left)",
                                 self.lock.keys.name,
                                 human_ms(self.deadline.saturating_duration_since(Instant::now()))
@@ -664,9 +660,9 @@ impl Supervisor<'_> {
             self.terminations += 1;
         }
         if self.terminations >= 2 && terminating {
-            say(
+            messages::notice(
                 self.config,
-                format!("second {}: killing the command", signals::name(s.signo)),
+                format_args!("second {}: killing the command", signals::name(s.signo)),
             );
             self.send(SIGKILL);
             return;
@@ -691,12 +687,12 @@ impl Supervisor<'_> {
             OnLost::Kill => "killing the command".to_string(),
             OnLost::Ignore => "letting the command run unprotected (--on-lost ignore)".to_string(),
         };
-        crate::eline!(
-            "redlock: lost the lock '{}' at {} after holding it {}: {why}; {action}",
+        messages::alert(format_args!(
+            "lost the lock '{}' at {} after holding it {}: {why}; {action}",
             self.lock.keys.name,
             humantime::format_rfc3339_seconds(SystemTime::now()),
             human_ms(self.lock.sent.elapsed()),
-        );
+        ));
         self.lost = Some(why);
         match self.args.on_lost {
             OnLost::Term => {
