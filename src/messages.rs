@@ -97,13 +97,13 @@ pub fn log<D: Display>(config: &Config, text: impl FnOnce() -> D) {
 }
 
 /// The lock may not have been exclusive, or something failed that the exit status does not
-/// tell: shown whatever `-q` says.
+/// tell: shown whatever `-q` says. It takes no [`Config`], so that no flag can ever silence it.
 pub fn alert(text: impl Display) {
     emit(Kind::Alert, false, false, text);
 }
 
 /// What the command is for, when it goes to stderr (whom `release --force` evicted): shown
-/// whatever `-q` says.
+/// whatever `-q` says (no [`Config`], as for [`alert`]).
 pub fn outcome(text: impl Display) {
     emit(Kind::Outcome, false, false, text);
 }
