@@ -12,6 +12,7 @@ use redis::{ConnectionLike, Script};
 
 use crate::config::{Config, Endpoint, Servers};
 use crate::error::{Kind, failure, redis_kind, refusal};
+use crate::messages;
 use crate::scripts;
 
 /// One connection to one logical Redis server: a standalone server, one node of a quorum, the
@@ -106,12 +107,9 @@ impl Redis {
             (None, Servers::Cluster(seeds)) => cluster(config, seeds)?,
             (None, _) => unreachable!("only a cluster has no single endpoint"),
         };
-        if config.verbose {
-            crate::eline!(
-                "redlock: connected to {display} in {:.1?}",
-                started.elapsed()
-            );
-        }
+        messages::log(config, || {
+            format!("connected to {display} in {:.1?}", started.elapsed())
+        });
         Ok(Redis {
             con,
             display,
@@ -258,7 +256,7 @@ impl Redis {
     /// maxmemory-policy evicts keys with a TTL, which every lock key has.
     fn warn_eviction(&self, policy: &str) {
         static WARNED: Mutex<Vec<String>> = Mutex::new(Vec::new());
-        if !policy.starts_with("volatile-") || self.config.allow_eviction || self.config.quiet {
+        if !policy.starts_with("volatile-") || self.config.allow_eviction {
             return;
         }
         let mut warned = WARNED.lock().unwrap_or_else(PoisonError::into_inner);
@@ -266,11 +264,14 @@ impl Redis {
             return;
         }
         warned.push(self.display.clone());
-        crate::eline!(
-            "redlock: warning: {} has maxmemory-policy {policy}: when it runs out of memory it \
-             evicts keys with a TTL first, and every lock key has one, so a held lock can vanish; \
-             set maxmemory-policy noeviction (or pass --allow-eviction to accept the risk)",
-            self.display
+        messages::warning(
+            &self.config,
+            format_args!(
+                "{} has maxmemory-policy {policy}: when it runs out of memory it evicts keys with \
+                 a TTL first, and every lock key has one, so a held lock can vanish; set \
+                 maxmemory-policy noeviction (or pass --allow-eviction to accept the risk)",
+                self.display
+            ),
         );
     }
 
@@ -307,7 +308,7 @@ impl Redis {
         self.dropped = result
             .as_ref()
             .is_err_and(|e| e.is_connection_dropped() && !e.is_timeout());
-        if self.config.verbose {
+        messages::log(&self.config, || {
             let outcome = match &result {
                 Ok(_) => "ok".to_string(),
                 Err(e) if waiting && e.is_timeout() => "no wake-up; looking again".to_string(),
@@ -316,12 +317,12 @@ impl Redis {
                     crate::printable::printable(&crate::error::redis_text(e))
                 ),
             };
-            crate::eline!(
-                "redlock: {what} on {}: {outcome} ({:.1?})",
+            format!(
+                "{what} on {}: {outcome} ({:.1?})",
                 self.display,
                 started.elapsed()
-            );
-        }
+            )
+        });
         result.map_err(|e| self.error(what, e))
     }
 

@@ -16,17 +16,11 @@ use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
 use crate::exit;
 use crate::lock::{self, Keys, Lock, QuorumVerdict, Releaser, Verdict};
+use crate::messages;
 use crate::owner;
 use crate::signals;
 use crate::store::Store;
 use crate::wait::{self, Event, Parker};
-
-/// Prints a message for humans on stderr unless `--quiet`.
-pub fn say(config: &Config, message: impl std::fmt::Display) {
-    if !config.quiet {
-        crate::eline!("redlock: {message}");
-    }
-}
 
 /// A TTL under this is allowed but warned about: a lock that short can expire before its holder
 /// has used it (a round trip and a process start take milliseconds, a loaded machine far more),
@@ -36,11 +30,11 @@ pub const SHORT_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 /// Warns (unless `-q`) about a `--ttl` under [`SHORT_TTL`]; the lock is taken as asked.
 pub fn warn_short_ttl(config: &Config, ttl: std::time::Duration) {
     if ttl < SHORT_TTL {
-        say(
+        messages::warning(
             config,
-            format!(
-                "warning: --ttl {} is under 1s: the lock can expire before its holder has used \
-                 it (or exec has renewed it); 1s or more is safer",
+            format_args!(
+                "--ttl {} is under 1s: the lock can expire before its holder has used it (or \
+                 exec has renewed it); 1s or more is safer",
                 humantime::format_duration(ttl)
             ),
         );
@@ -87,9 +81,9 @@ pub fn take_lock(
             Ok(ControlFlow::Continue(lock))
         }
         Acquired::Interrupted(sig) => {
-            say(
+            messages::notice(
                 config,
-                format!(
+                format_args!(
                     "{} while waiting for '{}'; gave up",
                     signals::name(sig),
                     keys.name
@@ -98,7 +92,7 @@ pub fn take_lock(
             Ok(ControlFlow::Break(exit::signal(sig)))
         }
         busy @ Acquired::Busy(_) => {
-            say(config, busy_message(keys, &busy));
+            messages::notice(config, busy_message(keys, &busy));
             Ok(ControlFlow::Break(args.conflict_exit_code))
         }
     }
@@ -174,10 +168,10 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         // Nobody received the token, so nobody could ever release this lock: give it back.
         store.release(&keys, &Releaser::Holder(lock.token.clone()))?;
         if e.kind() == std::io::ErrorKind::BrokenPipe {
-            crate::eline!(
-                "redlock: cannot print the token ({e}); released '{}' again",
+            messages::alert(format_args!(
+                "cannot print the token ({e}); released '{}' again",
                 keys.name
-            );
+            ));
             // As if SIGPIPE had ended us, the way a shell pipeline expects.
             return Ok(exit::signal(libc::SIGPIPE));
         }
@@ -259,12 +253,15 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
                     })
                     .unwrap_or_else(|| "an unknown client".to_string());
                 // The previous owner is the point of --force's output: print it even with -q.
-                crate::eline!("redlock: force-released '{}', held by {who}", keys.name);
+                messages::outcome(format_args!(
+                    "force-released '{}', held by {who}",
+                    keys.name
+                ));
             }
             Ok(exit::OK)
         }
         Verdict::Free if args.force => {
-            say(config, format!("'{}' was not held", keys.name));
+            messages::notice(config, format_args!("'{}' was not held", keys.name));
             Ok(exit::OK)
         }
         other => {
@@ -321,9 +318,9 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
             .collect();
         format!("{}\n", serde_json::Value::Array(all))
     } else if states.is_empty() {
-        say(
+        messages::notice(
             config,
-            format!("no locks held under prefix '{}'", config.prefix),
+            format_args!("no locks held under prefix '{}'", config.prefix),
         );
         String::new()
     } else {

@@ -99,7 +99,8 @@ fn lookup(words: &[OsString], start: &str) -> Result<Vec<String>> {
         .try_get_matches_from(words)?;
     let matches = matches.subcommand().map_or(&matches, |(_, m)| m);
     let args = GlobalArgs::from_arg_matches(matches)?;
-    let mut config = Config::resolve(&args, &Env::from_process())?;
+    let warn = &mut |w| crate::messages::option_warning(&args, w);
+    let mut config = Config::resolve(&args, &Env::from_process(), warn)?;
     config.connect_timeout = config.connect_timeout.min(TIMEOUT);
     config.io_timeout = config.io_timeout.min(TIMEOUT);
     config.quiet = true;

@@ -132,9 +132,12 @@ impl Env {
 }
 
 impl Config {
-    pub fn resolve(args: &GlobalArgs, env: &Env) -> Result<Config> {
+    /// Resolves and validates `args` and `env`. What is worth a warning but not a refusal (a
+    /// password file others can read) goes to `warn`, at once: this layer prints nothing (the
+    /// caller passes it on to `messages`, which decides what `-q` silences).
+    pub fn resolve(args: &GlobalArgs, env: &Env, warn: &mut dyn FnMut(String)) -> Result<Config> {
         let password = match &args.password_file {
-            Some(path) => Some(read_password(path, args.quiet)?),
+            Some(path) => Some(read_password(path, warn)?),
             None => env.password.clone(),
         };
         let tls = tls_certificates(args)?;
@@ -342,8 +345,8 @@ const PASSWORD_WAIT: Duration = Duration::from_secs(10);
 /// The first line of `--password-file` (or `$REDLOCK_PASSWORD_FILE`), read with bounds: a FIFO
 /// without a writer is empty at once (the open does not block), a pipe whose writer stays silent
 /// is an error after [`PASSWORD_WAIT`], and `/dev/zero` or a huge file costs at most
-/// [`MAX_PASSWORD`] bytes. Warns (unless `quiet`) when others may read the file.
-fn read_password(path: &Path, quiet: bool) -> Result<String> {
+/// [`MAX_PASSWORD`] bytes. Tells `warn` when others may read the file.
+fn read_password(path: &Path, warn: &mut dyn FnMut(String)) -> Result<String> {
     let shown = path.display();
     let cannot = |e: std::io::Error| usage(format!("cannot read --password-file {shown}: {e}"));
     let mut file = std::fs::OpenOptions::new()
@@ -354,17 +357,16 @@ fn read_password(path: &Path, quiet: bool) -> Result<String> {
     let meta = file.metadata().map_err(cannot)?;
     // A file without a name (an exec's memfd, a deleted file) is reachable by its owner alone.
     let others = meta.mode() & 0o044;
-    if !quiet && meta.is_file() && meta.nlink() > 0 && others != 0 {
+    if meta.is_file() && meta.nlink() > 0 && others != 0 {
         let who = match others {
             0o040 => "its group",
             0o004 => "every user",
             _ => "its group and every user",
         };
-        crate::eline!(
-            "redlock: warning: --password-file {shown} is readable by {who} (mode {:o}); \
-             restrict it with chmod 600",
+        warn(format!(
+            "--password-file {shown} is readable by {who} (mode {:o}); restrict it with chmod 600",
             meta.mode() & 0o7777
-        );
+        ));
     }
     let mut line = Vec::new();
     let mut chunk = [0u8; 512];
@@ -853,7 +855,8 @@ mod tests {
 
     #[test]
     fn a_password_file_gives_its_first_line_within_bounds() {
-        let read = |content: &[u8]| read_password(password_file(content, 0o600).path(), true);
+        let read =
+            |content: &[u8]| read_password(password_file(content, 0o600).path(), &mut |_| {});
         assert_eq!(read(b"s3cret\nsecond line\n").unwrap(), "s3cret");
         assert_eq!(read(b"s3cret\r\n").unwrap(), "s3cret");
         assert_eq!(read(b"s3cret").unwrap(), "s3cret");
@@ -866,8 +869,33 @@ mod tests {
         let err = read("y".repeat(MAX_PASSWORD + 1).as_bytes()).unwrap_err();
         assert!(format!("{err:#}").contains("longer than"), "{err:#}");
         // Endless input costs a bounded read.
-        let err = read_password(Path::new("/dev/zero"), true).unwrap_err();
+        let err = read_password(Path::new("/dev/zero"), &mut |_| {}).unwrap_err();
         assert!(format!("{err:#}").contains("longer than"), "{err:#}");
+    }
+
+    /// The warning about a password file others can read goes to the caller (config prints
+    /// nothing), once, naming who can read it; a private file gives none.
+    #[test]
+    fn a_password_file_others_can_read_is_handed_to_warn() {
+        for (mode, who) in [
+            (0o600, None),
+            (0o640, Some("its group")),
+            (0o604, Some("every user")),
+            (0o644, Some("its group and every user")),
+        ] {
+            let file = password_file(b"s3cret\n", mode);
+            let mut warnings = Vec::new();
+            let read = read_password(file.path(), &mut |w| warnings.push(w));
+            assert_eq!(read.unwrap(), "s3cret");
+            match who {
+                None => assert!(warnings.is_empty(), "mode {mode:o}: {warnings:?}"),
+                Some(who) => {
+                    assert_eq!(warnings.len(), 1, "mode {mode:o}: {warnings:?}");
+                    let expected = format!("is readable by {who} (mode {mode:o}); restrict it");
+                    assert!(warnings[0].contains(&expected), "{warnings:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,5 +1,9 @@
 //! `redlock exec`: take the lock, run a command while renewing it, release it after the command.
 //!
+//! The top layer (12): it takes its lock as the `acquire` command does ([`take_lock`]) and says
+//! everything through [`messages`]. [`run`] reads as its steps: the command line, the signals,
+//! the lock, the spawn, the [`Supervisor`], then [`conclude`] (release, and the exit status).
+//!
 //! One supervisor loop owns every decision. It blocks on a single channel that carries signals
 //! (from the signal thread), renewal results (from the renewal thread) and child exits (SIGCHLD),
 //! with a timeout at the next deadline: the lock's deadline or the SIGKILL escalation.
@@ -19,7 +23,8 @@
 //!   deadline passed by the time the child was reaped (redlock stopped or starved: nothing
 //!   checked it meanwhile), or the release found another token or no key (a command shorter than
 //!   a renewal interval is checked by nothing else), or failed. Then redlock says so on stderr whatever
-//!   `-q` says, and exits 75 (`--on-lost ignore` keeps a success: see [`exit_status`]).
+//!   `-q` says (an alert, see [`messages`]), and exits 75 (`--on-lost ignore`
+//!   keeps a success: see [`exit_status`]).
 
 use std::ffi::{OsStr, OsString};
 use std::ops::ControlFlow;
@@ -34,11 +39,12 @@ use signal_hook::consts::signal::*;
 
 use crate::backend;
 use crate::cli::{ExecArgs, OnLost};
-use crate::commands::{say, take_lock};
+use crate::commands::take_lock;
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure};
 use crate::exit;
 use crate::lock::{Keys, Lock, Releaser, Verdict, forced_reason, human_ms};
+use crate::messages;
 use crate::notify;
 use crate::owner;
 use crate::signals::{self, Signal};
@@ -55,18 +61,11 @@ const POLL_CAP: Duration = Duration::from_secs(1);
 /// first moment is found by the renewal instead, as any announcement missed (within TTL/3).
 const LISTEN_AFTER: Duration = Duration::from_millis(50);
 
+/// Runs `exec`: takes the lock, runs the command under a [`Supervisor`], then releases the lock
+/// and returns the command's exit status (or 75: see [`conclude`]).
 pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     let keys = Keys::new(&config.prefix, &args.key)?;
-    let argv: Vec<OsString> = match &args.shell_command {
-        Some(c) => vec!["/bin/sh".into(), "-c".into(), c.into()],
-        None => args.cmd.clone(),
-    };
-    if argv.is_empty() || argv[0].is_empty() {
-        return Err(crate::error::usage(
-            "no command to run: give it after the key and -- (redlock exec KEY -- CMD [ARGS...]), \
-             or as a shell command with -c 'SHELL-COMMAND'",
-        ));
-    }
+    let argv = command_line(args)?;
     let owner = owner::owner(std::process::id(), args.lock.note.as_deref(), || {
         owner::join_args(&argv)
     });
@@ -84,11 +83,11 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         ControlFlow::Break(code) => return Ok(code),
     };
 
-    // From here on the lock is ours: every way out goes through `release_after`.
+    // From here on the lock is ours: every way out goes through `release_after` or `conclude`.
     if let Some(sig) = pending_stop(&rx, &tx) {
-        say(
+        messages::notice(
             config,
-            format!("{} before the command started", signals::name(sig)),
+            format_args!("{} before the command started", signals::name(sig)),
         );
         return release_after(config, store.as_mut(), &lock, Ok(exit::signal(sig)));
     }
@@ -96,54 +95,62 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         Ok(child) => child,
         Err(e) => return release_after(config, store.as_mut(), &lock, Err(e)),
     };
-    if config.verbose {
-        crate::eline!(
-            "redlock: holding '{}' (fence {}); started pid {}",
+    messages::log(config, || {
+        format!(
+            "holding '{}' (fence {}); started pid {}",
             keys.name,
             lock.fence,
             child.id()
-        );
-    }
+        )
+    });
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
-    let mut supervisor = Supervisor {
-        config,
-        args,
-        lock: &lock,
-        child,
-        // A forced release while the command runs reaches us at once (else at the next renewal).
-        listening: Some((Instant::now() + LISTEN_AFTER, tx.clone())),
-        renewal: Some(PendingRenewal {
-            at: lock.sent + renewal_interval(lock.ttl),
-            stop: stop_rx,
-            tx,
-        }),
-        deadline: lock.valid_until(lock.sent),
-        kill_at: None,
-        terminations: 0,
-        // SAFETY: getsid(0) and getpid have no preconditions.
-        session_leader: unsafe { libc::getsid(0) == libc::getpid() },
-        lost: None,
-        lost_unseen: None,
-        last_renew_error: None,
-    };
+    let mut supervisor = Supervisor::new(config, args, &lock, child, tx, stop_rx);
     let status = supervisor.run(&rx);
+    // The renewals stop before the release.
     drop(stop_tx);
-    let status = match status {
-        Ok(status) => status,
-        Err(e) => return release_after(config, store.as_mut(), &lock, Err(e)),
+    match status {
+        Ok(status) => Ok(conclude(store.as_mut(), supervisor, exit_code(status))),
+        Err(e) => release_after(config, store.as_mut(), &lock, Err(e)),
+    }
+}
+
+/// The command to run: CMD [ARGS...], or `/bin/sh -c SHELL-COMMAND`; a usage error if none.
+fn command_line(args: &ExecArgs) -> Result<Vec<OsString>> {
+    let argv: Vec<OsString> = match &args.shell_command {
+        Some(c) => vec!["/bin/sh".into(), "-c".into(), c.into()],
+        None => args.cmd.clone(),
     };
-    let child_code = exit_code(status);
-    if supervisor.lost.is_some() {
+    if argv.is_empty() || argv[0].is_empty() {
+        return Err(crate::error::usage(
+            "no command to run: give it after the key and -- (redlock exec KEY -- CMD [ARGS...]), \
+             or as a shell command with -c 'SHELL-COMMAND'",
+        ));
+    }
+    Ok(argv)
+}
+
+/// Once the command ended with `child_code` under `supervisor`: releases the lock, unless it was
+/// lost while the command ran, and returns `exec`'s exit status. When the lock was not provably
+/// ours for the command's whole run, says so whatever `-q` says (see [`unprotected`]).
+fn conclude(store: &mut dyn Store, supervisor: Supervisor<'_>, child_code: u8) -> u8 {
+    let Supervisor {
+        lock,
+        args,
+        lost,
+        lost_unseen,
+        ..
+    } = supervisor;
+    if lost.is_some() {
         // Said when it happened. Another client may hold the lock now; there is nothing of ours
         // to release.
-        return Ok(exit_status(child_code, true, args.on_lost));
+        return exit_status(child_code, true, args.on_lost);
     }
     // Released even when the deadline passed: the lock may still be ours, and the release
     // deletes it only if it is.
-    let mut why: Vec<String> = supervisor.lost_unseen.into_iter().collect();
+    let mut why: Vec<String> = lost_unseen.into_iter().collect();
     // A lock known lost, or one whose release failed: nothing shows it was held to the end.
     let mut known = !why.is_empty();
-    match release(store.as_mut(), &lock) {
+    match release(store, lock) {
         Released::Lost(lost) => {
             known = true;
             why.push(format!("at release, {lost}"));
@@ -152,31 +159,32 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         Released::Ours => {}
     }
     if why.is_empty() {
-        return Ok(child_code);
+        return child_code;
     }
     let code = exit_status(child_code, true, args.on_lost);
-    let kept = if code == exit::OK {
+    // An alert, not a notice: a command that ran without its lock must not pass for a success
+    // unnoticed.
+    messages::alert(unprotected(&lock.keys.name, known, &why, code == exit::OK));
+    code
+}
+
+/// What `exec` says when lock `name` was not provably held for the command's whole run: `known`
+/// lost, or not confirmed, for the reasons `why`; `kept` when `--on-lost ignore` kept a success.
+fn unprotected(name: &str, known: bool, why: &[String], kept: bool) -> String {
+    let what = if known {
+        format!("lost the lock '{name}' during the command (found after it ended)")
+    } else {
+        format!("cannot confirm that '{name}' was held to the end of the command")
+    };
+    let kept = if kept {
         " (exit status 0 kept: --on-lost ignore)"
     } else {
         ""
     };
-    // Not `say`: a command that ran without its lock must not pass for a success unnoticed.
-    let what = if known {
-        format!(
-            "lost the lock '{}' during the command (found after it ended)",
-            keys.name
-        )
-    } else {
-        format!(
-            "cannot confirm that '{}' was held to the end of the command",
-            keys.name
-        )
-    };
-    crate::eline!(
-        "redlock: {what}: {}; it may have run without the lock{kept}",
+    format!(
+        "{what}: {}; it may have run without the lock{kept}",
         why.join("; ")
-    );
-    Ok(code)
+    )
 }
 
 /// The exit status of `exec` once the command has ended with `child_code`: the command's own,
@@ -214,9 +222,9 @@ fn release_after(
     result: Result<u8>,
 ) -> Result<u8> {
     if let Released::Lost(why) | Released::Unconfirmed(why) = release(store, lock) {
-        say(
+        messages::notice(
             config,
-            format!("'{}' was no longer ours at release: {why}", lock.keys.name),
+            format_args!("'{}' was no longer ours at release: {why}", lock.keys.name),
         );
     }
     result
@@ -274,28 +282,22 @@ fn spawn(argv: &[OsString], lock: &Lock, config: &Config, handled: &[i32]) -> Re
         .and_then(|pw| match password_fd(pw) {
             Ok(fd) => Some(fd),
             Err(e) => {
-                say(
+                messages::notice(
                     config,
-                    format!(
+                    format_args!(
                         "cannot hand the password to the command ({e}): a redlock it runs needs \
-                     --password-file"
+                         --password-file"
                     ),
                 );
                 None
             }
         });
-    if files.password.is_none() && config.verbose {
-        let passwords = config.servers.endpoints().iter();
-        if passwords
-            .filter_map(|e| e.info.redis_settings().password())
-            .next()
-            .is_some()
-        {
-            crate::eline!(
-                "redlock: the servers have different passwords: the command gets none (one \
-                 password file cannot carry them all)"
-            );
-        }
+    let mut passwords = config.servers.endpoints().iter();
+    if files.password.is_none() && passwords.any(|e| e.info.redis_settings().password().is_some()) {
+        messages::log(config, || {
+            "the servers have different passwords: the command gets none (one password file \
+             cannot carry them all)"
+        });
     }
     let password_file = password
         .as_ref()
@@ -450,7 +452,7 @@ fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Even
         });
     if let Err(e) = spawned {
         // Without renewal the deadline check still stops the child when the TTL runs out.
-        crate::eline!("redlock: cannot start the renewal thread: {e}");
+        messages::alert(format_args!("cannot start the renewal thread: {e}"));
     }
 }
 
@@ -521,6 +523,43 @@ struct Supervisor<'a> {
     last_renew_error: Option<String>,
 }
 
+impl<'a> Supervisor<'a> {
+    /// A supervisor for `child`, just started under `lock`. It starts listening for a forced
+    /// release [`LISTEN_AFTER`] from now and the renewals at TTL/3, both reporting on `tx`;
+    /// dropping the sender of `stop` ends the renewals.
+    fn new(
+        config: &'a Config,
+        args: &'a ExecArgs,
+        lock: &'a Lock,
+        child: Child,
+        tx: Sender<Event>,
+        stop: Receiver<()>,
+    ) -> Self {
+        Supervisor {
+            config,
+            args,
+            lock,
+            child,
+            // A forced release while the command runs reaches us at once (else at the next
+            // renewal).
+            listening: Some((Instant::now() + LISTEN_AFTER, tx.clone())),
+            renewal: Some(PendingRenewal {
+                at: lock.sent + renewal_interval(lock.ttl),
+                stop,
+                tx,
+            }),
+            deadline: lock.valid_until(lock.sent),
+            kill_at: None,
+            terminations: 0,
+            // SAFETY: getsid(0) and getpid have no preconditions.
+            session_leader: unsafe { libc::getsid(0) == libc::getpid() },
+            lost: None,
+            lost_unseen: None,
+            last_renew_error: None,
+        }
+    }
+}
+
 impl Supervisor<'_> {
     /// Supervises the child until it exits; returns its status.
     fn run(&mut self, rx: &Receiver<Event>) -> Result<ExitStatus> {
@@ -534,73 +573,9 @@ impl Supervisor<'_> {
                 return Ok(status);
             }
             let now = Instant::now();
-            if self.lost.is_none() && now >= self.deadline {
-                let why = match &self.last_renew_error {
-                    Some(e) => format!("no renewal succeeded before the lock's TTL ran out ({e})"),
-                    None => "no renewal succeeded before the lock's TTL ran out".to_string(),
-                };
-                self.lose(why);
-            }
-            if self.kill_at.is_some_and(|t| now >= t) {
-                self.kill_at = None;
-                self.send(SIGKILL);
-            }
-            if let Some(due) = self.renewal.take_if(|r| now >= r.at)
-                && self.lost.is_none()
-            {
-                start_renewal(self.config.clone(), self.lock.clone(), due.stop, due.tx);
-            }
-            if let Some((_, tx)) = self.listening.take_if(|(at, _)| now >= *at)
-                && self.lost.is_none()
-            {
-                notify::listen(self.config, &self.lock.keys, tx);
-            }
-            let mut wake = now + POLL_CAP;
-            if let Some(r) = &self.renewal {
-                wake = wake.min(r.at);
-            }
-            if let Some((at, _)) = &self.listening {
-                wake = wake.min(*at);
-            }
-            if self.lost.is_none() {
-                wake = wake.min(self.deadline);
-            }
-            if let Some(t) = self.kill_at {
-                wake = wake.min(t);
-            }
-            match rx.recv_timeout(wake.saturating_duration_since(now)) {
-                Ok(Event::Signal(s)) if s.signo == SIGCHLD => {}
-                Ok(Event::Signal(s)) => self.forward(s),
-                Ok(Event::Renewed(sent)) => {
-                    // A renewal sent after the deadline comes too late: the lock counted as lost.
-                    if self.lost.is_none() && sent < self.deadline {
-                        self.deadline = self.deadline.max(self.lock.valid_until(sent));
-                        self.last_renew_error = None;
-                    }
-                }
-                Ok(Event::RenewFailed(e)) => {
-                    if self.lost.is_none() && self.last_renew_error.is_none() {
-                        say(
-                            self.config,
-                            format!(
-                                "renewing '{}' failed: {e}; retrying while the lock lasts ({} left)",
-                                self.lock.keys.name,
-                                human_ms(self.deadline.saturating_duration_since(Instant::now()))
-                            ),
-                        );
-                    }
-                    self.last_renew_error = Some(e);
-                }
-                Ok(Event::Lost(why)) => {
-                    if self.lost.is_none() {
-                        self.lose(why);
-                    }
-                }
-                Ok(Event::TakenAway { token, why }) => {
-                    if self.lost.is_none() && token == self.lock.token {
-                        self.lose(why);
-                    }
-                }
+            self.act_on_time(now);
+            match rx.recv_timeout(self.next_wake(now).saturating_duration_since(now)) {
+                Ok(event) => self.handle(event),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     // Cannot happen while we hold a sender's clone in the signal thread; wait
@@ -608,6 +583,90 @@ impl Supervisor<'_> {
                     let status = self.child.wait().context("cannot wait for the command")?;
                     self.settle(rx, Instant::now());
                     return Ok(status);
+                }
+            }
+        }
+    }
+
+    /// Does what is due at `now`: the lock is lost when its deadline passed, SIGKILL follows an
+    /// unheeded SIGTERM, and the renewals and the listening for a forced release start.
+    fn act_on_time(&mut self, now: Instant) {
+        if self.lost.is_none() && now >= self.deadline {
+            let why = match &self.last_renew_error {
+                Some(e) => format!("no renewal succeeded before the lock's TTL ran out ({e})"),
+                None => "no renewal succeeded before the lock's TTL ran out".to_string(),
+            };
+            self.lose(why);
+        }
+        if self.kill_at.is_some_and(|t| now >= t) {
+            self.kill_at = None;
+            self.send(SIGKILL);
+        }
+        if let Some(due) = self.renewal.take_if(|r| now >= r.at)
+            && self.lost.is_none()
+        {
+            start_renewal(self.config.clone(), self.lock.clone(), due.stop, due.tx);
+        }
+        if let Some((_, tx)) = self.listening.take_if(|(at, _)| now >= *at)
+            && self.lost.is_none()
+        {
+            notify::listen(self.config, &self.lock.keys, tx);
+        }
+    }
+
+    /// When [`act_on_time`](Self::act_on_time) has something to do next, or [`POLL_CAP`] from
+    /// `now` at the latest.
+    fn next_wake(&self, now: Instant) -> Instant {
+        let mut wake = now + POLL_CAP;
+        if let Some(r) = &self.renewal {
+            wake = wake.min(r.at);
+        }
+        if let Some((at, _)) = &self.listening {
+            wake = wake.min(*at);
+        }
+        if self.lost.is_none() {
+            wake = wake.min(self.deadline);
+        }
+        if let Some(t) = self.kill_at {
+            wake = wake.min(t);
+        }
+        wake
+    }
+
+    /// Reacts to one event while the command runs: forwards a signal, moves the deadline on a
+    /// renewal, or loses the lock.
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Signal(s) if s.signo == SIGCHLD => {}
+            Event::Signal(s) => self.forward(s),
+            Event::Renewed(sent) => {
+                // A renewal sent after the deadline comes too late: the lock counted as lost.
+                if self.lost.is_none() && sent < self.deadline {
+                    self.deadline = self.deadline.max(self.lock.valid_until(sent));
+                    self.last_renew_error = None;
+                }
+            }
+            Event::RenewFailed(e) => {
+                if self.lost.is_none() && self.last_renew_error.is_none() {
+                    messages::notice(
+                        self.config,
+                        format_args!(
+                            "renewing '{}' failed: {e}; retrying while the lock lasts ({} left)",
+                            self.lock.keys.name,
+                            human_ms(self.deadline.saturating_duration_since(Instant::now()))
+                        ),
+                    );
+                }
+                self.last_renew_error = Some(e);
+            }
+            Event::Lost(why) => {
+                if self.lost.is_none() {
+                    self.lose(why);
+                }
+            }
+            Event::TakenAway { token, why } => {
+                if self.lost.is_none() && token == self.lock.token {
+                    self.lose(why);
                 }
             }
         }
@@ -664,9 +723,9 @@ impl Supervisor<'_> {
             self.terminations += 1;
         }
         if self.terminations >= 2 && terminating {
-            say(
+            messages::notice(
                 self.config,
-                format!("second {}: killing the command", signals::name(s.signo)),
+                format_args!("second {}: killing the command", signals::name(s.signo)),
             );
             self.send(SIGKILL);
             return;
@@ -691,12 +750,12 @@ impl Supervisor<'_> {
             OnLost::Kill => "killing the command".to_string(),
             OnLost::Ignore => "letting the command run unprotected (--on-lost ignore)".to_string(),
         };
-        crate::eline!(
-            "redlock: lost the lock '{}' at {} after holding it {}: {why}; {action}",
+        messages::alert(format_args!(
+            "lost the lock '{}' at {} after holding it {}: {why}; {action}",
             self.lock.keys.name,
             humantime::format_rfc3339_seconds(SystemTime::now()),
             human_ms(self.lock.sent.elapsed()),
-        );
+        ));
         self.lost = Some(why);
         match self.args.on_lost {
             OnLost::Term => {
@@ -747,6 +806,50 @@ mod tests {
                 "child {child}, lost {lost}, --on-lost {on_lost:?}"
             );
         }
+    }
+
+    /// The command line is CMD [ARGS...] or `sh -c` with `-c`; none, or an empty CMD, is a usage
+    /// error.
+    #[test]
+    fn the_command_is_its_words_or_a_shell_command() {
+        use clap::Parser;
+        let argv = |words: &[&str]| {
+            let cli = crate::cli::Cli::try_parse_from(["redlock", "exec", "k"].iter().chain(words))
+                .unwrap();
+            let crate::cli::Command::Exec(args) = cli.command else {
+                panic!("not exec")
+            };
+            command_line(&args)
+        };
+        assert_eq!(argv(&["--", "echo", "a b"]).unwrap(), ["echo", "a b"]);
+        assert_eq!(
+            argv(&["-c", "echo hi"]).unwrap(),
+            ["/bin/sh", "-c", "echo hi"]
+        );
+        for none in [&["--", ""][..], &[]] {
+            let err = argv(none).unwrap_err();
+            assert_eq!(crate::error::exit_code(&err), exit::USAGE, "{none:?}");
+        }
+    }
+
+    /// What `exec` says when the lock was not provably held to the end, word for word.
+    #[test]
+    fn an_unprotected_run_is_said_with_its_reasons() {
+        let why = [
+            "at release, the lock key is gone".to_string(),
+            "b".to_string(),
+        ];
+        assert_eq!(
+            unprotected("k", true, &why[..1], false),
+            "lost the lock 'k' during the command (found after it ended): at release, the lock \
+             key is gone; it may have run without the lock"
+        );
+        assert_eq!(
+            unprotected("k", false, &why, true),
+            "cannot confirm that 'k' was held to the end of the command: at release, the lock \
+             key is gone; b; it may have run without the lock (exit status 0 kept: --on-lost \
+             ignore)"
+        );
     }
 
     /// Fails if looking for a stop signal before the command starts throws away the announcement

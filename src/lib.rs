@@ -24,9 +24,10 @@
 //! 11. `commands`: `acquire`, `release`, `extend`, `status`
 //! 12. `exec`: the supervisor (it takes its lock as the `acquire` command does)
 
-/// `eprintln!` that never panics: every line for humans goes to stderr through here, and a
-/// closed or broken stderr (the reader of a pipe went away) must not turn an outcome into a
-/// crash, or a held lock into one that is never released.
+/// `eprintln!` that never panics, for `messages` (the one module that writes lines for humans to
+/// stderr, and knows what `-q` and `-v` do to them): a closed or broken stderr (the reader of a
+/// pipe went away) must not turn an outcome into a crash, or a held lock into one that is never
+/// released.
 #[macro_export]
 macro_rules! eline {
     ($($arg:tt)*) => {{
@@ -69,7 +70,8 @@ use config::{Config, Env};
 
 /// Runs a parsed command line; returns the exit status for outcomes that are not errors.
 pub fn run(cli: Cli) -> Result<u8> {
-    let mut config = Config::resolve(&cli.global, &Env::from_process())?;
+    let warn = &mut |w| messages::option_warning(&cli.global, w);
+    let mut config = Config::resolve(&cli.global, &Env::from_process(), warn)?;
     if let Command::Acquire(cli::AcquireArgs { lock, .. })
     | Command::Exec(cli::ExecArgs { lock, .. }) = &cli.command
     {

@@ -1,14 +1,112 @@
-//! Every line for humans on stderr, in one place: the final error line and usage errors.
+//! Every line for humans on stderr, in one place: what each kind of line looks like, and what
+//! `-q` and `-v` do to it.
+//!
+//! Layer 3, above `config` (whose `quiet` and `verbose` it reads) and below every module that
+//! has something to say, from `client` up; it uses only `cli`, `config`, `error`, `exit`,
+//! `printable` and the crate's [`eline!`](crate::eline). Nothing else in `src/` writes to stderr.
+//!
+//! The rule, decided here and nowhere else ([`shown`]):
+//!
+//! | kind | what it is | `-q` | `-v` |
+//! |---|---|---|---|
+//! | [`notice`] | what redlock did or is doing: a busy lock, a wait given up on a signal or still retrying, a node that missed a release, a second Ctrl-C | silenced | shown |
+//! | [`warning`] | `warning: ...`, a setup that works but is risky: a short TTL, a server that evicts keys with a TTL, a password file others can read | silenced | shown |
+//! | [`log`] | what only `-v` adds: connections, round trips, why a helper thread gave up | not shown | shown |
+//! | [`alert`] | a lock that may not have been exclusive, or a failure the exit status does not tell: a lock lost or not confirmed to the end, a quorum node that restarted while the lock was held, a renewal thread that could not start, a queue that could not be left, a token nobody received | shown | shown |
+//! | [`outcome`] | what the command is for, on stderr: whom `release --force` evicted | shown | shown |
+//! | [`report_error`], [`usage_error`] | the final error, one line | shown | shown |
+//!
+//! So `-q` keeps exactly what the `--quiet` help promises: errors, and whom `release --force`
+//! evicted. A notice or a warning repeats what the exit status says, or a risk the user may
+//! already have accepted; an alert is about the lock's safety, which a script that asked for
+//! quiet still needs to hear about (it is what keeps a lost lock from passing for a success).
 //!
 //! A line never panics on a closed or broken stderr ([`eline!`](crate::eline)), and text that
 //! came from outside (a server, another client, the command line) goes through
 //! [`printable`] first.
 
+use std::fmt::Display;
+
 use clap::error::ErrorKind;
 
+use crate::cli::GlobalArgs;
+use crate::config::Config;
 use crate::exit;
 use crate::printable::printable;
 use crate::{cli, error};
+
+/// The kinds of line, as the table in the module doc lists them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Notice,
+    Warning,
+    Log,
+    Alert,
+    Outcome,
+}
+
+/// Whether a line of `kind` is printed under `-q` (`quiet`) and `-v` (`verbose`): the rule of
+/// the module doc. (clap refuses `-q` with `-v`; were both set, `-q` would win for notices and
+/// warnings, `-v` for logs.)
+fn shown(kind: Kind, quiet: bool, verbose: bool) -> bool {
+    match kind {
+        Kind::Notice | Kind::Warning => !quiet,
+        Kind::Log => verbose,
+        Kind::Alert | Kind::Outcome => true,
+    }
+}
+
+/// Prints `redlock: {text}` if a line of `kind` is shown.
+fn emit(kind: Kind, quiet: bool, verbose: bool, text: impl Display) {
+    if shown(kind, quiet, verbose) {
+        crate::eline!("redlock: {text}");
+    }
+}
+
+/// What redlock did or is doing; `-q` silences it.
+pub fn notice(config: &Config, text: impl Display) {
+    emit(Kind::Notice, config.quiet, config.verbose, text);
+}
+
+/// `warning: {text}`, a risky setup that still works; `-q` silences it.
+pub fn warning(config: &Config, text: impl Display) {
+    emit(
+        Kind::Warning,
+        config.quiet,
+        config.verbose,
+        format_args!("warning: {text}"),
+    );
+}
+
+/// A [`warning`] about the options themselves, found while the [`Config`] is being made (so the
+/// flags say whether `-q` was given).
+pub fn option_warning(args: &GlobalArgs, text: impl Display) {
+    emit(
+        Kind::Warning,
+        args.quiet,
+        args.verbose,
+        format_args!("warning: {text}"),
+    );
+}
+
+/// What only `-v` adds. The text is made only then: round trips are logged on the hot path.
+pub fn log<D: Display>(config: &Config, text: impl FnOnce() -> D) {
+    if shown(Kind::Log, config.quiet, config.verbose) {
+        crate::eline!("redlock: {}", text());
+    }
+}
+
+/// The lock may not have been exclusive, or something failed that the exit status does not
+/// tell: shown whatever `-q` says. It takes no [`Config`], so that no flag can ever silence it.
+pub fn alert(text: impl Display) {
+    emit(Kind::Alert, false, false, text);
+}
+
+/// What the command is for, when it goes to stderr (whom `release --force` evicted): shown
+/// whatever `-q` says (no [`Config`], as for [`alert`]).
+pub fn outcome(text: impl Display) {
+    emit(Kind::Outcome, false, false, text);
+}
 
 /// Prints a command's error as one line, `redlock: CAUSE; CAUSE`, and returns its exit status.
 pub fn report_error(err: &anyhow::Error) -> u8 {
@@ -74,4 +172,28 @@ pub fn usage_error(e: &clap::Error) -> u8 {
     };
     crate::eline!("redlock: {} (see '{help}')", printable(line));
     exit::USAGE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rule of the module doc, row by row: fails if `-q` stops silencing a notice or a
+    /// warning, silences an alert or the outcome of `--force`, or if a log shows without `-v`.
+    #[test]
+    fn quiet_silences_notices_and_warnings_and_verbose_adds_logs() {
+        use Kind::*;
+        // (kind, shown by default, with -q, with -v)
+        for (kind, plain, quiet, verbose) in [
+            (Notice, true, false, true),
+            (Warning, true, false, true),
+            (Log, false, false, true),
+            (Alert, true, true, true),
+            (Outcome, true, true, true),
+        ] {
+            assert_eq!(shown(kind, false, false), plain, "{kind:?} by default");
+            assert_eq!(shown(kind, true, false), quiet, "{kind:?} with -q");
+            assert_eq!(shown(kind, false, true), verbose, "{kind:?} with -v");
+        }
+    }
 }

@@ -20,6 +20,7 @@ use crate::client;
 use crate::config::Config;
 use crate::error::{Kind, failure, kind_of, redis_kind};
 use crate::lock::{Forced, Keys, forced_reason};
+use crate::messages;
 use crate::wait::Event;
 
 /// The first pause before subscribing again after losing the subscription; doubles up to
@@ -30,19 +31,17 @@ const RESUBSCRIBE_CAP: Duration = Duration::from_secs(5);
 /// Listens for announcements about `keys` and sends each as [`Event::TakenAway`] on `tx`, until
 /// `tx` is closed.
 pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>) {
-    let verbose = config.verbose;
-    let (config, channel) = (config.clone(), keys.events());
+    let (shared, channel) = (config.clone(), keys.events());
     let spawned = std::thread::Builder::new()
         .name("notify".into())
         .spawn(move || {
+            let config = shared;
             let mut pause = RESUBSCRIBE;
             loop {
                 match subscribe(&config, &channel, &tx) {
                     Ok(Listening::Stopped) => return,
                     Ok(Listening::Dropped(e)) | Err(e) => {
-                        if config.verbose {
-                            crate::eline!("redlock: not listening on {channel}: {e:#}");
-                        }
+                        messages::log(&config, || format!("not listening on {channel}: {e:#}"));
                         // Refused (an ACL user without the channel: Redis 7 gives new users
                         // none) or not understood: trying again cannot help.
                         if kind_of(&e) != Kind::Unavailable {
@@ -56,9 +55,9 @@ pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>) {
         });
     if let Err(e) = spawned {
         // The renewal still finds a loss.
-        if verbose {
-            crate::eline!("redlock: cannot start the notification thread: {e}");
-        }
+        messages::log(config, || {
+            format!("cannot start the notification thread: {e}")
+        });
     }
 }
 

@@ -264,12 +264,12 @@ impl Nodes {
         };
         if before != now && !self.reported[i] {
             self.reported[i] = true;
-            crate::eline!(
-                "redlock: {} restarted while '{}' was held (its run_id changed); without \
-                 appendonly + appendfsync always it may have forgotten the lock",
-                self.endpoints[i].display,
-                keys.name
-            );
+            // An alert, not a notice: the lock may no longer be exclusive (see `messages`).
+            crate::messages::alert(format_args!(
+                "{} restarted while '{}' was held (its run_id changed); without appendonly + \
+                 appendfsync always it may have forgotten the lock",
+                self.endpoints[i].display, keys.name
+            ));
         }
     }
 
@@ -878,12 +878,14 @@ impl Store for Nodes {
             ));
         }
         if let Some(done) = done {
-            if !failed.is_empty() && !self.config.quiet {
-                crate::eline!(
-                    "redlock: released '{}' where it was held; {}: the lock expires there by \
-                     its TTL",
-                    keys.name,
-                    joined(&failed)
+            if !failed.is_empty() {
+                crate::messages::notice(
+                    &self.config,
+                    format_args!(
+                        "released '{}' where it was held; {}: the lock expires there by its TTL",
+                        keys.name,
+                        joined(&failed)
+                    ),
                 );
             }
             // With --force, name a holder if any node recorded one.

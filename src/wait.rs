@@ -25,6 +25,7 @@ use crate::client::Redis;
 use crate::config::Config;
 use crate::exit;
 use crate::lock::Keys;
+use crate::messages;
 use crate::signals::{self, Signal};
 
 /// Everything a waiting or supervising redlock reacts to, on one channel.
@@ -79,19 +80,20 @@ fn end_parked_wait(signal: &Signal) {
     };
     // Holding the mutex: the main thread cannot leave its BLPOP to take the lock meanwhile.
     let left = crate::backend::open(&on.config).and_then(|mut s| s.leave(&on.keys, &on.token));
-    if !on.config.quiet {
-        crate::eline!(
-            "redlock: {} while waiting for '{}'; gave up",
+    messages::notice(
+        &on.config,
+        format_args!(
+            "{} while waiting for '{}'; gave up",
             signals::name(signal.signo),
             on.keys.name
-        );
-    }
+        ),
+    );
     if let Err(e) = left {
         // The lease runs out by itself; the queue goes on without us.
-        crate::eline!(
-            "redlock: cannot leave the queue of '{}': {e:#}",
+        messages::alert(format_args!(
+            "cannot leave the queue of '{}': {e:#}",
             on.keys.name
-        );
+        ));
     }
     std::process::exit(i32::from(exit::signal(signal.signo)));
 }
@@ -187,19 +189,17 @@ impl Park for Parker<'_> {
     }
 
     fn outage(&mut self, keys: &Keys, error: &anyhow::Error, forever: bool) {
-        if !self.config.quiet {
-            let until = if forever {
-                "until Redis answers again (no --wait limit)"
-            } else {
-                "until the wait runs out"
-            };
-            // The server answered before: the hint for a wrong URL would mislead.
-            let error = format!("{error:#}").replace(crate::client::START_HINT, "");
-            crate::eline!(
-                "redlock: waiting for '{}': {error}; retrying {until}",
-                keys.name
-            );
-        }
+        let until = if forever {
+            "until Redis answers again (no --wait limit)"
+        } else {
+            "until the wait runs out"
+        };
+        // The server answered before: the hint for a wrong URL would mislead.
+        let error = format!("{error:#}").replace(crate::client::START_HINT, "");
+        messages::notice(
+            self.config,
+            format_args!("waiting for '{}': {error}; retrying {until}", keys.name),
+        );
     }
 }
 
