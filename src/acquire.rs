@@ -21,6 +21,8 @@
 //!
 //! The protocol steps (one script call each) are in `lock.rs`; a quorum counts them in
 //! `quorum.rs`. This module decides only when to ask again and how to give up cleanly.
+//!
+//! Layer 8 of the list in `lib.rs`.
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,8 @@
 //! Picks the [`Store`] for the configured servers: the one place that knows every backend. Above
 //! `store.rs` and `quorum.rs`; the commands, `exec` and the waiting loop's signal thread open
 //! their store here.
+//!
+//! Layer 8 of the list in `lib.rs`.
 
 use anyhow::Result;
 

@@ -4,6 +4,8 @@
 //! completion and man-page generators in `tests/generated.rs` can include both with `#[path]` and
 //! render exactly what users see. Parsing helpers that clap calls (`parse_duration`) live here for
 //! that reason.
+//!
+//! Layer 1 of the list in `lib.rs`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -3,6 +3,8 @@
 //! Every connection has a connect timeout and a read/write timeout, so a dead or silent server is
 //! an error after at most `--connect-timeout` + `--io-timeout`, never a hang. Errors carry the
 //! redacted URL and a hint at the fix.
+//!
+//! Layer 4 of the list in `lib.rs`.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};

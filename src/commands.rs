@@ -2,6 +2,8 @@
 //!
 //! Each returns the exit status for outcomes that are not errors (busy, free) and an error for the
 //! rest; `main` maps errors to codes. `exec` lives in `exec.rs`.
+//!
+//! Layer 11 of the list in `lib.rs`.
 
 use std::io::Write;
 use std::ops::ControlFlow;

@@ -6,6 +6,8 @@
 //! never in an environment variable); every string meant for humans or for a child process is
 //! built from a redacted copy of the URL: userinfo password and `pass=` shown as `***` or left
 //! out, and a URL that does not parse shown only from its last `@` on.
+//!
+//! Layer 2 of the list in `lib.rs`.
 
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};

@@ -3,6 +3,8 @@
 //! Errors travel as `anyhow::Error` with context added at the edges. Where the kind decides the
 //! exit status, the root cause is a [`Failure`] (raised by redlock itself) or a
 //! [`redis::RedisError`] (raised by the driver); [`exit_code`] looks for either in the chain.
+//!
+//! Layer 1 of the list in `lib.rs`.
 
 use std::fmt;
 

@@ -25,6 +25,8 @@
 //!   a renewal interval is checked by nothing else), or failed. Then redlock says so on stderr whatever
 //!   `-q` says (an alert, see [`messages`]), and exits 75 (`--on-lost ignore`
 //!   keeps a success: see [`exit_status`]).
+//!
+//! Layer 12 of the list in `lib.rs`.
 
 use std::ffi::{OsStr, OsString};
 use std::ops::ControlFlow;

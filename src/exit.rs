@@ -3,6 +3,8 @@
 //! `main` maps every outcome to one of these codes; the README and the man page print
 //! [`TABLE`] (the man page is generated from it, and a test checks the README copy). This file
 //! depends on nothing else in the crate so that the generators can include it with `#[path]`.
+//!
+//! Layer 0 of the list in `lib.rs`.
 
 /// Success: acquired, released, extended; `status`: every named lock is held.
 pub const OK: u8 = 0;

@@ -18,6 +18,8 @@
 //!   fences, and they keep increasing when meta is lost (see `acquire.lua`).
 //! - No client clock is used for anything Redis decides: expiry is Redis's, acquired-at is
 //!   Redis's `TIME`. Client-side waits only decide when to *ask* again.
+//!
+//! Layer 5 of the list in `lib.rs`.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -10,6 +10,8 @@
 //! instead, within TTL/3. So the listener decides nothing alone, and when it cannot listen, the
 //! command runs on as before. It costs one connection per `exec` and no polling: it blocks on its
 //! subscription, and reconnects (with backoff) only after losing it.
+//!
+//! Layer 10 of the list in `lib.rs`.
 
 use std::sync::mpsc::Sender;
 use std::time::Duration;

@@ -6,6 +6,8 @@
 //! keeps a last holder, HOLDER says `(last: WHO until TIME)` (with `, force-released by WHO` when a
 //! forced release ended that hold) and FENCE is the counter, while the other columns stay `-`. Columns are padded by display width, so wide (CJK) characters, which
 //! take two terminal cells, keep them aligned.
+//!
+//! Layer 9 of the list in `lib.rs`.
 
 use std::time::{Duration, UNIX_EPOCH};
 

@@ -8,6 +8,8 @@
 //! is written: command lines carry passwords (`redis://:PW@host`, `REDLOCK_PASSWORD=PW cmd`,
 //! `redis-cli -a PW`). A default note built from an argv is redacted argument by argument before
 //! the arguments are joined (`--password 'two words'` is hidden whole), then as text like any.
+//!
+//! Layer 9 of the list in `lib.rs`.
 
 use std::ffi::CStr;
 

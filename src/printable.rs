@@ -6,6 +6,8 @@
 //! what was printed), `\r` (overwrites the line), and bidirectional overrides (U+202E shows
 //! text in an order other than the one it has). Such characters are shown escaped, as `\u{1b}`,
 //! so that they are visible rather than obeyed. Everything else, wide characters included, stays.
+//!
+//! Layer 0 of the list in `lib.rs`.
 
 use std::borrow::Cow;
 

@@ -49,6 +49,8 @@
 //!   attempt does nothing there.
 //! - Extend needs a majority within the validity; a majority that can no longer be reached
 //!   (enough nodes say free or another token) means the lock is lost.
+//!
+//! Layer 7 of the list in `lib.rs`.
 
 use std::sync::Arc;
 use std::sync::mpsc;

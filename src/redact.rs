@@ -12,6 +12,8 @@
 //! text is entered at most [`MAX_DEPTH`] levels deep, so a hostile note cannot make it slow or
 //! overflow the stack. It errs on the side of hiding: a port after `-p`/`-P` or a path after
 //! `--auth` turns into `***` too; `--note` says what a lock is for without it.
+//!
+//! Layer 0 of the list in `lib.rs`.
 
 /// What a secret is replaced with.
 const HIDDEN: &str = "***";

@@ -5,6 +5,8 @@
 //! prepended to every script at compile time, so all of them agree on the layout. `redis::Script`
 //! runs them with EVALSHA and falls back to EVAL when the server does not know the script (after a
 //! restart or SCRIPT FLUSH).
+//!
+//! Layer 0 of the list in `lib.rs`.
 
 use std::sync::LazyLock;
 

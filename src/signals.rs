@@ -5,6 +5,8 @@
 //! terminal (Ctrl-C, Ctrl-\): the main loop can then block on one channel for signals, child exit
 //! and renewal results alike, and decide what to forward without racing a handler. That thread is
 //! the only one that takes these signals, so no Redis read elsewhere is cut short by a handler.
+//!
+//! Layer 0 of the list in `lib.rs`.
 
 use std::sync::mpsc::Sender;
 

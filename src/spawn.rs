@@ -12,6 +12,8 @@
 //! Signals: all are blocked in the parent around the clone, so that no handler of ours can run
 //! in the child (it shares our memory until it execs); the child resets the handled signals and
 //! SIGPIPE to their defaults and unblocks everything, as `std` does for its children.
+//!
+//! Layer 0 of the list in `lib.rs`.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;

@@ -4,6 +4,8 @@
 //! The layer above `lock.rs`. A quorum of independent masters implements the same trait above it
 //! (`quorum.rs`); `backend.rs` picks one for the configuration, and the waiting loop
 //! (`acquire.rs`), the commands and `exec` talk to a [`Store`] without caring which.
+//!
+//! Layer 6 of the list in `lib.rs`.
 
 use std::time::Duration;
 

@@ -12,6 +12,8 @@
 //! housekeeping tick (every 100 ms by default), which would make a waiter late for a dead holder's
 //! expiry. So the socket's read timeout is the wait, the BLPOP's own timeout is a little longer,
 //! and a read that times out is followed by a fresh connection (the old one still has the BLPOP).
+//!
+//! Layer 9 of the list in `lib.rs`.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, Ordering};

@@ -1,6 +1,7 @@
 //! The layer order written at the top of `src/lib.rs` is the one the code follows: every
 //! `crate::MODULE` a file of `src/` mentions outside comments names a module of a lower layer.
-//! A new module must be listed there, so the list stays complete.
+//! A new module must be listed there, so the list stays complete, and each module's doc says its
+//! layer ("Layer N"), so that the docs stay true when a module moves.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -79,7 +80,18 @@ fn every_import_points_down_the_layers() {
             wrong.push(format!("{module}: not in the layer list of src/lib.rs"));
             continue;
         };
-        for used in uses(&std::fs::read_to_string(&file).unwrap()) {
+        let code = std::fs::read_to_string(&file).unwrap();
+        let doc: String = code
+            .lines()
+            .map_while(|l| l.strip_prefix("//!"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        if !doc.contains(&format!("Layer {mine}")) {
+            wrong.push(format!(
+                "{module}: its module doc does not say 'Layer {mine}'"
+            ));
+        }
+        for used in uses(&code) {
             match layers.get(&used) {
                 Some(&theirs) if theirs < mine => {}
                 Some(&theirs) => wrong.push(format!(
