@@ -2,18 +2,20 @@
 //!
 //! Waiting: wake on release, first come first served.
 //! - A failed attempt joins the queue (`:q`, ordered by a ticket) in the same script, with a lease
-//!   (`:leases`) that covers the wait it is about to do. The waiter then blocks with BLPOP on its own
-//!   wake list `:w:TOKEN`, for at most the holder's remaining TTL (capped at [`BLOCK_CAP`]), so a
-//!   holder that dies without releasing is picked up when its key expires.
+//!   (`:leases`) that covers the wait it is about to do. The waiter then blocks with BLPOP on its
+//!   own wake list `:w:TOKEN`, for at most the holder's remaining TTL (capped at [`BLOCK_CAP`]),
+//!   so a holder that dies without releasing is picked up when its key expires.
 //! - Release, in the script that deletes the lock, hands it to the first waiter whose lease is
-//!   live: the lock key becomes `~TOKEN` for [`CLAIM_WINDOW`](crate::lock::CLAIM_WINDOW) and the waiter's wake list gets one
-//!   push, which wakes exactly that waiter (no herd). Its next attempt claims the reservation.
+//!   live: the lock key becomes `~TOKEN` for [`CLAIM_WINDOW`](crate::lock::CLAIM_WINDOW) and
+//!   the waiter's wake list gets one push, which wakes exactly that waiter (no herd). Its next
+//!   attempt claims the reservation.
 //!   Newcomers see the key and queue up behind: nobody overtakes the queue.
 //! - No lost wake-ups: the waiter is queued before it blocks, and a push that arrives before the
 //!   BLPOP stays in the list until the BLPOP takes it.
 //! - A waiter that gives up runs `leave.lua` (and passes on a reservation made for it). One that
 //!   dies is dropped when its lease runs out; if its turn comes first, the reservation expires
-//!   unclaimed after [`CLAIM_WINDOW`](crate::lock::CLAIM_WINDOW) and the next waiter, whose wait is capped, takes over.
+//!   unclaimed after [`CLAIM_WINDOW`](crate::lock::CLAIM_WINDOW) and the next waiter, whose
+//!   wait is capped, takes over.
 //! - A waiter that loses Redis (refused, reset, timed out) keeps waiting while its wait lasts: it
 //!   looks again with backoff and then goes on with the same token, so its queue entry keeps its
 //!   place if its lease is still live (or nobody looked at the queue meanwhile); otherwise it

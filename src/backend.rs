@@ -1,6 +1,6 @@
 //! Picks the [`Store`] for the configured servers: the one place that knows every backend. Above
-//! `store.rs` and `quorum.rs`; the commands, `exec` and the waiting loop's signal thread open
-//! their store here.
+//! `store.rs` and `quorum.rs`; the commands, `exec` (and its renewal thread) and the waiting
+//! loop's signal thread open their store here.
 //!
 //! Layer 8 of the list in `lib.rs`.
 

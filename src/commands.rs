@@ -1,7 +1,7 @@
 //! The one-shot subcommands: `acquire`, `release`, `extend`, `status`.
 //!
 //! Each returns the exit status for outcomes that are not errors (busy, free) and an error for the
-//! rest; `main` maps errors to codes. `exec` lives in `exec.rs`.
+//! rest, which `messages::report_error` prints and maps to its code. `exec` lives in `exec.rs`.
 //!
 //! Layer 11 of the list in `lib.rs`.
 

@@ -2,15 +2,16 @@
 //!
 //! The binary (`main.rs`) parses the command line, calls [`run`] and reports the outcome with
 //! [`report_error`] or [`usage_error`]. The modules are private: the crate's interface is the
-//! command line, and its tests run the binary (plus unit tests inside the modules). `cli` and
-//! `exit` are public for the binary and the tests of the generated files.
+//! command line, and its tests run the binary (plus unit tests inside the modules). `cli` is
+//! public for the binary, `exit` for `tests/usage.rs`, which checks the exit table's length.
 //!
 //! # Layers
 //!
 //! Bottom first. A module uses only modules of lower layers (`tests/layers.rs` checks it, reading
 //! this list):
 //!
-//! 0. `exit`, `printable`, `redact`, `scripts`, `signals`, `spawn`: facts and pure helpers
+//! 0. `exit`, `printable`, `redact`, `scripts`, `signals`, `spawn`: tables, pure text helpers, the
+//!    Lua scripts, and the two wrappers of the OS (signal delivery, starting the command)
 //! 1. `cli`, `error`: the command line's definition; the error kinds and their exit codes
 //! 2. `config`: flags and environment resolved and validated
 //! 3. `messages`: every line for humans on stderr, and what `-q` silences

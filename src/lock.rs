@@ -9,7 +9,7 @@
 //!   compare the token first, so a client never releases or extends a lock it does not hold.
 //! - Beside it, `PREFIX{NAME}:meta` (a hash) keeps the fence counter, the record of the last
 //!   holder and that of the last forced release (`forced_token`, `forced_by`, `forced_at`: see
-//!   [`Forced`]); `:q`, `:leases` and `:w:TOKEN` hold the waiters (below). The `{NAME}` hash tag
+//!   [`Forced`]); `:q`, `:leases` and `:w:TOKEN` hold the waiters (see `acquire.rs`). The `{NAME}` hash tag
 //!   puts every key of one lock in one Cluster slot. Meta expires `--meta-ttl` after the lock and
 //!   its queue would expire, refreshed by every script that writes it and can make them last
 //!   longer (acquire, extend, fence), so it never expires while the lock is held or waited for.
@@ -282,12 +282,6 @@ impl QuorumVerdict {
             QuorumVerdict::Split => "split",
             QuorumVerdict::Unknown => "unknown",
         }
-    }
-}
-
-impl std::fmt::Display for QuorumVerdict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -40,7 +40,8 @@
 //!   grant to the waiter whose turn it is until that waiter has its majority (the `turn` mark of
 //!   `acquire.lua`), so the order also holds when a lock expires. A holder whose majority did
 //!   not include the queue node still gets the next waiter from it (`release.lua` names the
-//!   waiter whose turn is next where our token is not), so every release wakes the next waiter. Each attempt of a waiter uses a fresh token that takes over the previous one's
+//!   waiter whose turn is next where our token is not), so every release wakes the next waiter.
+//!   Each attempt of a waiter uses a fresh token that takes over the previous one's
 //!   place and reservation (a late undo must never match a later attempt). With the first node
 //!   down, waiters retry when the holder's TTL runs out (at most every few seconds).
 //! - A node that answers only after the outcome was settled (frozen, or far slower than the
@@ -1411,7 +1412,7 @@ mod tests {
         assert_eq!(view(&s), (QuorumVerdict::Held, 4, Some("A")));
         assert_eq!((s.pttl_ms, s.fence, s.now_ms), (700, 13, 5010));
         assert_eq!(s.holder.as_ref().map(|h| h.user.as_str()), Some("alice"));
-        assert_eq!(QuorumVerdict::Held.to_string(), "held");
+        assert_eq!(QuorumVerdict::Held.as_str(), "held");
     }
 
     #[test]

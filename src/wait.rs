@@ -100,7 +100,8 @@ fn end_parked_wait(signal: &Signal) {
     std::process::exit(i32::from(exit::signal(signal.signo)));
 }
 
-/// Parks the main thread for [`crate::acquire::acquire`]; stop signals are those in `signals::STOP`.
+/// Parks the main thread for [`crate::acquire::acquire`]; stop signals are those in
+/// `signals::STOP`.
 pub struct Parker<'a> {
     config: &'a Config,
     events: &'a Receiver<Event>,

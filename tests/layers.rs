@@ -28,29 +28,121 @@ fn layers(lib: &str) -> BTreeMap<String, usize> {
     layers
 }
 
-/// The crate modules `code` refers to (`crate::x`, `crate::{x, y}`), comments left out.
+/// `code` without its comments and the contents of its string literals (a `crate::x` in a
+/// message or a doc is not an import), newlines kept.
+fn code_only(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut chars = code.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '/' if chars.peek() == Some(&'/') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                let mut last = ' ';
+                for c in chars.by_ref() {
+                    if last == '*' && c == '/' {
+                        break;
+                    }
+                    last = c;
+                }
+            }
+            // A raw string: r"..." or r#"..."# (any number of #).
+            'r' if matches!(chars.peek(), Some('"' | '#')) => {
+                let mut hashes = 0;
+                while chars.peek() == Some(&'#') {
+                    chars.next();
+                    hashes += 1;
+                }
+                if chars.next() != Some('"') {
+                    continue;
+                }
+                let mut run = None;
+                for c in chars.by_ref() {
+                    run = match (c, run) {
+                        ('"', _) if hashes == 0 => break,
+                        ('"', _) => Some(0),
+                        ('#', Some(n)) if n + 1 == hashes => break,
+                        ('#', Some(n)) => Some(n + 1),
+                        _ => None,
+                    };
+                }
+                out.push_str("\"\"");
+            }
+            // A char literal ('"', '\\'', '\\u{..}'), not a lifetime.
+            '\'' => {
+                let mut ahead = chars.clone();
+                match (ahead.next(), ahead.next()) {
+                    (Some('\\'), _) => {
+                        chars.next();
+                        chars.next();
+                        for c in chars.by_ref() {
+                            if c == '\'' {
+                                break;
+                            }
+                        }
+                    }
+                    (Some(_), Some('\'')) => {
+                        chars.next();
+                        chars.next();
+                    }
+                    _ => out.push(c),
+                }
+            }
+            '"' => {
+                let mut escaped = false;
+                for c in chars.by_ref() {
+                    match c {
+                        '\\' if !escaped => escaped = true,
+                        '"' if !escaped => break,
+                        _ => escaped = false,
+                    }
+                }
+                out.push_str("\"\"");
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The crate modules `code` refers to (`crate::x`, `crate::x::y`, `crate::{x, y::{Z, W}}` over
+/// several lines), comments and strings left out.
 fn uses(code: &str) -> Vec<String> {
+    let code = code_only(code);
     let mut found = Vec::new();
-    for line in code.lines() {
-        let line = line.split("//").next().unwrap_or_default();
-        let mut rest = line;
-        while let Some(at) = rest.find("crate::") {
-            rest = &rest[at + "crate::".len()..];
-            if let Some(group) = rest.strip_prefix('{') {
-                let inner = group.split('}').next().unwrap_or_default();
-                found.extend(
-                    inner
-                        .split(',')
-                        .map(|m| m.trim().split("::").next().unwrap_or_default().to_string()),
-                );
-            } else {
-                let name: String = rest
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                found.push(name);
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        let name = |s: &str| -> String {
+            s.trim_start()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect()
+        };
+        let Some(group) = rest.strip_prefix('{') else {
+            found.push(name(rest));
+            continue;
+        };
+        // The group's top-level items: split at commas outside nested braces.
+        let mut depth = 0;
+        let mut item = String::new();
+        for c in group.chars() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => break,
+                '}' => depth -= 1,
+                ',' if depth == 0 => found.push(name(&std::mem::take(&mut item))),
+                c if depth == 0 => item.push(c),
+                _ => {}
             }
         }
+        found.push(name(&item));
     }
     found.retain(|m| !m.is_empty() && m != "eline");
     found
@@ -110,7 +202,13 @@ fn every_import_points_down_the_layers() {
 
 #[test]
 fn the_checker_sees_both_forms_of_import() {
-    let code = "use crate::lock::{Keys, Lock};\nuse crate::{cli, error};\n// crate::exec\n\
+    let code = "use crate::lock::{Keys, Lock};\nuse crate::{\n    cli,\n    error::{Kind, failure},\n};\n\
+                // crate::exec\n/* crate::exec */ let u = \"redis://h\"; crate::wait::x();\n\
+                let m = \"crate::exec\\\" crate::exec\"; let r = r#\"crate::exec\"#;\n\
+                let q = '\"'; let e = '\\''; crate::acquire::x(); fn f<'a>(_: &'a str) {}\n\
                 let x = crate::store::open(); crate::eline!(\"\");";
-    assert_eq!(uses(code), ["lock", "cli", "error", "store"]);
+    assert_eq!(
+        uses(code),
+        ["lock", "cli", "error", "wait", "acquire", "store"]
+    );
 }
