@@ -3,8 +3,8 @@
 //! waiters, a dead holder, the uncontended cost, the cost of a quorum), in one run, printed as one
 //! markdown table.
 //!
-//! Needs `redis-server`, `redis-cli`, `flock` and `sh` on PATH; uses loopback only; takes about two
-//! to three minutes. Under `cargo test --benches` (no `--bench` argument) it does nothing.
+//! Needs `redis-server`, `redis-cli`, `flock` and `sh` on PATH; uses loopback only; takes three to
+//! five minutes on two CPUs (most of it the polling lock's crowd). Under `cargo test --benches` (no `--bench` argument) it does nothing.
 //!
 //! # Set-up
 //! - `redlock` is the binary Cargo builds for this bench (`CARGO_BIN_EXE_redlock`); under
