@@ -4,7 +4,8 @@
 //! markdown table.
 //!
 //! Needs `redis-server`, `redis-cli`, `flock` and `sh` on PATH; uses loopback only; takes three to
-//! five minutes on two CPUs (most of it the polling lock's crowd). Under `cargo test --benches` (no `--bench` argument) it does nothing.
+//! five minutes on two CPUs (most of it the polling lock's crowd). Under `cargo test --benches`
+//! (no `--bench` argument) it does nothing.
 //!
 //! # Set-up
 //! - `redlock` is the binary Cargo builds for this bench (`CARGO_BIN_EXE_redlock`); under
