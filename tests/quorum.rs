@@ -2097,18 +2097,24 @@ fn exec_whose_lock_a_majority_lost_during_the_command_exits_75() {
     };
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
+    let started = dir.path().join("started");
     let run = nodes
         .redlock()
         .args(["-q", "exec", "k", "--ttl", "60s", "-c"])
-        .arg(r#"while [ ! -e "$GO" ]; do sleep 0.02; done"#)
+        .arg(r#"touch "$STARTED"; while [ ! -e "$GO" ]; do sleep 0.02; done"#)
         .env("GO", &go)
+        .env("STARTED", &started)
         .spawn_proc();
+    // The command runs once the lock is taken: the token on every node is not enough (the fence
+    // write-back may still be on its way, and deleting the keys then makes the acquisition fail).
     assert!(
-        wait_for(
-            || nodes.tokens("k").iter().all(Option::is_some),
-            Duration::from_secs(20)
-        ),
-        "exec never held the lock on every node"
+        wait_for(|| started.exists(), Duration::from_secs(20)),
+        "the command never started:\n{}",
+        run.stderr()
+    );
+    assert!(
+        nodes.tokens("k").iter().all(Option::is_some),
+        "exec did not hold the lock on every node"
     );
     let ours = nodes.tokens("k")[2].clone().unwrap();
     for i in [0, 1] {
