@@ -17,7 +17,7 @@ use crate::cli::{AcquireArgs, ExtendArgs, LockArgs, ReleaseArgs, StatusArgs};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
 use crate::exit;
-use crate::lock::{self, Keys, Lock, QuorumVerdict, Releaser, Verdict};
+use crate::lock::{self, IfHeld, Keys, Lock, QuorumVerdict, Releaser, Verdict};
 use crate::messages;
 use crate::owner;
 use crate::signals;
@@ -235,7 +235,7 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
     let by = if args.force {
         // Recorded as `forced_by`: the calling script, as a holder's record names it.
         let ppid = owner::parent_pid();
-        Releaser::Force(owner::owner(ppid, Some(""), String::new))
+        Releaser::Force(owner::owner(ppid, Some(""), String::new), if_held(args)?)
     } else {
         Releaser::Holder(token_arg(args.token.as_deref())?.to_string())
     };
@@ -266,13 +266,44 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
             messages::notice(config, format_args!("'{}' was not held", keys.name));
             Ok(exit::OK)
         }
+        Verdict::HeldByOther(holder) if args.force => {
+            let now = match holder {
+                Some(h) => format!(
+                    "is now held by {} with fence {} (token {}…)",
+                    h.who(),
+                    h.fence,
+                    h.fingerprint()
+                ),
+                None => "is now held by a client with no redlock record".to_string(),
+            };
+            Err(failure(
+                Kind::NotOwner,
+                format!("not released: '{}' {now}", keys.name),
+            ))
+        }
         other => {
             let token = match &by {
                 Releaser::Holder(token) => token.as_str(),
-                Releaser::Force(_) => "",
+                Releaser::Force(..) => "",
             };
             Err(lock::not_owner(&other, token)).context(format!("cannot release '{}'", keys.name))
         }
+    }
+}
+
+/// `--if-fence N` / `--if-token FINGERPRINT`: which holder a `--force` may evict.
+fn if_held(args: &ReleaseArgs) -> Result<Option<IfHeld>> {
+    match (args.if_fence, args.if_token.as_deref()) {
+        (Some(fence), _) => Ok(Some(IfHeld::Fence(fence))),
+        (None, Some(fp)) if lock::looks_like_fingerprint(fp) => {
+            Ok(Some(IfHeld::Token(fp.to_ascii_lowercase())))
+        }
+        (None, Some(fp)) => Err(usage(format!(
+            "--if-token '{}' is not a fingerprint: pass the 8 hex digits that 'redlock status' \
+             shows in the token column",
+            crate::printable::printable(fp)
+        ))),
+        (None, None) => Ok(None),
     }
 }
 
