@@ -373,7 +373,12 @@ pub struct ReleaseArgs {
     pub force: bool,
 
     /// With --force: release only if the lock is still held with fence N, as `status` shows it (exit 3 otherwise)
-    #[arg(long, value_name = "N", requires = "force", conflicts_with = "if_token")]
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "force",
+        conflicts_with = "if_token"
+    )]
     pub if_fence: Option<i64>,
 
     /// With --force: release only if the holder's token starts with FINGERPRINT, the 8 hex digits `status` shows (exit 3 otherwise)
