@@ -431,6 +431,10 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
     pub kill_after: Duration,
 
+    /// When exec ends, append one JSON line (key, fence, waited_ms, held_ms, exit, command status, lost, signal) to FILE, or print it on stdout after the command's output with -
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
+    pub report: Option<std::path::PathBuf>,
+
     /// Run this shell command with /bin/sh -c instead of CMD
     #[arg(
         short = 'c',

@@ -63,9 +63,28 @@ fn busy_message(keys: &Keys, outcome: &Acquired) -> String {
     }
 }
 
+/// Why [`take_lock`] gave up, both already reported on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GaveUp {
+    /// The lock stayed busy (`-n`, or `--wait` ran out).
+    Busy(u8),
+    /// This signal ended the wait.
+    Signal(i32),
+}
+
+impl GaveUp {
+    /// The exit status it gives: `--conflict-exit-code`, or 128 + the signal.
+    pub fn code(self) -> u8 {
+        match self {
+            GaveUp::Busy(code) => code,
+            GaveUp::Signal(sig) => exit::signal(sig),
+        }
+    }
+}
+
 /// Takes the lock as `args` say, waiting on `events` (which must carry stop signals).
-/// `Break` carries the exit status when the lock stayed busy or a signal ended the wait (both
-/// already reported on stderr).
+/// `Break` says why the lock stayed busy or a signal ended the wait (both already reported on
+/// stderr).
 pub fn take_lock(
     config: &Config,
     store: &mut dyn Store,
@@ -73,7 +92,7 @@ pub fn take_lock(
     args: &LockArgs,
     owner: &lock::Owner,
     events: &Receiver<Event>,
-) -> Result<ControlFlow<u8, Lock>> {
+) -> Result<ControlFlow<GaveUp, Lock>> {
     let mut parker = Parker::new(config, events);
     match acquire::acquire(store, keys, args.ttl, owner, args.wait(), &mut parker)? {
         Acquired::Held(lock) => {
@@ -91,11 +110,11 @@ pub fn take_lock(
                     keys.name
                 ),
             );
-            Ok(ControlFlow::Break(exit::signal(sig)))
+            Ok(ControlFlow::Break(GaveUp::Signal(sig)))
         }
         busy @ Acquired::Busy(_) => {
             messages::notice(config, busy_message(keys, &busy));
-            Ok(ControlFlow::Break(args.conflict_exit_code))
+            Ok(ControlFlow::Break(GaveUp::Busy(args.conflict_exit_code)))
         }
     }
 }
@@ -159,7 +178,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     let mut store = backend::open(config)?;
     let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, &rx)? {
         ControlFlow::Continue(lock) => lock,
-        ControlFlow::Break(code) => return Ok(code),
+        ControlFlow::Break(gave_up) => return Ok(gave_up.code()),
     };
     let text = crate::output::acquired(&lock, args.format);
     let mut stdout = std::io::stdout().lock();
