@@ -71,7 +71,19 @@ const LISTEN_AFTER: Duration = Duration::from_millis(50);
 pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     let report = args.report.as_deref().map(Report::open).transpose()?;
     let mut facts = Facts::new();
+    if let Some(report) = &report {
+        // A stop signal while waiting for the lock ends the process from the signal thread
+        // (see `wait.rs`): the report's line is written there.
+        let (report, key, started) = (report.try_clone()?, args.key.clone(), facts.started);
+        wait::before_exit(Some(Box::new(move |sig, code| {
+            let mut facts = Facts::new();
+            facts.started = started;
+            facts.signal = Some(sig);
+            report.write(&facts.json(&key, code));
+        })));
+    }
     let result = supervise(config, args, &mut facts);
+    wait::before_exit(None);
     if let Some(report) = report {
         let code = match &result {
             Ok(code) => *code,
@@ -302,6 +314,18 @@ impl Report {
                     crate::printable::printable(&path.to_string_lossy())
                 ))
             })
+    }
+
+    /// A second handle on the same report.
+    fn try_clone(&self) -> Result<Report> {
+        match self {
+            Report::Stdout => Ok(Report::Stdout),
+            Report::File(path, file) => Ok(Report::File(
+                path.clone(),
+                file.try_clone()
+                    .context("cannot duplicate the report file")?,
+            )),
+        }
     }
 
     /// Writes `line` and a newline in one call. A failure does not change the exit status (the

@@ -260,7 +260,7 @@ fn if_fence_releases_the_holder_status_showed_and_refuses_after_a_hand_over() {
         .run()
         .expect(0);
     assert!(
-        out.stderr.contains(&format!("force-released 'k'")) && out.stderr.contains(&new_fp),
+        out.stderr.contains("force-released 'k'") && out.stderr.contains(&new_fp),
         "{out}"
     );
     assert_eq!(redis.get(&lock_key("k")), None);
