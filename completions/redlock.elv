@@ -79,6 +79,8 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --version 'Print version'
         }
         &'redlock;release'= {
+            cand --if-fence 'With --force: release only if the lock is still held with fence N, as `status` shows it (exit 3 otherwise)'
+            cand --if-token 'With --force: release only if the holder''s token starts with FINGERPRINT, the 8 hex digits `status` shows (exit 3 otherwise)'
             cand -u 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum'
             cand --url 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum'
             cand --password-file 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD'
@@ -158,6 +160,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --wait-replicas 'After acquiring, wait (up to --io-timeout) until N replicas have the lock; fewer is a failure'
             cand --on-lost 'What to do with the command if the lock is lost while it runs'
             cand --kill-after 'After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR'
+            cand --report 'When exec ends, append one JSON line (key, fence, waited_ms, held_ms, exit, command status, lost, signal) to FILE, or print it on stdout after the command''s output with -'
             cand -c 'Run this shell command with /bin/sh -c instead of CMD'
             cand --command 'Run this shell command with /bin/sh -c instead of CMD'
             cand -u 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum'

@@ -70,6 +70,8 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s q -l quiet -
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s V -l version -d 'Print version'
+complete -c redlock -n "__fish_redlock_using_subcommand release" -l if-fence -d 'With --force: release only if the lock is still held with fence N, as `status` shows it (exit 3 otherwise)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand release" -l if-token -d 'With --force: release only if the holder\'s token starts with FINGERPRINT, the 8 hex digits `status` shows (exit 3 otherwise)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
@@ -128,6 +130,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand exec" -l on-lost -d 'Wha
 kill\t'SIGKILL at once'
 ignore\t'Warn and let the command finish'"
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l kill-after -d 'After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l report -d 'When exec ends, append one JSON line (key, fence, waited_ms, held_ms, exit, command status, lost, signal) to FILE, or print it on stdout after the command\'s output with -' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s c -l command -d 'Run this shell command with /bin/sh -c instead of CMD' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
