@@ -315,12 +315,11 @@ pub struct LockArgs {
     #[arg(short = 'E', long, value_name = "N", default_value_t = 1)]
     pub conflict_exit_code: u8,
 
-    /// Describe the holder in 'redlock status' (default: the command line); passwords and tokens
-    /// in it are shown as ***
+    /// Describe the holder in 'redlock status' (default: the command line); secrets show as ***
     #[arg(long, value_name = "TEXT")]
     pub note: Option<String>,
 
-    /// After acquiring, wait (up to --io-timeout) until N replicas have the lock; fewer is a failure
+    /// After acquiring, wait (up to --io-timeout) until N replicas have the lock, or fail
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub wait_replicas: u32,
 
@@ -431,7 +430,7 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
     pub kill_after: Duration,
 
-    /// When exec ends, append one JSON line (key, fence, waited_ms, held_ms, exit, command status, lost, signal) to FILE, or print it on stdout after the command's output with -
+    /// When exec ends, append one JSON line about the run to FILE (- for stdout)
     #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub report: Option<std::path::PathBuf>,
 
