@@ -185,7 +185,7 @@ fn a_lost_lock_is_reported_with_its_reason() {
             report.to_str().unwrap(),
             "k",
             "--ttl",
-            "1s",
+            "5s",
             "-c",
             &trapper(),
         ])
