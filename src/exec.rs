@@ -26,6 +26,9 @@
 //!   `-q` says (an alert, see [`messages`]), and exits 75 (`--on-lost ignore`
 //!   keeps a success: see [`exit_status`]).
 //!
+//! `--report` notes what happened as the steps go ([`Facts`]) and writes one JSON line at the
+//! end, whatever the outcome ([`Report`]); never the token, only its fingerprint.
+//!
 //! Layer 12 of the list in `lib.rs`.
 
 use std::ffi::{OsStr, OsString};
