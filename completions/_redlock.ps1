@@ -55,8 +55,8 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)')
             [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed')
-            [CompletionResult]::new('--note', '--note', [CompletionResultType]::ParameterName, 'Describe the holder in ''redlock status'' (default: the command line); passwords and tokens in it are shown as ***')
-            [CompletionResult]::new('--wait-replicas', '--wait-replicas', [CompletionResultType]::ParameterName, 'After acquiring, wait (up to --io-timeout) until N replicas have the lock; fewer is a failure')
+            [CompletionResult]::new('--note', '--note', [CompletionResultType]::ParameterName, 'Describe the holder in ''redlock status'' (default: the command line); secrets show as ***')
+            [CompletionResult]::new('--wait-replicas', '--wait-replicas', [CompletionResultType]::ParameterName, 'After acquiring, wait (up to --io-timeout) until N replicas have the lock, or fail')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'What to print on stdout')
             [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum')
             [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum')
@@ -84,6 +84,8 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             break
         }
         'redlock;release' {
+            [CompletionResult]::new('--if-fence', '--if-fence', [CompletionResultType]::ParameterName, 'With --force: release only if the lock is still held with fence N, as `status` shows it (exit 3 otherwise)')
+            [CompletionResult]::new('--if-token', '--if-token', [CompletionResultType]::ParameterName, 'With --force: release only if the holder''s token starts with FINGERPRINT, the 8 hex digits `status` shows (exit 3 otherwise)')
             [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum')
             [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum')
             [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD')
@@ -162,10 +164,11 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)')
             [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed')
             [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed')
-            [CompletionResult]::new('--note', '--note', [CompletionResultType]::ParameterName, 'Describe the holder in ''redlock status'' (default: the command line); passwords and tokens in it are shown as ***')
-            [CompletionResult]::new('--wait-replicas', '--wait-replicas', [CompletionResultType]::ParameterName, 'After acquiring, wait (up to --io-timeout) until N replicas have the lock; fewer is a failure')
+            [CompletionResult]::new('--note', '--note', [CompletionResultType]::ParameterName, 'Describe the holder in ''redlock status'' (default: the command line); secrets show as ***')
+            [CompletionResult]::new('--wait-replicas', '--wait-replicas', [CompletionResultType]::ParameterName, 'After acquiring, wait (up to --io-timeout) until N replicas have the lock, or fail')
             [CompletionResult]::new('--on-lost', '--on-lost', [CompletionResultType]::ParameterName, 'What to do with the command if the lock is lost while it runs')
             [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR')
+            [CompletionResult]::new('--report', '--report', [CompletionResultType]::ParameterName, 'When exec ends, append one JSON line about the run to FILE (- for stdout)')
             [CompletionResult]::new('-c', '-c', [CompletionResultType]::ParameterName, 'Run this shell command with /bin/sh -c instead of CMD')
             [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run this shell command with /bin/sh -c instead of CMD')
             [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum')

@@ -207,7 +207,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__exec)
-            opts="-w -n -E -c -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --allow-eviction --on-lost --kill-after --command --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-w -n -E -c -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --allow-eviction --on-lost --kill-after --report --command --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -247,6 +247,21 @@ _redlock() {
                     ;;
                 --kill-after)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --report)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
                     return 0
                     ;;
                 --command)
@@ -469,12 +484,20 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__release)
-            opts="-u -q -v -h -V --force --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-u -q -v -h -V --force --if-fence --if-token --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --if-fence)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --if-token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -48,8 +48,8 @@ complete -c redlock -n "__fish_redlock_needs_command" -f -a "help" -d 'Print thi
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l ttl -d 'Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every TTL/3) or extended (`redlock extend`)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l note -d 'Describe the holder in \'redlock status\' (default: the command line); passwords and tokens in it are shown as ***' -r
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l wait-replicas -d 'After acquiring, wait (up to --io-timeout) until N replicas have the lock; fewer is a failure' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l note -d 'Describe the holder in \'redlock status\' (default: the command line); secrets show as ***' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l wait-replicas -d 'After acquiring, wait (up to --io-timeout) until N replicas have the lock, or fail' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l format -d 'What to print on stdout' -r -f -a "token\t'The token alone, for T=$(redlock acquire KEY)'
 env\t'REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines, for v=$(...) || exit; eval "$v"'
 json\t'One JSON object'"
@@ -70,6 +70,8 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s q -l quiet -
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s V -l version -d 'Print version'
+complete -c redlock -n "__fish_redlock_using_subcommand release" -l if-fence -d 'With --force: release only if the lock is still held with fence N, as `status` shows it (exit 3 otherwise)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand release" -l if-token -d 'With --force: release only if the holder\'s token starts with FINGERPRINT, the 8 hex digits `status` shows (exit 3 otherwise)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
@@ -122,12 +124,13 @@ complete -c redlock -n "__fish_redlock_using_subcommand status" -s V -l version 
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l ttl -d 'Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every TTL/3) or extended (`redlock extend`)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l note -d 'Describe the holder in \'redlock status\' (default: the command line); passwords and tokens in it are shown as ***' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l wait-replicas -d 'After acquiring, wait (up to --io-timeout) until N replicas have the lock; fewer is a failure' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l note -d 'Describe the holder in \'redlock status\' (default: the command line); secrets show as ***' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l wait-replicas -d 'After acquiring, wait (up to --io-timeout) until N replicas have the lock, or fail' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l on-lost -d 'What to do with the command if the lock is lost while it runs' -r -f -a "term\t'SIGTERM, then SIGKILL after --kill-after'
 kill\t'SIGKILL at once'
 ignore\t'Warn and let the command finish'"
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l kill-after -d 'After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l report -d 'When exec ends, append one JSON line about the run to FILE (- for stdout)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s c -l command -d 'Run this shell command with /bin/sh -c instead of CMD' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F

@@ -315,12 +315,11 @@ pub struct LockArgs {
     #[arg(short = 'E', long, value_name = "N", default_value_t = 1)]
     pub conflict_exit_code: u8,
 
-    /// Describe the holder in 'redlock status' (default: the command line); passwords and tokens
-    /// in it are shown as ***
+    /// Describe the holder in 'redlock status' (default: the command line); secrets show as ***
     #[arg(long, value_name = "TEXT")]
     pub note: Option<String>,
 
-    /// After acquiring, wait (up to --io-timeout) until N replicas have the lock; fewer is a failure
+    /// After acquiring, wait (up to --io-timeout) until N replicas have the lock, or fail
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub wait_replicas: u32,
 
@@ -371,6 +370,19 @@ pub struct ReleaseArgs {
     /// Delete the lock whoever holds it, and print the previous holder
     #[arg(long)]
     pub force: bool,
+
+    /// With --force: release only if the lock is still held with fence N, as `status` shows it (exit 3 otherwise)
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "force",
+        conflicts_with = "if_token"
+    )]
+    pub if_fence: Option<i64>,
+
+    /// With --force: release only if the holder's token starts with FINGERPRINT, the 8 hex digits `status` shows (exit 3 otherwise)
+    #[arg(long, value_name = "FINGERPRINT", requires = "force")]
+    pub if_token: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -417,6 +429,10 @@ pub struct ExecArgs {
     /// After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
     pub kill_after: Duration,
+
+    /// When exec ends, append one JSON line about the run to FILE (- for stdout)
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
+    pub report: Option<std::path::PathBuf>,
 
     /// Run this shell command with /bin/sh -c instead of CMD
     #[arg(

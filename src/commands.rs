@@ -17,7 +17,7 @@ use crate::cli::{AcquireArgs, ExtendArgs, LockArgs, ReleaseArgs, StatusArgs};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
 use crate::exit;
-use crate::lock::{self, Keys, Lock, QuorumVerdict, Releaser, Verdict};
+use crate::lock::{self, IfHeld, Keys, Lock, QuorumVerdict, Releaser, Verdict};
 use crate::messages;
 use crate::owner;
 use crate::signals;
@@ -63,9 +63,28 @@ fn busy_message(keys: &Keys, outcome: &Acquired) -> String {
     }
 }
 
+/// Why [`take_lock`] gave up, both already reported on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GaveUp {
+    /// The lock stayed busy (`-n`, or `--wait` ran out).
+    Busy(u8),
+    /// This signal ended the wait.
+    Signal(i32),
+}
+
+impl GaveUp {
+    /// The exit status it gives: `--conflict-exit-code`, or 128 + the signal.
+    pub fn code(self) -> u8 {
+        match self {
+            GaveUp::Busy(code) => code,
+            GaveUp::Signal(sig) => exit::signal(sig),
+        }
+    }
+}
+
 /// Takes the lock as `args` say, waiting on `events` (which must carry stop signals).
-/// `Break` carries the exit status when the lock stayed busy or a signal ended the wait (both
-/// already reported on stderr).
+/// `Break` says why the lock stayed busy or a signal ended the wait (both already reported on
+/// stderr).
 pub fn take_lock(
     config: &Config,
     store: &mut dyn Store,
@@ -73,7 +92,7 @@ pub fn take_lock(
     args: &LockArgs,
     owner: &lock::Owner,
     events: &Receiver<Event>,
-) -> Result<ControlFlow<u8, Lock>> {
+) -> Result<ControlFlow<GaveUp, Lock>> {
     let mut parker = Parker::new(config, events);
     match acquire::acquire(store, keys, args.ttl, owner, args.wait(), &mut parker)? {
         Acquired::Held(lock) => {
@@ -91,11 +110,11 @@ pub fn take_lock(
                     keys.name
                 ),
             );
-            Ok(ControlFlow::Break(exit::signal(sig)))
+            Ok(ControlFlow::Break(GaveUp::Signal(sig)))
         }
         busy @ Acquired::Busy(_) => {
             messages::notice(config, busy_message(keys, &busy));
-            Ok(ControlFlow::Break(args.conflict_exit_code))
+            Ok(ControlFlow::Break(GaveUp::Busy(args.conflict_exit_code)))
         }
     }
 }
@@ -159,7 +178,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     let mut store = backend::open(config)?;
     let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, &rx)? {
         ControlFlow::Continue(lock) => lock,
-        ControlFlow::Break(code) => return Ok(code),
+        ControlFlow::Break(gave_up) => return Ok(gave_up.code()),
     };
     let text = crate::output::acquired(&lock, args.format);
     let mut stdout = std::io::stdout().lock();
@@ -235,7 +254,7 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
     let by = if args.force {
         // Recorded as `forced_by`: the calling script, as a holder's record names it.
         let ppid = owner::parent_pid();
-        Releaser::Force(owner::owner(ppid, Some(""), String::new))
+        Releaser::Force(owner::owner(ppid, Some(""), String::new), if_held(args)?)
     } else {
         Releaser::Holder(token_arg(args.token.as_deref())?.to_string())
     };
@@ -266,13 +285,44 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
             messages::notice(config, format_args!("'{}' was not held", keys.name));
             Ok(exit::OK)
         }
+        Verdict::HeldByOther(holder) if args.force => {
+            let now = match holder {
+                Some(h) => format!(
+                    "is now held by {} with fence {} (token {}…)",
+                    h.who(),
+                    h.fence,
+                    h.fingerprint()
+                ),
+                None => "is now held by a client with no redlock record".to_string(),
+            };
+            Err(failure(
+                Kind::NotOwner,
+                format!("not released: '{}' {now}", keys.name),
+            ))
+        }
         other => {
             let token = match &by {
                 Releaser::Holder(token) => token.as_str(),
-                Releaser::Force(_) => "",
+                Releaser::Force(..) => "",
             };
             Err(lock::not_owner(&other, token)).context(format!("cannot release '{}'", keys.name))
         }
+    }
+}
+
+/// `--if-fence N` / `--if-token FINGERPRINT`: which holder a `--force` may evict.
+fn if_held(args: &ReleaseArgs) -> Result<Option<IfHeld>> {
+    match (args.if_fence, args.if_token.as_deref()) {
+        (Some(fence), _) => Ok(Some(IfHeld::Fence(fence))),
+        (None, Some(fp)) if lock::looks_like_fingerprint(fp) => {
+            Ok(Some(IfHeld::Token(fp.to_ascii_lowercase())))
+        }
+        (None, Some(fp)) => Err(usage(format!(
+            "--if-token '{}' is not a fingerprint: pass the 8 hex digits that 'redlock status' \
+             shows in the token column",
+            crate::printable::printable(fp)
+        ))),
+        (None, None) => Ok(None),
     }
 }
 

@@ -26,6 +26,9 @@
 //!   `-q` says (an alert, see [`messages`]), and exits 75 (`--on-lost ignore`
 //!   keeps a success: see [`exit_status`]).
 //!
+//! `--report` notes what happened as the steps go ([`Facts`]) and writes one JSON line at the
+//! end, whatever the outcome ([`Report`]); never the token, only its fingerprint.
+//!
 //! Layer 12 of the list in `lib.rs`.
 
 use std::ffi::{OsStr, OsString};
@@ -41,11 +44,11 @@ use signal_hook::consts::signal::*;
 
 use crate::backend;
 use crate::cli::{ExecArgs, OnLost};
-use crate::commands::take_lock;
+use crate::commands::{GaveUp, take_lock};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure};
 use crate::exit;
-use crate::lock::{Keys, Lock, Releaser, Verdict, forced_reason, human_ms};
+use crate::lock::{self, Keys, Lock, Releaser, Verdict, forced_reason, human_ms};
 use crate::messages;
 use crate::notify;
 use crate::owner;
@@ -65,7 +68,37 @@ const LISTEN_AFTER: Duration = Duration::from_millis(50);
 
 /// Runs `exec`: takes the lock, runs the command under a [`Supervisor`], then releases the lock
 /// and returns the command's exit status (or 75: see [`conclude`]).
+///
+/// With `--report`, the report is opened first (an unwritable file is a usage error before
+/// anything else happens) and gets one line whatever the outcome, errors included.
 pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
+    let report = args.report.as_deref().map(Report::open).transpose()?;
+    let mut facts = Facts::new();
+    if let Some(report) = &report {
+        // A stop signal while waiting for the lock ends the process from the signal thread
+        // (see `wait.rs`): the report's line is written there.
+        let (report, key, started) = (report.try_clone()?, args.key.clone(), facts.started);
+        wait::before_exit(Some(Box::new(move |sig, code| {
+            let mut facts = Facts::new();
+            facts.started = started;
+            facts.signal = Some(sig);
+            report.write(&facts.json(&key, code));
+        })));
+    }
+    let result = supervise(config, args, &mut facts);
+    wait::before_exit(None);
+    if let Some(report) = report {
+        let code = match &result {
+            Ok(code) => *code,
+            Err(e) => crate::error::exit_code(e),
+        };
+        report.write(&facts.json(&args.key, code));
+    }
+    result
+}
+
+/// [`run`] without the report: the steps, noting in `facts` what the report says.
+fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> {
     let keys = Keys::new(&config.prefix, &args.key)?;
     let argv = command_line(args)?;
     let owner = owner::owner(std::process::id(), args.lock.note.as_deref(), || {
@@ -80,10 +113,19 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     crate::commands::check_lock_args(config, &args.lock)?;
     crate::commands::warn_short_ttl(config, args.lock.ttl);
     let mut store = backend::open(config)?;
-    let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, &rx)? {
+    let taken = take_lock(config, store.as_mut(), &keys, &args.lock, &owner, &rx);
+    facts.waited = Some(facts.started.elapsed());
+    let lock = match taken? {
         ControlFlow::Continue(lock) => lock,
-        ControlFlow::Break(code) => return Ok(code),
+        ControlFlow::Break(gave_up) => {
+            match gave_up {
+                GaveUp::Busy(_) => facts.busy = true,
+                GaveUp::Signal(sig) => facts.signal = Some(sig),
+            }
+            return Ok(gave_up.code());
+        }
     };
+    facts.held = Some((lock.fence, lock::fingerprint(&lock.token), Instant::now()));
 
     // From here on the lock is ours: every way out goes through `release_after` or `conclude`.
     if let Some(sig) = pending_stop(&rx, &tx) {
@@ -91,11 +133,12 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
             config,
             format_args!("{} before the command started", signals::name(sig)),
         );
-        return release_after(config, store.as_mut(), &lock, Ok(exit::signal(sig)));
+        facts.signal = Some(sig);
+        return release_after(config, store.as_mut(), &lock, Ok(exit::signal(sig)), facts);
     }
     let child = match spawn(&argv, &lock, config, &handled) {
         Ok(child) => child,
-        Err(e) => return release_after(config, store.as_mut(), &lock, Err(e)),
+        Err(e) => return release_after(config, store.as_mut(), &lock, Err(e), facts),
     };
     messages::log(config, || {
         format!(
@@ -111,8 +154,14 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     // The renewals stop before the release.
     drop(stop_tx);
     match status {
-        Ok(status) => Ok(conclude(store.as_mut(), supervisor, exit_code(status))),
-        Err(e) => release_after(config, store.as_mut(), &lock, Err(e)),
+        Ok(status) => {
+            facts.command = Some(exit_code(status));
+            facts.signal = status.signal();
+            let code = conclude(store.as_mut(), supervisor, exit_code(status), facts);
+            facts.released = Some(Instant::now());
+            Ok(code)
+        }
+        Err(e) => release_after(config, store.as_mut(), &lock, Err(e), facts),
     }
 }
 
@@ -134,7 +183,12 @@ fn command_line(args: &ExecArgs) -> Result<Vec<OsString>> {
 /// Once the command ended with `child_code` under `supervisor`: releases the lock, unless it was
 /// lost while the command ran, and returns `exec`'s exit status. When the lock was not provably
 /// ours for the command's whole run, says so whatever `-q` says (see [`unprotected`]).
-fn conclude(store: &mut dyn Store, supervisor: Supervisor<'_>, child_code: u8) -> u8 {
+fn conclude(
+    store: &mut dyn Store,
+    supervisor: Supervisor<'_>,
+    child_code: u8,
+    facts: &mut Facts,
+) -> u8 {
     let Supervisor {
         lock,
         args,
@@ -143,6 +197,7 @@ fn conclude(store: &mut dyn Store, supervisor: Supervisor<'_>, child_code: u8) -
         ..
     } = supervisor;
     if lost.is_some() {
+        facts.lost = lost;
         // Said when it happened. Another client may hold the lock now; there is nothing of ours
         // to release.
         return exit_status(child_code, true, args.on_lost);
@@ -163,6 +218,7 @@ fn conclude(store: &mut dyn Store, supervisor: Supervisor<'_>, child_code: u8) -
     if why.is_empty() {
         return child_code;
     }
+    facts.lost = Some(why.join("; "));
     let code = exit_status(child_code, true, args.on_lost);
     // An alert, not a notice: a command that ran without its lock must not pass for a success
     // unnoticed.
@@ -222,14 +278,138 @@ fn release_after(
     store: &mut dyn Store,
     lock: &Lock,
     result: Result<u8>,
+    facts: &mut Facts,
 ) -> Result<u8> {
     if let Released::Lost(why) | Released::Unconfirmed(why) = release(store, lock) {
         messages::notice(
             config,
             format_args!("'{}' was no longer ours at release: {why}", lock.keys.name),
         );
+        facts.lost = Some(format!("at release, {why}"));
     }
+    facts.released = Some(Instant::now());
     result
+}
+
+/// Where `--report` goes: a file opened for appending before the lock is taken, or stdout.
+enum Report {
+    Stdout,
+    File(std::path::PathBuf, std::fs::File),
+}
+
+impl Report {
+    /// Opens `path` for appending (created if missing), `-` meaning stdout; an error names the
+    /// file and is a usage error (exit 2), before anything else happened.
+    fn open(path: &std::path::Path) -> Result<Report> {
+        if path.as_os_str() == "-" {
+            return Ok(Report::Stdout);
+        }
+        // O_APPEND: each run's line, written in one call, lands whole at the end, so runs may
+        // share a file. Close-on-exec (Rust's default): the command does not inherit it.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .map(|file| Report::File(path.to_path_buf(), file))
+            .map_err(|e| {
+                crate::error::usage(format!(
+                    "cannot open the report file '{}': {e}",
+                    crate::printable::printable(&path.to_string_lossy())
+                ))
+            })
+    }
+
+    /// A second handle on the same report.
+    fn try_clone(&self) -> Result<Report> {
+        match self {
+            Report::Stdout => Ok(Report::Stdout),
+            Report::File(path, file) => Ok(Report::File(
+                path.clone(),
+                file.try_clone()
+                    .context("cannot duplicate the report file")?,
+            )),
+        }
+    }
+
+    /// Writes `line` and a newline in one call. A failure does not change the exit status (the
+    /// command has run); it is said whatever `-q` says, since a CI job relies on the file.
+    fn write(self, line: &serde_json::Value) {
+        use std::io::Write as _;
+        let text = format!("{line}\n");
+        let (to, written) = match self {
+            Report::Stdout => {
+                let mut out = std::io::stdout().lock();
+                let w = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+                match w {
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return,
+                    w => ("stdout".to_string(), w),
+                }
+            }
+            Report::File(path, mut file) => (
+                format!("'{}'", crate::printable::printable(&path.to_string_lossy())),
+                file.write_all(text.as_bytes()),
+            ),
+        };
+        if let Err(e) = written {
+            messages::alert(format_args!("cannot write the report to {to}: {e}"));
+        }
+    }
+}
+
+/// What `--report` says about one run, noted as it goes.
+struct Facts {
+    started: Instant,
+    /// How long taking the lock took (set once it was taken or given up).
+    waited: Option<Duration>,
+    /// The lock's fence, token fingerprint and when it was taken.
+    held: Option<(i64, String, Instant)>,
+    /// When the lock was released (or found lost) after the command.
+    released: Option<Instant>,
+    /// The lock stayed busy (`-n`, or `--wait` ran out).
+    busy: bool,
+    /// The command's own exit status (128 + N for signal N).
+    command: Option<u8>,
+    /// The signal that ended the command, or the wait for the lock.
+    signal: Option<i32>,
+    /// Why the lock was not provably held to the end of the command.
+    lost: Option<String>,
+}
+
+impl Facts {
+    fn new() -> Facts {
+        Facts {
+            started: Instant::now(),
+            waited: None,
+            held: None,
+            released: None,
+            busy: false,
+            command: None,
+            signal: None,
+            lost: None,
+        }
+    }
+
+    /// The report's line for lock `key`, `exit` being the status redlock exits with. Never the
+    /// token: its fingerprint, as `status` shows it.
+    fn json(&self, key: &str, exit: u8) -> serde_json::Value {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let held = self.held.as_ref();
+        let end = self.released.unwrap_or_else(Instant::now);
+        serde_json::json!({
+            "key": key,
+            "acquired": held.is_some(),
+            "busy": self.busy,
+            "fence": held.map(|h| h.0),
+            "token_fingerprint": held.map(|h| h.1.as_str()),
+            "waited_ms": ms(self.waited.unwrap_or_else(|| self.started.elapsed())),
+            "held_ms": held.map(|h| ms(end.saturating_duration_since(h.2))),
+            "exit": exit,
+            "command_status": self.command,
+            "lost": self.lost.is_some(),
+            "lost_reason": self.lost,
+            "signal": self.signal.map(signals::name),
+        })
+    }
 }
 
 /// What a release found.

@@ -54,7 +54,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
     (
         "3",
-        "not the owner (release/extend with a token that does not hold the lock)",
+        "not the owner (release/extend with a token that does not hold the lock; release --force --if-fence/--if-token: another holder has it)",
     ),
     (
         "69",

@@ -378,8 +378,29 @@ pub enum Releaser {
     /// The holder of this token: the lock is released only if the token holds it.
     Holder(String),
     /// Anyone, whoever holds the lock (`release --force`); this owner is recorded in the meta
-    /// hash as the one who forced it (see [`Forced`]).
-    Force(Owner),
+    /// hash as the one who forced it (see [`Forced`]). With a condition, only the holder it
+    /// describes (`--if-fence`, `--if-token`); another holder makes it [`Verdict::HeldByOther`].
+    Force(Owner, Option<IfHeld>),
+}
+
+/// Which holder a conditional `release --force` may evict: the one the operator saw in `status`.
+/// Checked by `release.lua` in the same step as the delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IfHeld {
+    /// The holder whose record has this fence (on a quorum, each node's record).
+    Fence(i64),
+    /// The holder whose token starts with this fingerprint (8 lowercase hex digits).
+    Token(String),
+}
+
+impl IfHeld {
+    /// The script's two arguments: the condition's name and its value.
+    fn args(&self) -> (&'static str, String) {
+        match self {
+            IfHeld::Fence(n) => ("fence", n.to_string()),
+            IfHeld::Token(fp) => ("token", fp.clone()),
+        }
+    }
 }
 
 /// What happened to a release or an extension.
@@ -594,7 +615,7 @@ pub fn release(
 ) -> Result<(Verdict, Option<String>)> {
     let (token, forcer) = match by {
         Releaser::Holder(token) => (token.as_str(), None),
-        Releaser::Force(owner) => ("", Some(owner)),
+        Releaser::Force(owner, cond) => ("", Some((owner, cond))),
     };
     let (quiet, to) = hand_over.args();
     let reply: Vec<Value> = redis.call("release", |con| {
@@ -604,8 +625,11 @@ pub fn release(
             .arg(millis(CLAIM_WINDOW))
             .arg(quiet)
             .arg(to);
-        if let Some(o) = forcer {
+        if let Some((o, cond)) = forcer {
             call.arg(&o.host).arg(o.pid).arg(&o.user);
+            if let Some((name, value)) = cond.as_ref().map(IfHeld::args) {
+                call.arg(name).arg(value);
+            }
         }
         call.invoke(con)
     })?;

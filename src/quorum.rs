@@ -911,9 +911,15 @@ impl Store for Nodes {
                 &failed,
             ));
         }
+        // Held by another token (or, for a conditional --force, by another holder than the one
+        // named): name the holder with the highest fence, the one `status` shows.
         Ok(verdicts
             .iter()
-            .find(|v| matches!(v, Verdict::HeldByOther(_)))
+            .filter(|v| matches!(v, Verdict::HeldByOther(_)))
+            .max_by_key(|v| match v {
+                Verdict::HeldByOther(Some(h)) => Some(h.fence),
+                _ => None,
+            })
             .cloned()
             .unwrap_or(Verdict::Free))
     }

@@ -62,6 +62,16 @@ static PARKED: Mutex<Option<ParkedOn>> = Mutex::new(None);
 /// signal thread feeds only after `end_parked_wait` returns) and blocking.
 static STOP_PENDING: AtomicI32 = AtomicI32::new(0);
 
+/// What to do after a stop signal ended a parked wait, just before [`end_parked_wait`] exits:
+/// given the signal and the exit status (`exec --report` writes its line).
+type BeforeExit = Box<dyn FnOnce(i32, u8) + Send>;
+static BEFORE_EXIT: Mutex<Option<BeforeExit>> = Mutex::new(None);
+
+/// Sets (or, with `None`, clears) what runs before a stop signal ends a parked wait.
+pub fn before_exit(f: Option<BeforeExit>) {
+    *BEFORE_EXIT.lock().unwrap_or_else(|e| e.into_inner()) = f;
+}
+
 /// The event for a signal, made on the signal thread (pass it to `signals::deliver`). A stop
 /// signal that finds the main thread parked ends the wait right there: see [`end_parked_wait`].
 pub fn signal_event(signal: Signal) -> Event {
@@ -97,7 +107,12 @@ fn end_parked_wait(signal: &Signal) {
             on.keys.name
         ));
     }
-    std::process::exit(i32::from(exit::signal(signal.signo)));
+    let code = exit::signal(signal.signo);
+    let last = BEFORE_EXIT.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(f) = last {
+        f(signal.signo, code);
+    }
+    std::process::exit(i32::from(code));
 }
 
 /// Parks the main thread for [`crate::acquire::acquire`]; stop signals are those in

@@ -186,3 +186,224 @@ fn a_forced_release_on_a_quorum_is_recorded_on_every_node() {
     let v: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}:\n{out}"));
     assert_eq!(v[0]["last_holder"]["forced_by"], by.as_str(), "{v}");
 }
+
+/// What `status --json` shows of the holder of `name`: its fence and token fingerprint.
+fn seen(redlock: impl Fn() -> std::process::Command, name: &str) -> (i64, String) {
+    let out = redlock().args(["status", "--json", name]).run().expect(0);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+    let fence = v[0]["fence"].as_i64().unwrap_or_else(|| panic!("{out}"));
+    let fp = v[0]["token_fingerprint"].as_str().unwrap().to_string();
+    (fence, fp)
+}
+
+/// Hands lock `name`, held with `token`, to a waiter (an `acquire --wait`); returns its token.
+fn hand_over(
+    redlock: impl Fn() -> std::process::Command,
+    queue_len: impl Fn() -> usize,
+    name: &str,
+    token: &str,
+) -> String {
+    let waiter = redlock()
+        .args(["acquire", name, "--ttl", "60s", "--wait", "60s"])
+        .spawn_proc();
+    assert!(
+        wait_for(|| queue_len() == 1, HANG),
+        "the waiter never queued"
+    );
+    redlock().args(["release", name, token]).run().expect(0);
+    let token = waiter.finish(HANG).ok().trim().to_string();
+    assert!(is_token(&token), "{token}");
+    token
+}
+
+/// `--if-fence` with the fence `status` shows releases (and says whom it evicted); after a
+/// hand-over to a waiter the same command refuses with exit 3, names the new holder and its fence,
+/// and leaves the lock to it. Fails if the condition is not checked (the release would go
+/// through) or if the fence compared is not the one `status` shows.
+#[test]
+fn if_fence_releases_the_holder_status_showed_and_refuses_after_a_hand_over() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = hold(&redis, "k", "60s");
+    let (fence, _) = seen(|| redis.redlock(), "k");
+    let new = hand_over(|| redis.redlock(), || queue(&redis, "k").len(), "k", &token);
+    let (new_fence, new_fp) = seen(|| redis.redlock(), "k");
+    let out = redis
+        .redlock()
+        .args(["release", "k", "--force", "--if-fence", &fence.to_string()])
+        .run()
+        .expect(3);
+    assert_one_error_line(&out);
+    assert!(
+        out.stderr.contains(&format!(
+            "not released: 'k' is now held by {}",
+            seen_who(&redis)
+        )) && out
+            .stderr
+            .contains(&format!("with fence {new_fence} (token {new_fp}…)")),
+        "{out}"
+    );
+    assert_eq!(redis.get(&lock_key("k")), Some(new.clone()), "{out}");
+    assert!(!redis.meta("k").contains_key("forced_by"), "{out}");
+
+    let out = redis
+        .redlock()
+        .args([
+            "-q",
+            "release",
+            "k",
+            "--force",
+            "--if-fence",
+            &new_fence.to_string(),
+        ])
+        .run()
+        .expect(0);
+    assert!(
+        out.stderr.contains("force-released 'k'") && out.stderr.contains(&new_fp),
+        "{out}"
+    );
+    assert_eq!(redis.get(&lock_key("k")), None);
+    assert_eq!(redis.meta("k")["forced_token"], new);
+}
+
+/// `user@host (pid N)` of the holder of `k`, as `status --json` shows it.
+fn seen_who(redis: &RedisServer) -> String {
+    let out = redis
+        .redlock()
+        .args(["status", "--json", "k"])
+        .run()
+        .expect(0);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let h = &v[0]["holder"];
+    format!(
+        "{}@{} (pid {})",
+        h["user"].as_str().unwrap(),
+        h["host"].as_str().unwrap(),
+        h["pid"]
+    )
+}
+
+/// `--if-token` likewise, with the fingerprint `status` shows (in upper case too).
+#[test]
+fn if_token_releases_the_holder_status_showed_and_refuses_after_a_hand_over() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = hold(&redis, "k", "60s");
+    let (_, fp) = seen(|| redis.redlock(), "k");
+    let new = hand_over(|| redis.redlock(), || queue(&redis, "k").len(), "k", &token);
+    let out = redis
+        .redlock()
+        .args(["release", "k", "--force", "--if-token", &fp])
+        .run()
+        .expect(3);
+    assert_one_error_line(&out);
+    assert!(
+        out.stderr.contains("not released: 'k' is now held by"),
+        "{out}"
+    );
+    assert_eq!(redis.get(&lock_key("k")), Some(new.clone()), "{out}");
+
+    let (_, new_fp) = seen(|| redis.redlock(), "k");
+    redis
+        .redlock()
+        .args([
+            "release",
+            "k",
+            "--force",
+            "--if-token",
+            &new_fp.to_uppercase(),
+        ])
+        .run()
+        .expect(0);
+    assert_eq!(redis.get(&lock_key("k")), None);
+}
+
+/// The conditions are options of `--force`, one at a time, and a fingerprint has 8 hex digits:
+/// usage errors (exit 2) that leave the lock alone.
+#[test]
+fn if_fence_and_if_token_are_usage_errors_without_force_together_or_malformed() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = hold(&redis, "k", "60s");
+    for args in [
+        &["release", "k", &token, "--if-fence", "1"][..],
+        &["release", "k", "--if-token", "abcdef01"],
+        &[
+            "release",
+            "k",
+            "--force",
+            "--if-fence",
+            "1",
+            "--if-token",
+            "abcdef01",
+        ],
+        &["release", "k", "--force", "--if-token", &token],
+        &["release", "k", "--force", "--if-token", "xyz"],
+        &["release", "k", "--force", "--if-fence", "x"],
+    ] {
+        let out = redis.redlock().args(args).run().expect(2);
+        assert_one_error_line(&out);
+        assert_eq!(
+            redis.get(&lock_key("k")),
+            Some(token.clone()),
+            "{args:?}: {out}"
+        );
+    }
+}
+
+/// On a 3-node quorum the fence `status` shows (the highest of the nodes') is the one written
+/// back to every node that granted the lock: `--if-fence` with it releases on every node; after
+/// a hand-over it refuses on every node and names the new holder.
+#[test]
+fn if_fence_on_a_quorum_uses_the_fence_status_shows() {
+    let Some(nodes) = Nodes::start(3) else {
+        return;
+    };
+    let token = nodes
+        .redlock()
+        .args(["acquire", "k", "--ttl", "60s"])
+        .run()
+        .ok();
+    let (fence, _) = seen(|| nodes.redlock(), "k");
+    let new = hand_over(
+        || nodes.redlock(),
+        || queue(&nodes[0], "k").len(),
+        "k",
+        token.trim(),
+    );
+    let (new_fence, _) = seen(|| nodes.redlock(), "k");
+    // The write-back of the fence is in flight on a node that answered late: wait for it.
+    let written = || {
+        nodes
+            .servers()
+            .all(|s| s.meta("k").get("fence") == Some(&new_fence.to_string()))
+    };
+    assert!(wait_for(written, HANG), "the fence was not written back");
+    let out = nodes
+        .redlock()
+        .args(["release", "k", "--force", "--if-fence", &fence.to_string()])
+        .run()
+        .expect(3);
+    assert_one_error_line(&out);
+    assert!(
+        out.stderr.contains(&format!("with fence {new_fence} ")),
+        "{out}"
+    );
+    assert_eq!(nodes.tokens("k"), vec![Some(new.clone()); 3], "{out}");
+
+    nodes
+        .redlock()
+        .args([
+            "release",
+            "k",
+            "--force",
+            "--if-fence",
+            &new_fence.to_string(),
+        ])
+        .run()
+        .expect(0);
+    assert_eq!(nodes.tokens("k"), vec![None; 3]);
+}

@@ -936,6 +936,14 @@ fn root_sections(r: &mut Roff) {
         ],
         &["redlock exec ledger -c 'import-ledger --fence \"$REDLOCK_FENCE\" ledger.csv'"],
     );
+    example(
+        r,
+        [roman(
+            "In CI, keep one JSON line per run (fence, wait and hold times, exit status, lost \
+             lock, signal) as a build artifact:",
+        )],
+        &["redlock exec deploy-prod --wait 30m --report lock-report.jsonl -- ./deploy.sh"],
+    );
 }
 
 /// How a busy lock is waited for; shared by acquire and exec.
@@ -1026,6 +1034,15 @@ fn release_sections(r: &mut Roff) {
              redlock status):",
         )],
         &["redlock release deploy-prod --force"],
+    );
+    example(
+        r,
+        [roman(
+            "Break it only if it is still held by the holder redlock status showed (fence or \
+             token fingerprint): if the lock changed hands meanwhile, nothing is released and \
+             the exit status is 3, naming the new holder:",
+        )],
+        &["redlock release deploy-prod --force --if-fence 1733065153482911"],
     );
 }
 

@@ -3,7 +3,9 @@
 -- ARGV token, 'force' to release whoever holds it, claim_ms, 'quiet' (a quorum's queue node: do
 --      not wake the next waiter yet, the other nodes reserve the lock for it first), waiter (a
 --      quorum's other nodes: reserve the lock for this waiter, chosen by the queue node); with
---      'force' also the forcer's host, pid and user (recorded as forced_by)
+--      'force' also the forcer's host, pid and user (recorded as forced_by), then a condition
+--      ('' none, 'fence' or 'token') and its value (`release --force --if-fence N` /
+--      `--if-token FINGERPRINT`)
 --
 -- Returns {1, holder-record, next} released: the record names who held it (for --force; empty
 -- otherwise) and `next` is the waiter it was handed to, or false; {0} already free (expired or
@@ -22,6 +24,12 @@
 -- holder that looks only after someone else took the lock still finds who forced it (it compares
 -- forced_token with its own); the next forced release overwrites them. A release that is not
 -- forced never touches them.
+--
+-- A conditional force releases only if the lock here is still held by the holder the operator
+-- saw: its record (the meta hash, whose token must be the lock's) has that fence, or its token
+-- starts with that fingerprint. Otherwise it answers {-1, holder-record} and changes nothing, as
+-- for another token. Checked in the same step as the delete, so the lock cannot change hands
+-- between the check and the release (Terraform's `force-unlock LOCK_ID`).
 --
 -- A quorum's queue node ('quiet') that does not hold our token (a holder's majority need not
 -- include it) still names the waiter whose turn is next, as {0|-1, holder-record, next}: the
@@ -63,6 +71,18 @@ if current == ARGV[1] then
   local next = pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])
   date_release()
   return {1, {}, next}
+end
+local function as_seen(current)
+  if ARGV[9] == 'fence' then
+    return redis.call('HGET', META, 'token') == current
+      and tonumber(redis.call('HGET', META, 'fence')) == tonumber(ARGV[10])
+  elseif ARGV[9] == 'token' then
+    return string.sub(current, 1, string.len(ARGV[10])) == ARGV[10]
+  end
+  return true
+end
+if ARGV[2] == 'force' and not as_seen(current) then
+  return {-1, holder(current), false}
 end
 if ARGV[2] == 'force' then
   local record = holder(current)
