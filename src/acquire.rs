@@ -174,6 +174,7 @@ impl Waiter<'_> {
                 join,
                 run_id: false,
                 prev: self.prev.as_deref(),
+                wait: Some(self.remaining()).filter(|r| *r != Duration::MAX),
             };
             let attempt = match store.try_acquire(keys, &self.token, &req) {
                 Ok(attempt) => attempt,

@@ -193,6 +193,64 @@ pub fn looks_like_fingerprint(s: &str) -> bool {
     s.len() == FINGERPRINT_LEN && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// A client in the queue, as its record in `PREFIX{NAME}:wr` describes it (see `common.lua`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Waiting {
+    /// 1 for the next in line.
+    pub position: usize,
+    pub user: String,
+    pub host: String,
+    pub pid: String,
+    pub note: String,
+    /// When it joined the queue (server clock); `None` when it has no record.
+    pub since_ms: Option<i64>,
+    /// When it gives up (server clock); `None` when it waits forever, or has no record.
+    pub deadline_ms: Option<i64>,
+}
+
+impl Waiting {
+    /// `user@host (pid N)`, or `unknown` for a waiter without a record.
+    pub fn who(&self) -> String {
+        if self.since_ms.is_none() && self.user.is_empty() {
+            return "unknown".to_string();
+        }
+        format!("{}@{} (pid {})", self.user, self.host, self.pid)
+    }
+}
+
+/// The live waiters in `status.lua`'s flat queue reply (token, lease, record, ...), numbered in
+/// queue order; those whose lease ran out before `now_ms` are dead and left out. Records are
+/// anyone's to write: every field is escaped for display, the note redacted (as in [`meta_map`]).
+fn parse_queue(v: &Value, now_ms: i64) -> Vec<Waiting> {
+    let Value::Array(items) = v else {
+        return Vec::new();
+    };
+    let clean = |s: &str| printable(s).into_owned();
+    let mut queue = Vec::new();
+    for entry in items.chunks_exact(3) {
+        let lease = text(&entry[1]).and_then(|l| l.parse::<i64>().ok());
+        if lease.is_none_or(|l| l < now_ms) {
+            continue;
+        }
+        let mut w = Waiting {
+            position: queue.len() + 1,
+            ..Waiting::default()
+        };
+        if let Some(record) = text(&entry[2]) {
+            let mut f = record.splitn(6, '\t');
+            let mut next = || f.next().unwrap_or_default();
+            w.since_ms = next().parse().ok();
+            w.deadline_ms = next().parse().ok();
+            w.pid = clean(next());
+            w.user = clean(next());
+            w.host = clean(next());
+            w.note = clean(&redact(next()));
+        }
+        queue.push(w);
+    }
+    queue
+}
+
 /// The last forced release of a lock (`release --force`), as `release.lua` records it in the meta
 /// hash. It names the token it took the lock from, so that it stays true when the next holder's
 /// record replaces the evicted one's: the evicted holder can still learn who did it, however late
@@ -242,6 +300,11 @@ pub struct State {
     pub last: Option<Box<Holder>>,
     /// Clients queued for the lock (some may have died and not yet been dropped).
     pub waiters: i64,
+    /// The live waiters, in queue order (at most the first 100 queued; see `status.lua`).
+    pub queue: Vec<Waiting>,
+    /// Whether the holder's process is gone: `Some` only when it ran on this host (filled in by
+    /// `status`, which knows the host; see `owner::stale`).
+    pub stale: Option<bool>,
     /// The last forced release of this lock, whichever holder it evicted (see
     /// [`State::forced_of`]).
     pub forced: Option<Box<Forced>>,
@@ -445,6 +508,8 @@ pub struct Request<'a> {
     pub run_id: bool,
     /// The token of the attempt before, whose queue place and reservation this one takes over.
     pub prev: Option<&'a str>,
+    /// What is left of the wait (`None`: forever); a waiter's record says when it gives up.
+    pub wait: Option<Duration>,
 }
 
 /// One atomic attempt to take the lock with `token`.
@@ -455,6 +520,7 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
         join,
         run_id: want_run_id,
         prev,
+        wait,
     } = *req;
     let sent = Instant::now();
     let meta_ttl = millis(redis.meta_ttl());
@@ -474,6 +540,9 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
             .arg(if want_run_id { "1" } else { "0" })
             .arg(prev.unwrap_or(""))
             .arg(meta_ttl)
+            .arg(wait.map_or(String::new(), |w| {
+                u64::try_from(w.as_millis()).unwrap_or(u64::MAX).to_string()
+            }))
             .invoke(con)
     })?;
     match reply.as_slice() {
@@ -724,6 +793,7 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
         Value::Int(now),
         meta,
         Value::Int(waiters),
+        queue,
     ] = reply.as_slice()
     else {
         return Err(unexpected_reply("status", format!("{reply:?}")));
@@ -745,6 +815,8 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
         holder,
         last,
         waiters: *waiters,
+        queue: parse_queue(queue, *now),
+        stale: None,
         forced,
         quorum: None,
     })
