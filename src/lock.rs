@@ -9,7 +9,8 @@
 //!   compare the token first, so a client never releases or extends a lock it does not hold.
 //! - Beside it, `PREFIX{NAME}:meta` (a hash) keeps the fence counter, the record of the last
 //!   holder and that of the last forced release (`forced_token`, `forced_by`, `forced_at`: see
-//!   [`Forced`]); `:q`, `:leases` and `:w:TOKEN` hold the waiters (see `acquire.rs`). The `{NAME}` hash tag
+//!   [`Forced`]); `:q`, `:leases` and `:w:TOKEN` hold the waiters (see `acquire.rs`), `:wr` who
+//!   they are (see [`Waiting`]; a record lives as long as its lease). The `{NAME}` hash tag
 //!   puts every key of one lock in one Cluster slot. Meta expires `--meta-ttl` after the lock and
 //!   its queue would expire, refreshed by every script that writes it and can make them last
 //!   longer (acquire, extend, fence), so it never expires while the lock is held or waited for.
