@@ -146,10 +146,13 @@ if pttl >= 0 and pttl < cap then
 end
 redis.call('HSET', LEASES, token, now + block + margin)
 -- Who waits, written once (the first attempt that queues us; a quorum waiter's fresh token took
--- its record over above): since when and until when, by this server's clock.
-local wait = tonumber(ARGV[14])
-redis.call('HSETNX', WAITERS, token, table.concat({int(now), wait and int(now + wait) or '',
-  ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
+-- its record over above): since when and until when, by this server's clock. HGET and HSET
+-- rather than HSETNX: the README's ACL for redlock's user allows only the commands used so far.
+if not redis.call('HGET', WAITERS, token) then
+  local wait = tonumber(ARGV[14])
+  redis.call('HSET', WAITERS, token, table.concat({int(now), wait and int(now + wait) or '',
+    ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
+end
 redis.call('PEXPIRE', QUEUE, cap + margin)
 redis.call('PEXPIRE', LEASES, cap + margin)
 redis.call('PEXPIRE', WAITERS, cap + margin)
