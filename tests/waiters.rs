@@ -354,6 +354,17 @@ fn a_quorum_lists_the_waiters_of_its_queue_node() {
             "node {i}"
         );
     }
+    // A quorum waiter tries each time with a fresh token (at its block cap, 3 s): its record
+    // moves with its place, so it has waited since it first queued, not since its last attempt.
+    let since = list[0]["since_ms"].clone();
+    let token = queue(&nodes[0], "q")[0].clone();
+    assert!(
+        wait_for(|| queue(&nodes[0], "q")[0] != token, EVENT),
+        "the first waiter never tried again"
+    );
+    let v = status_json(&mut nodes.redlock(), "q");
+    assert_eq!(v["queue"][0]["since_ms"], since, "{v}");
+    assert_eq!(v["queue"][0]["note"], "first", "{v}");
 
     nodes
         .redlock()
