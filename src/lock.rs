@@ -1050,6 +1050,49 @@ mod tests {
         assert_eq!(holder.user, "--password");
     }
 
+    /// Dead waiters (lease gone or run out) are left out and the others numbered in queue order;
+    /// a waiter without a record is listed, unknown.
+    #[test]
+    fn the_queue_lists_live_waiters_in_order() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let queue = Value::Array(vec![
+            bulk("t1"),
+            bulk("999"),
+            bulk("1\t\t1\tdead\th\t"),
+            bulk("t2"),
+            bulk("2000"),
+            bulk("5\t9000\t42\tci\tweb1\tdeploy\twith a tab"),
+            bulk("t3"),
+            Value::Nil,
+            bulk("6\t\t43\tno-lease\th\t"),
+            bulk("t4"),
+            bulk("1000"),
+            Value::Nil,
+        ]);
+        let got = parse_queue(&queue, 1000);
+        assert_eq!(
+            got,
+            [
+                Waiting {
+                    position: 1,
+                    user: "ci".into(),
+                    host: "web1".into(),
+                    pid: "42".into(),
+                    // A tab is a control character: escaped for display.
+                    note: "deploy\\u{9}with a tab".into(),
+                    since_ms: Some(5),
+                    deadline_ms: Some(9000),
+                },
+                Waiting {
+                    position: 2,
+                    ..Waiting::default()
+                },
+            ]
+        );
+        assert_eq!(got[0].who(), "ci@web1 (pid 42)");
+        assert_eq!(got[1].who(), "unknown");
+    }
+
     #[test]
     fn glob_characters_in_the_prefix_are_escaped() {
         assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
