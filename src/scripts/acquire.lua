@@ -136,6 +136,12 @@ end
 local now = now_ms()
 if not redis.call('ZSCORE', QUEUE, token) then
   redis.call('ZADD', QUEUE, redis.call('HINCRBY', META, 'tickets', 1), token)
+  -- Who waits, written when the waiter joins the queue (a quorum waiter's fresh token took its
+  -- place and record over above, so it is found here): since when and until when, by this
+  -- server's clock. Written once, so a waiter's later attempts cost nothing more.
+  local wait = tonumber(ARGV[14])
+  redis.call('HSET', WAITERS, token, table.concat({int(now), wait and int(now + wait) or '',
+    ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
 end
 -- The lease covers the wait the client is about to do (the lock's TTL, at most block_cap_ms)
 -- plus a margin; the client renews it with every attempt.
@@ -145,14 +151,6 @@ if pttl >= 0 and pttl < cap then
   block = pttl
 end
 redis.call('HSET', LEASES, token, now + block + margin)
--- Who waits, written once (the first attempt that queues us; a quorum waiter's fresh token took
--- its record over above): since when and until when, by this server's clock. HGET and HSET
--- rather than HSETNX: the README's ACL for redlock's user allows only the commands used so far.
-if not redis.call('HGET', WAITERS, token) then
-  local wait = tonumber(ARGV[14])
-  redis.call('HSET', WAITERS, token, table.concat({int(now), wait and int(now + wait) or '',
-    ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
-end
 redis.call('PEXPIRE', QUEUE, cap + margin)
 redis.call('PEXPIRE', LEASES, cap + margin)
 redis.call('PEXPIRE', WAITERS, cap + margin)
