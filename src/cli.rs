@@ -412,6 +412,11 @@ pub struct StatusArgs {
     /// Show whole tokens instead of fingerprints
     #[arg(long)]
     pub show_token: bool,
+
+    /// Also list each lock's waiters, in queue order, below the table: who, what, for how long,
+    /// until when (JSON always has them, under "queue")
+    #[arg(long)]
+    pub queue: bool,
 }
 
 #[derive(Debug, Args)]

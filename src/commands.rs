@@ -353,7 +353,13 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
     };
     let mut states = Vec::with_capacity(keys.len());
     for k in &keys {
-        let state = store.inspect(k)?;
+        let mut state = store.inspect(k)?;
+        if state.held() {
+            state.stale = state
+                .holder
+                .as_ref()
+                .and_then(|h| owner::stale(&h.host, &h.pid));
+        }
         // A lock found by SCAN may have been released since: list only what is still held (by
         // anyone, for a quorum: a split lock is worth seeing).
         let visible =
@@ -378,6 +384,11 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
     } else {
         crate::output::status_table(&states, args.show_token)
             + &crate::output::quorum_details(&states)
+            + &if args.queue {
+                crate::output::queue_details(&states)
+            } else {
+                String::new()
+            }
     };
     print_stdout(&text)?;
     let unknown: Vec<&str> = states

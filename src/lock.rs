@@ -9,7 +9,8 @@
 //!   compare the token first, so a client never releases or extends a lock it does not hold.
 //! - Beside it, `PREFIX{NAME}:meta` (a hash) keeps the fence counter, the record of the last
 //!   holder and that of the last forced release (`forced_token`, `forced_by`, `forced_at`: see
-//!   [`Forced`]); `:q`, `:leases` and `:w:TOKEN` hold the waiters (see `acquire.rs`). The `{NAME}` hash tag
+//!   [`Forced`]); `:q`, `:leases` and `:w:TOKEN` hold the waiters (see `acquire.rs`), `:wr` who
+//!   they are (see [`Waiting`]; a record lives as long as its lease). The `{NAME}` hash tag
 //!   puts every key of one lock in one Cluster slot. Meta expires `--meta-ttl` after the lock and
 //!   its queue would expire, refreshed by every script that writes it and can make them last
 //!   longer (acquire, extend, fence), so it never expires while the lock is held or waited for.
@@ -193,6 +194,64 @@ pub fn looks_like_fingerprint(s: &str) -> bool {
     s.len() == FINGERPRINT_LEN && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// A client in the queue, as its record in `PREFIX{NAME}:wr` describes it (see `common.lua`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Waiting {
+    /// 1 for the next in line.
+    pub position: usize,
+    pub user: String,
+    pub host: String,
+    pub pid: String,
+    pub note: String,
+    /// When it joined the queue (server clock); `None` when it has no record.
+    pub since_ms: Option<i64>,
+    /// When it gives up (server clock); `None` when it waits forever, or has no record.
+    pub deadline_ms: Option<i64>,
+}
+
+impl Waiting {
+    /// `user@host (pid N)`, or `unknown` for a waiter without a record.
+    pub fn who(&self) -> String {
+        if self.since_ms.is_none() && self.user.is_empty() {
+            return "unknown".to_string();
+        }
+        format!("{}@{} (pid {})", self.user, self.host, self.pid)
+    }
+}
+
+/// The live waiters in `status.lua`'s flat queue reply (token, lease, record, ...), numbered in
+/// queue order; those whose lease ran out before `now_ms` are dead and left out. Records are
+/// anyone's to write: every field is escaped for display, the note redacted (as in [`meta_map`]).
+fn parse_queue(v: &Value, now_ms: i64) -> Vec<Waiting> {
+    let Value::Array(items) = v else {
+        return Vec::new();
+    };
+    let clean = |s: &str| printable(s).into_owned();
+    let mut queue = Vec::new();
+    for entry in items.chunks_exact(3) {
+        let lease = text(&entry[1]).and_then(|l| l.parse::<i64>().ok());
+        if lease.is_none_or(|l| l < now_ms) {
+            continue;
+        }
+        let mut w = Waiting {
+            position: queue.len() + 1,
+            ..Waiting::default()
+        };
+        if let Some(record) = text(&entry[2]) {
+            let mut f = record.splitn(6, '\t');
+            let mut next = || f.next().unwrap_or_default();
+            w.since_ms = next().parse().ok();
+            w.deadline_ms = next().parse().ok();
+            w.pid = clean(next());
+            w.user = clean(next());
+            w.host = clean(next());
+            w.note = clean(&redact(next()));
+        }
+        queue.push(w);
+    }
+    queue
+}
+
 /// The last forced release of a lock (`release --force`), as `release.lua` records it in the meta
 /// hash. It names the token it took the lock from, so that it stays true when the next holder's
 /// record replaces the evicted one's: the evicted holder can still learn who did it, however late
@@ -242,6 +301,11 @@ pub struct State {
     pub last: Option<Box<Holder>>,
     /// Clients queued for the lock (some may have died and not yet been dropped).
     pub waiters: i64,
+    /// The live waiters, in queue order (at most the first 100 queued; see `status.lua`).
+    pub queue: Vec<Waiting>,
+    /// Whether the holder's process is gone: `Some` only when it ran on this host (filled in by
+    /// `status`, which knows the host; see `owner::stale`).
+    pub stale: Option<bool>,
     /// The last forced release of this lock, whichever holder it evicted (see
     /// [`State::forced_of`]).
     pub forced: Option<Box<Forced>>,
@@ -466,6 +530,8 @@ pub struct Request<'a> {
     pub run_id: bool,
     /// The token of the attempt before, whose queue place and reservation this one takes over.
     pub prev: Option<&'a str>,
+    /// What is left of the wait (`None`: forever); a waiter's record says when it gives up.
+    pub wait: Option<Duration>,
 }
 
 /// One atomic attempt to take the lock with `token`.
@@ -476,6 +542,7 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
         join,
         run_id: want_run_id,
         prev,
+        wait,
     } = *req;
     let sent = Instant::now();
     let meta_ttl = millis(redis.meta_ttl());
@@ -495,6 +562,9 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
             .arg(if want_run_id { "1" } else { "0" })
             .arg(prev.unwrap_or(""))
             .arg(meta_ttl)
+            .arg(wait.map_or(String::new(), |w| {
+                u64::try_from(w.as_millis()).unwrap_or(u64::MAX).to_string()
+            }))
             .invoke(con)
     })?;
     match reply.as_slice() {
@@ -748,6 +818,7 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
         Value::Int(now),
         meta,
         Value::Int(waiters),
+        queue,
     ] = reply.as_slice()
     else {
         return Err(unexpected_reply("status", format!("{reply:?}")));
@@ -769,6 +840,8 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
         holder,
         last,
         waiters: *waiters,
+        queue: parse_queue(queue, *now),
+        stale: None,
         forced,
         quorum: None,
     })
@@ -999,6 +1072,49 @@ mod tests {
         assert_eq!(holder.note, "deploy --password ***");
         // Only the note: other fields are not command lines.
         assert_eq!(holder.user, "--password");
+    }
+
+    /// Dead waiters (lease gone or run out) are left out and the others numbered in queue order;
+    /// a waiter without a record is listed, unknown.
+    #[test]
+    fn the_queue_lists_live_waiters_in_order() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let queue = Value::Array(vec![
+            bulk("t1"),
+            bulk("999"),
+            bulk("1\t\t1\tdead\th\t"),
+            bulk("t2"),
+            bulk("2000"),
+            bulk("5\t9000\t42\tci\tweb1\tdeploy\twith a tab"),
+            bulk("t3"),
+            Value::Nil,
+            bulk("6\t\t43\tno-lease\th\t"),
+            bulk("t4"),
+            bulk("1000"),
+            Value::Nil,
+        ]);
+        let got = parse_queue(&queue, 1000);
+        assert_eq!(
+            got,
+            [
+                Waiting {
+                    position: 1,
+                    user: "ci".into(),
+                    host: "web1".into(),
+                    pid: "42".into(),
+                    // A tab is a control character: escaped for display.
+                    note: "deploy\\u{9}with a tab".into(),
+                    since_ms: Some(5),
+                    deadline_ms: Some(9000),
+                },
+                Waiting {
+                    position: 2,
+                    ..Waiting::default()
+                },
+            ]
+        );
+        assert_eq!(got[0].who(), "ci@web1 (pid 42)");
+        assert_eq!(got[1].who(), "unknown");
     }
 
     #[test]

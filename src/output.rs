@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use unicode_width::UnicodeWidthStr;
 
 use crate::cli::Format;
-use crate::lock::{Forced, Holder, Lock, QuorumVerdict, State, fingerprint, human_ms};
+use crate::lock::{Forced, Holder, Lock, QuorumVerdict, State, Waiting, fingerprint, human_ms};
 
 /// The text `acquire` prints on stdout for `format`.
 pub fn acquired(lock: &Lock, format: Format) -> String {
@@ -91,6 +91,8 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
         "waiters": s.waiters,
         if show_token { "token" } else { "token_fingerprint" }: token,
         "last_holder": s.last.as_deref().map(|h| last_json(h, s.forced_of(&h.token))),
+        "stale": s.stale,
+        "queue": s.queue.iter().map(waiting_json).collect::<Vec<_>>(),
     });
     if let Some(q) = &s.quorum {
         let nodes: Vec<Value> = q
@@ -102,6 +104,81 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
         v["nodes"] = Value::Array(nodes);
     }
     v
+}
+
+/// One waiter, as `status --json` lists it under `queue`.
+fn waiting_json(w: &Waiting) -> Value {
+    json!({
+        "position": w.position,
+        "user": w.user,
+        "host": w.host,
+        "pid": w.pid.parse::<u64>().ok(),
+        "note": w.note,
+        "since_ms": w.since_ms,
+        "deadline_ms": w.deadline_ms,
+    })
+}
+
+/// For each lock with live waiters: who waits, in queue order, one line each, after the table.
+pub fn queue_details(states: &[State]) -> String {
+    let mut out = String::new();
+    for s in states.iter().filter(|s| !s.queue.is_empty()) {
+        out.push_str(&format!("\nwaiting for {}:\n", s.keys.name));
+        let header = ["#", "WAITER", "WAITING", "GIVES UP AT", "NOTE"];
+        let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+        for w in &s.queue {
+            let dash = || "-".to_string();
+            rows.push(vec![
+                w.position.to_string(),
+                w.who(),
+                w.since_ms
+                    .map(|ms| {
+                        coarse(Duration::from_millis(
+                            u64::try_from(s.now_ms - ms).unwrap_or(0),
+                        ))
+                    })
+                    .unwrap_or_else(dash),
+                match (w.since_ms, w.deadline_ms) {
+                    (_, Some(ms)) => rfc3339(ms),
+                    (Some(_), None) => "never".to_string(),
+                    (None, None) => dash(),
+                },
+                Some(w.note.clone())
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or_else(dash),
+            ]);
+        }
+        for line in aligned(rows) {
+            out.push_str("  ");
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Rows as lines of columns padded to their widest cell (the last column is not padded).
+fn aligned(rows: Vec<Vec<String>>) -> Vec<String> {
+    let columns = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| rows.iter().map(|r| r[i].width()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|row| {
+            let cells: Vec<String> = row
+                .iter()
+                .enumerate()
+                .map(|(i, cell)| {
+                    if i + 1 == columns {
+                        cell.clone()
+                    } else {
+                        pad(cell, widths[i])
+                    }
+                })
+                .collect();
+            cells.join("  ").trim_end().to_string()
+        })
+        .collect()
 }
 
 /// The last holder of a free lock: who, and how and when the hold ended (`forced`: by whom, if a
@@ -204,6 +281,7 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
             s.keys.name.clone(),
             state_word(s).to_string(),
             match (s.held(), h, &s.last) {
+                (true, Some(h), _) if s.stale == Some(true) => format!("{} stale?", h.who()),
                 (true, Some(h), _) => h.who(),
                 (true, None, _) => "unknown".to_string(),
                 (false, _, Some(last)) => last_cell(last, s.forced_of(&last.token)),
@@ -233,24 +311,9 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
                 .unwrap_or_else(dash),
         ]);
     }
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| rows.iter().map(|r| r[i].width()).max().unwrap_or(0))
-        .collect();
     let mut out = String::new();
-    for row in rows {
-        let last = row.len() - 1;
-        let line: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(i, cell)| {
-                if i == last {
-                    cell.clone()
-                } else {
-                    pad(cell, widths[i])
-                }
-            })
-            .collect();
-        out.push_str(line.join("  ").trim_end());
+    for line in aligned(rows) {
+        out.push_str(&line);
         out.push('\n');
     }
     out

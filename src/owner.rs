@@ -66,6 +66,31 @@ pub fn join_args<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
     redact_args(&args)
 }
 
+/// Whether a lock holder that names `host` and `pid` is gone: `Some(true)` when it ran on this
+/// host and no such process is alive (none at all, or a zombie nobody has reaped), `Some(false)`
+/// when it is alive here, `None` when it ran on another host (nothing to look at) or the pid is
+/// not a number. Only a hint: a recycled pid makes a dead holder look alive (never the reverse),
+/// and two hosts can share a name; `status` shows it as `stale?`.
+pub fn stale(host: &str, pid: &str) -> Option<bool> {
+    if host != hostname() {
+        return None;
+    }
+    let pid: u32 = pid.parse().ok().filter(|&p| p > 0)?;
+    Some(!alive(pid))
+}
+
+/// Whether process `pid` exists here and is not a zombie (`/proc/PID/stat`: the state follows
+/// the command name's closing parenthesis).
+fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
+    !matches!(state, Some("Z" | "X"))
+}
+
 fn clean(s: &str) -> String {
     let cleaned: String = s
         .chars()
@@ -142,6 +167,20 @@ mod tests {
         let argv = ["deploy", "--password", "two words", "--env", "prod"];
         let o = owner(1, None, || join_args(&argv));
         assert_eq!(o.note, "deploy --password *** --env prod");
+    }
+
+    #[test]
+    fn a_holder_is_stale_only_on_this_host_when_its_process_is_gone() {
+        let me = std::process::id().to_string();
+        assert_eq!(stale(&hostname(), &me), Some(false));
+        assert_eq!(stale("another-host.invalid", &me), None);
+        assert_eq!(stale(&hostname(), "not-a-pid"), None);
+        assert_eq!(stale(&hostname(), "0"), None);
+        // A child that exited and has been reaped: its pid names no process.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id().to_string();
+        child.wait().unwrap();
+        assert_eq!(stale(&hostname(), &pid), Some(true));
     }
 
     #[test]

@@ -376,7 +376,7 @@ impl Nodes {
     /// granted it or can no longer grant it, and a waiter also has the queue node's answer (it
     /// keeps our place in the queue).
     fn attempt(&mut self, keys: &Keys, token: &str, req: &Request) -> Answers<Attempt> {
-        let (n, q, ttl, join) = (self.n(), self.q(), req.ttl, req.join);
+        let (n, q, ttl, join, wait) = (self.n(), self.q(), req.ttl, req.join, req.wait);
         let is_grant = |a: &Option<Result<Attempt>>| matches!(a, Some(Ok(Attempt::Granted(_))));
         let (k, t, o) = (keys.clone(), token.to_string(), req.owner.clone());
         let p = req.prev.map(str::to_string);
@@ -390,6 +390,7 @@ impl Nodes {
                     join: join && i == 0,
                     run_id: true,
                     prev: p.as_deref(),
+                    wait,
                 };
                 lock::try_acquire(con, &k, &t, &req)
             },
@@ -1062,10 +1063,10 @@ fn verdict(
     let free = answered.iter().filter(|s| !s.held()).count();
     let best = most_held(&answered);
     let fence = answered.iter().map(|s| s.fence).max().unwrap_or(0);
-    let waiters = nodes
-        .first()
-        .and_then(|(_, s)| s.as_ref().ok())
-        .map_or(0, |s| s.waiters);
+    // Only the queue node keeps waiters.
+    let queue_node = nodes.first().and_then(|(_, s)| s.as_ref().ok());
+    let waiters = queue_node.map_or(0, |s| s.waiters);
+    let queue = queue_node.map(|s| s.queue.clone()).unwrap_or_default();
     let mut state = State {
         keys: keys.clone(),
         token: None,
@@ -1075,6 +1076,8 @@ fn verdict(
         holder: None,
         last: None,
         waiters,
+        queue,
+        stale: None,
         // The latest forced release any node recorded (a forced release records it on each).
         forced: answered
             .iter()
@@ -1372,6 +1375,8 @@ mod tests {
                 .is_none()
                 .then(|| Box::new(holder("old", fence, user))),
             waiters: fence,
+            queue: Vec::new(),
+            stale: None,
             forced: None,
             quorum: None,
         }

@@ -5,7 +5,8 @@
 --      previous token (a quorum's waiter tries each time with a fresh token, so that a late
 --      undo of an earlier attempt can never delete a later one: it keeps the earlier token's
 --      place in the queue and a reservation made for it), meta_idle_ms (how long meta outlives
---      the lock and the queue; see keep_meta)
+--      the lock and the queue; see keep_meta), wait_ms (what is left of the client's wait; ''
+--      when it waits forever: recorded with the waiter, see `:wr` in common.lua)
 --
 -- Returns {1, fence, acquired_ms, run_id} when taken, {0, pttl, queued, reserved} when busy (queued: 1 if we are in
 -- the queue now, 0 if not; reserved: 1 if the lock is some waiter's turn rather than held, see
@@ -42,8 +43,7 @@ end
 local function take(queued)
   redis.call('SET', LOCK, token, 'PX', ttl)
   if queued then
-    redis.call('ZREM', QUEUE, token)
-    redis.call('HDEL', LEASES, token)
+    drop_waiter(token)
     redis.call('DEL', wake_key(token))
   end
   local us = now_us()
@@ -80,11 +80,14 @@ if prev and prev ~= '' and prev ~= token then
   local ticket = redis.call('ZSCORE', QUEUE, prev)
   if ticket then
     local lease = redis.call('HGET', LEASES, prev)
-    redis.call('ZREM', QUEUE, prev)
-    redis.call('HDEL', LEASES, prev)
+    local record = redis.call('HGET', WAITERS, prev)
+    drop_waiter(prev)
     redis.call('ZADD', QUEUE, ticket, token)
     if lease then
       redis.call('HSET', LEASES, token, lease)
+    end
+    if record then
+      redis.call('HSET', WAITERS, token, record)
     end
   end
   redis.call('DEL', wake_key(prev))
@@ -133,6 +136,12 @@ end
 local now = now_ms()
 if not redis.call('ZSCORE', QUEUE, token) then
   redis.call('ZADD', QUEUE, redis.call('HINCRBY', META, 'tickets', 1), token)
+  -- Who waits, written when the waiter joins the queue (a quorum waiter's fresh token took its
+  -- place and record over above, so it is found here): since when and until when, by this
+  -- server's clock. Written once, so a waiter's later attempts cost nothing more.
+  local wait = tonumber(ARGV[14])
+  redis.call('HSET', WAITERS, token, table.concat({int(now), wait and int(now + wait) or '',
+    ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
 end
 -- The lease covers the wait the client is about to do (the lock's TTL, at most block_cap_ms)
 -- plus a margin; the client renews it with every attempt.
@@ -144,5 +153,6 @@ end
 redis.call('HSET', LEASES, token, now + block + margin)
 redis.call('PEXPIRE', QUEUE, cap + margin)
 redis.call('PEXPIRE', LEASES, cap + margin)
+redis.call('PEXPIRE', WAITERS, cap + margin)
 keep_meta(ARGV[13])
 return {0, pttl, 1, reserved}

@@ -6,11 +6,17 @@
 --                an idle time (see keep_meta), never while the lock is held or has waiters
 -- KEYS[3] queue  zset: waiter token -> ticket (arrival order)
 -- KEYS[4] leases hash: waiter token -> server time (ms) after which the waiter counts as dead
+-- KEYS[1] .. ':wr' hash: waiter token -> who waits, for `status`: 'SINCE\tDEADLINE\tPID\tUSER\t
+--                HOST\tNOTE' (server ms; DEADLINE '' when the waiter waits forever; the note
+--                last, so that nothing in it can shift the other fields). A record lives as long
+--                as its lease: written by the attempt that queues the waiter, deleted with the
+--                lease (drop_waiter), with the same expiry.
 -- Wake lists KEYS[1] .. ':w:' .. token are derived from KEYS[1]: same hash tag, same slot. So is
 -- the pub/sub channel KEYS[1] .. ':events', where a lock taken away from its holder is announced,
 -- and the tombstones KEYS[1] .. ':gone:' .. token (a string with a PX expiry) of tokens given up
 -- while an attempt of theirs may still be on its way (see leave.lua).
 local LOCK, META, QUEUE, LEASES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local WAITERS = LOCK .. ':wr'
 
 -- This server's clock in microseconds (16 digits: exact in a Lua number, which is a double, up
 -- to 2^53, that is until the year 2255).
@@ -60,6 +66,13 @@ local function gone_key(token)
   return LOCK .. ':gone:' .. token
 end
 
+-- Take `token` out of the queue: its ticket, its lease and its record go together.
+local function drop_waiter(token)
+  redis.call('ZREM', QUEUE, token)
+  redis.call('HDEL', LEASES, token)
+  redis.call('HDEL', WAITERS, token)
+end
+
 -- The meta record describes the current holder only if its token is the lock key's value (a key
 -- set by hand, or a reservation, has no record of its own).
 local function holder(current)
@@ -86,8 +99,7 @@ local function first_live_waiter()
     if lease and lease >= now then
       return first
     end
-    redis.call('ZREM', QUEUE, first)
-    redis.call('HDEL', LEASES, first)
+    drop_waiter(first)
   end
   return nil
 end
@@ -109,8 +121,7 @@ local function hand_over(waiter, claim_ms, quiet)
   if not reserve(waiter, claim_ms) then
     return false
   end
-  redis.call('ZREM', QUEUE, waiter)
-  redis.call('HDEL', LEASES, waiter)
+  drop_waiter(waiter)
   if not quiet then
     redis.pcall('LPUSH', wake_key(waiter), '1')
     redis.call('PEXPIRE', wake_key(waiter), claim_ms)

@@ -22,8 +22,7 @@ local gone = tonumber(ARGV[5]) or 0
 if gone > 0 then
   redis.call('SET', gone_key(ARGV[1]), '1', 'PX', gone)
 end
-redis.call('ZREM', QUEUE, ARGV[1])
-redis.call('HDEL', LEASES, ARGV[1])
+drop_waiter(ARGV[1])
 redis.call('DEL', wake_key(ARGV[1]))
 local current = redis.call('GET', LOCK)
 local next = false

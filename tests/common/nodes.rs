@@ -247,8 +247,8 @@ impl Monitor {
                     continue;
                 };
                 let argv = &args[(3 + numkeys).min(args.len())..];
-                // acquire.lua: token, ttl, host, pid, user, note, ... 13 in all.
-                if argv.len() == 13 && argv[5] == note && !tokens.contains(&argv[0]) {
+                // acquire.lua: token, ttl, host, pid, user, note, ... 14 in all.
+                if argv.len() == 14 && argv[5] == note && !tokens.contains(&argv[0]) {
                     tokens.push(argv[0].clone());
                 }
             }
@@ -287,7 +287,7 @@ fn monitor_args(line: &str) -> Vec<String> {
 
 impl Nodes {
     /// Asserts that none of `tokens` is left on any live node: not in the lock key (held or
-    /// reserved), the queue, the leases, a wake list or the holder record.
+    /// reserved), the queue, the leases, the waiters' records, a wake list or the holder record.
     #[track_caller]
     pub fn assert_no_trace_of(&self, name: &str, tokens: &[String], context: &str) {
         let key = lock_key(name);
@@ -301,6 +301,8 @@ impl Nodes {
             found.extend(queue.into_iter().map(|t| format!("queue {t}")));
             let leases: Vec<String> = s.query(&["HKEYS", &format!("{key}:leases")]);
             found.extend(leases.into_iter().map(|t| format!("lease {t}")));
+            let records: Vec<String> = s.query(&["HKEYS", &format!("{key}:wr")]);
+            found.extend(records.into_iter().map(|t| format!("waiter record {t}")));
             let prefix = format!("{key}:w:");
             found.extend(
                 s.keys()
