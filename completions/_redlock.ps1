@@ -147,7 +147,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON instead of a table')
             [CompletionResult]::new('--show-token', '--show-token', [CompletionResultType]::ParameterName, 'Show whole tokens instead of fingerprints')
-            [CompletionResult]::new('--queue', '--queue', [CompletionResultType]::ParameterName, 'Also list each lock''s waiters, in queue order, below the table: who, what, for how long, until when (JSON always has them, under "queue")')
+            [CompletionResult]::new('--queue', '--queue', [CompletionResultType]::ParameterName, 'List the waiters of every lock too (named locks always list theirs, in queue order, below the table: who, what, for how long, until when; JSON always has them, under "queue")')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The URLs are seed nodes of a Redis Cluster (the lock''s keys share one hash slot)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors (and whom `release --force` evicted)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors (and whom `release --force` evicted)')

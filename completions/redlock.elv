@@ -140,7 +140,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl'
             cand --json 'Print JSON instead of a table'
             cand --show-token 'Show whole tokens instead of fingerprints'
-            cand --queue 'Also list each lock''s waiters, in queue order, below the table: who, what, for how long, until when (JSON always has them, under "queue")'
+            cand --queue 'List the waiters of every lock too (named locks always list theirs, in queue order, below the table: who, what, for how long, until when; JSON always has them, under "queue")'
             cand --cluster 'The URLs are seed nodes of a Redis Cluster (the lock''s keys share one hash slot)'
             cand -q 'Print nothing on stderr except errors (and whom `release --force` evicted)'
             cand --quiet 'Print nothing on stderr except errors (and whom `release --force` evicted)'

@@ -116,7 +116,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand status" -l connect-timeo
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l json -d 'Print JSON instead of a table'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l show-token -d 'Show whole tokens instead of fingerprints'
-complete -c redlock -n "__fish_redlock_using_subcommand status" -l queue -d 'Also list each lock\'s waiters, in queue order, below the table: who, what, for how long, until when (JSON always has them, under "queue")'
+complete -c redlock -n "__fish_redlock_using_subcommand status" -l queue -d 'List the waiters of every lock too (named locks always list theirs, in queue order, below the table: who, what, for how long, until when; JSON always has them, under "queue")'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s v -l verbose -d 'Log every Redis round trip to stderr'

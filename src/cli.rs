@@ -413,8 +413,8 @@ pub struct StatusArgs {
     #[arg(long)]
     pub show_token: bool,
 
-    /// Also list each lock's waiters, in queue order, below the table: who, what, for how long,
-    /// until when (JSON always has them, under "queue")
+    /// List the waiters of every lock too (named locks always list theirs, in queue order, below
+    /// the table: who, what, for how long, until when; JSON always has them, under "queue")
     #[arg(long)]
     pub queue: bool,
 }

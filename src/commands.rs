@@ -384,7 +384,8 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
     } else {
         crate::output::status_table(&states, args.show_token)
             + &crate::output::quorum_details(&states)
-            + &if args.queue {
+            // Named locks list their waiters: "who is next" is what a look at one lock asks.
+            + &if args.queue || !args.keys.is_empty() {
                 crate::output::queue_details(&states)
             } else {
                 String::new()

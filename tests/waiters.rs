@@ -69,15 +69,14 @@ fn waiters_are_listed_in_arrival_order_with_their_owners() {
     let c = queue_up(&redis, &url, "deploy", "--wait 10m --note job-c", 2);
     let pids = [a.id(), b.id(), c.id()];
 
-    // Without --queue, the table is as it was: a header and one line.
-    let out = redis.redlock().args(["status", "deploy"]).run().expect(0);
+    // Listing every lock shows the count only, unless --queue; a named lock lists its waiters.
+    let out = redis.redlock().args(["status"]).run().expect(0);
     assert_eq!(out.stdout.lines().count(), 2, "{out}");
-
-    let out = redis
-        .redlock()
-        .args(["status", "deploy", "--queue"])
-        .run()
-        .expect(0);
+    let all = redis.redlock().args(["status", "--queue"]).run().expect(0);
+    let out = redis.redlock().args(["status", "deploy"]).run().expect(0);
+    for out in [&all, &out] {
+        assert!(out.stdout.contains("\nwaiting for deploy:\n"), "{out}");
+    }
     // The holder's line is as before: the list comes after the table.
     let first: Vec<&str> = out.stdout.lines().take(2).collect();
     assert!(

@@ -783,9 +783,10 @@ fn status_counts_the_waiters() {
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v[0]["waiters"], 3, "{v}");
 
+    // (The table's header and row; the waiters are listed below them.)
     let out = redis.redlock().args(["status", "k"]).run().ok();
     let lines: Vec<&str> = out.lines().collect();
-    let [header, row] = lines[..] else {
+    let [header, row, ..] = lines[..] else {
         panic!("{out}");
     };
     let at = header
