@@ -231,8 +231,8 @@ fn in_terminal(redis: &RedisServer, args: &[&str], columns: u16, draws: usize) -
         .read_to_string(&mut token)
         .unwrap();
     release(redis, "k", token.trim());
-    let seen = seen.lock().unwrap().clone();
-    seen
+    // The reader, which had the other reference, is gone.
+    Arc::try_unwrap(seen).unwrap().into_inner().unwrap()
 }
 
 /// How a status line starts on a terminal: at the start of the line.
