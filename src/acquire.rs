@@ -19,9 +19,10 @@
 //! - A waiter says what it waits for ([`Park::report`]) once the wait has lasted
 //!   [`FIRST_REPORT`], then every [`Park::report_every`]: a status read (the holder's record and
 //!   our place in the queue, on the queue node) made only when a line is due, so a wait shorter
-//!   than [`FIRST_REPORT`] costs no extra round trip. To be on time, the park is cut into ticks
-//!   that Redis ends itself (BLPOP's own timeout, see `wait.rs`): the connection stays usable, so
-//!   a push cannot be lost between two ticks.
+//!   than [`FIRST_REPORT`] costs no extra round trip. A line is said when the waiter wakes up
+//!   anyway (at most [`BLOCK_CAP`] apart), unless [`Park::redraw`] asks for it on time (a
+//!   terminal): then the park is cut into ticks that Redis ends itself (BLPOP's own timeout, see
+//!   `wait.rs`), so the connection stays usable and a push cannot be lost between two ticks.
 //! - A waiter that loses Redis (refused, reset, timed out) keeps waiting while its wait lasts: it
 //!   looks again with backoff and then goes on with the same token, so its queue entry keeps its
 //!   place if its lease is still live (or nobody looked at the queue meanwhile); otherwise it
@@ -115,6 +116,11 @@ pub trait Park {
     fn report_every(&self) -> Option<Duration> {
         None
     }
+    /// Whether a line must come on time (a redrawn terminal line), cutting the block into ticks;
+    /// otherwise it waits for the next wake-up, and the waiter makes no extra block.
+    fn redraw(&self) -> bool {
+        false
+    }
     /// Says what the waiter waits for.
     fn report(&mut self, _waiting: &Waiting) {}
     /// The wait that was reported on is over: `acquired` says after how long, if it was.
@@ -156,6 +162,7 @@ pub fn acquire(
         report: Reporting {
             every,
             next: every.and_then(|_| started.checked_add(FIRST_REPORT)),
+            redraw: park.redraw(),
             told: false,
         },
         keys,
@@ -187,6 +194,8 @@ struct Reporting {
     every: Option<Duration>,
     /// When the next line is due; `None`: never.
     next: Option<Instant>,
+    /// Lines come on time: the block is cut into ticks (see [`Park::redraw`]).
+    redraw: bool,
     /// A line was shown (so the end of the wait is told too).
     told: bool,
 }
@@ -323,7 +332,8 @@ impl Waiter<'_> {
         }
     }
 
-    /// Blocks on our wake list for `timeout`, in ticks that end when a status line is due.
+    /// Blocks on our wake list for `timeout`, saying what we wait for first if a line is due; with
+    /// [`Park::redraw`], in ticks that end when the next line is due.
     fn park_reporting(
         &mut self,
         store: &mut dyn Store,
@@ -341,6 +351,7 @@ impl Waiter<'_> {
             let tick = self
                 .report
                 .next
+                .filter(|_| self.report.redraw)
                 .map(|due| due.saturating_duration_since(now))
                 .filter(|&d| d < left);
             let Some(redis) = store.parking() else {

@@ -16,8 +16,9 @@
 //! (nil), so the connection stays in use and a push cannot land on a connection we dropped.
 //!
 //! The status lines themselves ([`status_text`]): on a terminal one line redrawn about once a
-//! second, elsewhere one after a second of waiting and then one a minute, and a last line when
-//! the lock is taken; `-q` silences them (see `messages::progress`).
+//! second (in ticks), elsewhere one at the first wake-up after a second of waiting (within
+//! `BLOCK_CAP`) and then one a minute, and a last line when the lock is taken; `-q` silences them
+//! (see `messages::progress`).
 //!
 //! Layer 9 of the list in `lib.rs`.
 
@@ -254,6 +255,10 @@ impl Park for Parker<'_> {
             (false, true) => Some(REDRAW_EVERY),
             (false, false) => Some(LOG_EVERY),
         }
+    }
+
+    fn redraw(&self) -> bool {
+        self.terminal
     }
 
     fn report(&mut self, waiting: &Waiting) {

@@ -1,5 +1,5 @@
-//! A waiting `acquire`/`exec` says what it waits for: one status line a minute (the first after
-//! a second) and how the wait ended when stderr is a log, one line redrawn in place on a
+//! A waiting `acquire`/`exec` says what it waits for: one status line a minute (the first at the
+//! first wake-up after a second, within 3 s) and how the wait ended when stderr is a log, one line redrawn in place on a
 //! terminal, nothing with `-q` or for a wait under a second.
 //!
 //! Real `redlock` processes against a real `redis-server`; the tests synchronise on the queue in
@@ -82,8 +82,8 @@ fn a_quiet_waiter_says_nothing() {
         .args(["-q", "acquire", "k", "-w", "60s"])
         .spawn_proc();
     assert!(wait_for(|| queue(&redis, "k").len() == 1, EVENT));
-    // A witness that queued later said its line: the quiet waiter's second was up before
-    // (its tick ended on the server, before the release below can push its wake-up).
+    // A witness that queued later said its line (at its first wake-up after a second): the
+    // quiet waiter woke up before, and would have said its own.
     let mut witness = redis
         .redlock()
         .args(["exec", "k", "-w", "60s", "--", "true"])
