@@ -47,8 +47,8 @@ set edit:completion:arg-completer[redlock] = {|@words|
         }
         &'redlock;acquire'= {
             cand --ttl 'Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every TTL/3) or extended (`redlock extend`)'
-            cand -w 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)'
-            cand --wait 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)'
+            cand -w 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served); after a second, stderr says who holds it and your place in line'
+            cand --wait 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served); after a second, stderr says who holds it and your place in line'
             cand -E 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed'
             cand --conflict-exit-code 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed'
             cand --note 'Describe the holder in ''redlock status'' (default: the command line); secrets show as ***'
@@ -153,8 +153,8 @@ set edit:completion:arg-completer[redlock] = {|@words|
         }
         &'redlock;exec'= {
             cand --ttl 'Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every TTL/3) or extended (`redlock extend`)'
-            cand -w 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)'
-            cand --wait 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)'
+            cand -w 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served); after a second, stderr says who holds it and your place in line'
+            cand --wait 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served); after a second, stderr says who holds it and your place in line'
             cand -E 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed'
             cand --conflict-exit-code 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed'
             cand --note 'Describe the holder in ''redlock status'' (default: the command line); secrets show as ***'

@@ -17,6 +17,13 @@
 //!   dies is dropped when its lease runs out; if its turn comes first, the reservation expires
 //!   unclaimed after [`CLAIM_WINDOW`](crate::lock::CLAIM_WINDOW) and the next waiter, whose
 //!   wait is capped, takes over.
+//! - A waiter says what it waits for ([`Park::report`]) once the wait has lasted
+//!   [`FIRST_REPORT`], then every [`Park::report_every`]: a status read (the holder's record and
+//!   our place in the queue, on the queue node) made only when a line is due, so a wait shorter
+//!   than [`FIRST_REPORT`] costs no extra round trip. A line is said when the waiter wakes up
+//!   anyway (at most [`BLOCK_CAP`] apart), unless [`Park::redraw`] asks for it on time (a
+//!   terminal): then the park is cut into ticks that Redis ends itself (BLPOP's own timeout, see
+//!   `wait.rs`), so the connection stays usable and a push cannot be lost between two ticks.
 //! - A waiter that loses Redis (refused, reset, timed out) keeps waiting while its wait lasts: it
 //!   looks again with backoff and then goes on with the same token, so its queue entry keeps its
 //!   place if its lease is still live (or nobody looked at the queue meanwhile); otherwise it
@@ -64,18 +71,40 @@ pub enum Parked {
     TimedOut,
     /// A signal asks us to stop waiting.
     Interrupted(i32),
+    /// A tick ([`Park::park`] with `tick`) ended with nothing pushed, by the server's own timeout:
+    /// the connection is free and nothing can have been lost; park again after a status line.
+    Ticked,
 }
+
+/// What a waiter tells about its wait in a status line.
+#[derive(Debug)]
+pub struct Waiting<'a> {
+    pub keys: &'a Keys,
+    /// The lock as the (queue) server sees it; `None` when the read failed.
+    pub state: Option<&'a State>,
+    /// Waiters ahead of us in the queue; `None` when we are not (or no longer) queued.
+    pub ahead: Option<i64>,
+    /// Since `acquire` started.
+    pub waited: Duration,
+}
+
+/// How long a wait lasts before the waiter says what it waits for: a shorter one says nothing
+/// and costs no extra round trip.
+pub const FIRST_REPORT: Duration = Duration::from_secs(1);
 
 /// Blocking on a wake list while staying responsive to signals; see `wait.rs`.
 pub trait Park {
     /// Blocks on the wake list of `token` in the queue of `keys` until it gets a push, `timeout`
     /// passes, or a stop signal arrives. May replace `redis` with a fresh connection.
+    /// With `tick`, the server ends the block at `timeout` ([`Parked::Ticked`]), which keeps the
+    /// connection (less punctual than our own clock, but a tick only paces status lines).
     fn park(
         &mut self,
         redis: &mut Redis,
         keys: &Keys,
         token: &str,
         timeout: Duration,
+        tick: bool,
     ) -> Result<Parked>;
     /// Waits `timeout` without Redis (nobody will wake us), unless a stop signal comes first.
     fn sleep(&mut self, timeout: Duration) -> Result<Parked>;
@@ -84,6 +113,19 @@ pub trait Park {
     /// Says (once per wait: the caller makes sure) that Redis stopped answering and that we go on
     /// trying until the wait runs out (`forever`: until Redis answers again).
     fn outage(&mut self, keys: &Keys, error: &anyhow::Error, forever: bool);
+    /// How often a waiter says what it waits for, after [`FIRST_REPORT`]; `None`: never.
+    fn report_every(&self) -> Option<Duration> {
+        None
+    }
+    /// Whether a line must come on time (a redrawn terminal line), cutting the block into ticks;
+    /// otherwise it waits for the next wake-up, and the waiter makes no extra block.
+    fn redraw(&self) -> bool {
+        false
+    }
+    /// Says what the waiter waits for.
+    fn report(&mut self, _waiting: &Waiting) {}
+    /// The wait that was reported on is over: `acquired` says after how long, if it was.
+    fn end_report(&mut self, _keys: &Keys, _acquired: Option<Duration>) {}
 }
 
 /// The first pause before a waiter that lost Redis tries again; it doubles up to
@@ -114,7 +156,16 @@ pub fn acquire(
     wait: Wait,
     park: &mut dyn Park,
 ) -> Result<Acquired> {
+    let started = Instant::now();
+    let every = park.report_every();
     let mut waiter = Waiter {
+        started,
+        report: Reporting {
+            every,
+            next: every.and_then(|_| started.checked_add(FIRST_REPORT)),
+            redraw: park.redraw(),
+            told: false,
+        },
         keys,
         ttl,
         owner,
@@ -131,11 +182,29 @@ pub fn acquire(
         unsure: false,
     };
     let outcome = waiter.wait(store, park);
-    waiter.clean_up(store, outcome)
+    let outcome = waiter.clean_up(store, outcome);
+    if waiter.report.told {
+        let acquired = matches!(outcome, Ok(Acquired::Held(_))).then(|| started.elapsed());
+        park.end_report(keys, acquired);
+    }
+    outcome
+}
+
+/// When a waiter says what it waits for next.
+struct Reporting {
+    every: Option<Duration>,
+    /// When the next line is due; `None`: never.
+    next: Option<Instant>,
+    /// Lines come on time: the block is cut into ticks (see [`Park::redraw`]).
+    redraw: bool,
+    /// A line was shown (so the end of the wait is told too).
+    told: bool,
 }
 
 /// One call of [`acquire`]: what it asked for and what it left in Redis so far.
 struct Waiter<'a> {
+    started: Instant,
+    report: Reporting,
     keys: &'a Keys,
     ttl: Duration,
     owner: &'a Owner,
@@ -247,10 +316,10 @@ impl Waiter<'_> {
         let timeout = block_time(pttl_ms).min(remaining);
         // Not queued (a quorum whose queue node is down): nobody will wake us; look again
         // when the holder's TTL has run out, or after the cap.
-        let parking = if self.queued { store.parking() } else { None };
-        let parked = match parking {
-            Some(redis) => park.park(redis, self.keys, &self.token, timeout),
-            None => park.sleep(timeout),
+        let parked = if self.queued && store.parking().is_some() {
+            self.park_reporting(store, park, timeout)
+        } else {
+            park.sleep(timeout)
         };
         match parked {
             Ok(parked) => Ok(parked),
@@ -263,6 +332,71 @@ impl Waiter<'_> {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Blocks on our wake list for `timeout`, saying what we wait for first if a line is due; with
+    /// [`Park::redraw`], in ticks that end when the next line is due.
+    fn park_reporting(
+        &mut self,
+        store: &mut dyn Store,
+        park: &mut dyn Park,
+        timeout: Duration,
+    ) -> Result<Parked> {
+        let end = Instant::now().checked_add(timeout);
+        // Bounded: each round either returns or moves `next` a report interval (≥ 1 ms) ahead.
+        loop {
+            let now = Instant::now();
+            if self.report.next.is_some_and(|due| due <= now) {
+                self.report(store, park);
+            }
+            let left = end.map_or(Duration::MAX, |e| e.saturating_duration_since(now));
+            let tick = self
+                .report
+                .next
+                .filter(|_| self.report.redraw)
+                .map(|due| due.saturating_duration_since(now))
+                .filter(|&d| d < left);
+            let Some(redis) = store.parking() else {
+                return park.sleep(left);
+            };
+            match tick {
+                None => return park.park(redis, self.keys, &self.token, left, false),
+                Some(d) => match park.park(redis, self.keys, &self.token, d, true)? {
+                    Parked::Ticked => {}
+                    other => return Ok(other),
+                },
+            }
+        }
+    }
+
+    /// Reads who holds the lock and how many wait ahead of us, on the connection we park on,
+    /// and says it; schedules the next line.
+    fn report(&mut self, store: &mut dyn Store, park: &mut dyn Park) {
+        let every = self.report.every.unwrap_or(Duration::MAX);
+        self.report.next = Instant::now().checked_add(every.max(Duration::from_millis(1)));
+        let Some(redis) = store.parking() else {
+            return;
+        };
+        let view = crate::lock::inspect(redis, self.keys).and_then(|state| {
+            let ahead = crate::lock::queue_position(redis, self.keys, &self.token)?;
+            Ok((state, ahead))
+        });
+        let (state, ahead) = match view {
+            Ok((state, ahead)) => (Some(state), ahead),
+            Err(_) => {
+                // A reply may still be on its way: the block must not read it. (A failed
+                // reconnect marks the connection stale; the next call tries again.)
+                let _ = redis.reconnect();
+                (None, None)
+            }
+        };
+        park.report(&Waiting {
+            keys: self.keys,
+            state: state.as_ref(),
+            ahead,
+            waited: self.started.elapsed(),
+        });
+        self.report.told = true;
     }
 
     /// Leaves nothing of ours in Redis unless the lock is ours, and names the holder of a busy

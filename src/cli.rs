@@ -303,7 +303,8 @@ pub struct LockArgs {
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_ttl, allow_hyphen_values = true)]
     pub ttl: Duration,
 
-    /// Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served)
+    /// Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first
+    /// served); after a second, stderr says who holds it and your place in line
     #[arg(short, long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub wait: Option<Duration>,
 

@@ -847,6 +847,14 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
     })
 }
 
+/// How many waiters are ahead of `token` in the queue of `keys` (ZRANK: dead ones not yet dropped
+/// count too); `None` when `token` is not queued. For a waiter's status line, never the hot path.
+pub fn queue_position(redis: &mut Redis, keys: &Keys, token: &str) -> Result<Option<i64>> {
+    redis.call("queue position", |con| {
+        redis::cmd("ZRANK").arg(&keys.queue).arg(token).query(con)
+    })
+}
+
 /// Every lock currently held under `prefix`, found with SCAN (never KEYS), sorted by name.
 pub fn scan(redis: &mut Redis, prefix: &str) -> Result<Vec<Keys>> {
     let names = scan_names(redis, prefix, "", usize::MAX, None)?;

@@ -10,6 +10,7 @@
 //! | kind | what it is | `-q` | `-v` |
 //! |---|---|---|---|
 //! | [`notice`] | what redlock did or is doing: a busy lock, a wait given up on a signal or still retrying, a node that missed a release, a second Ctrl-C | silenced | shown |
+//! | [`progress`] | what a waiter waits for: on a terminal one line redrawn in place, elsewhere a line now and then, and how the wait ended | silenced | shown |
 //! | [`warning`] | `warning: ...`, a setup that works but is risky: a short TTL, a server that evicts keys with a TTL, a password file others can read | silenced | shown |
 //! | [`log`] | what only `-v` adds: connections, round trips, why a helper thread gave up | not shown | shown |
 //! | [`alert`] | a lock that may not have been exclusive, or a failure the exit status does not tell: a lock lost or not confirmed to the end, a quorum node that restarted while the lock was held, a renewal thread that could not start, a queue that could not be left, a token nobody received | shown | shown |
@@ -21,11 +22,16 @@
 //! already have accepted; an alert is about the lock's safety, which a script that asked for
 //! quiet still needs to hear about (it is what keeps a lost lock from passing for a success).
 //!
+//! A progress line drawn on a terminal has no newline: every other line clears it first (it
+//! would otherwise be appended to it), and [`clear_progress`] removes it when the wait is over.
+//!
 //! A line never panics on a closed or broken stderr ([`eline!`](crate::eline)), and text that
 //! came from outside (a server, another client, the command line) goes through
 //! [`printable`] first.
 
 use std::fmt::Display;
+use std::io::{IsTerminal, Write as _};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::error::ErrorKind;
 
@@ -39,6 +45,7 @@ use crate::{cli, error};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Notice,
+    Progress,
     Warning,
     Log,
     Alert,
@@ -50,7 +57,7 @@ enum Kind {
 /// warnings, `-v` for logs.)
 fn shown(kind: Kind, quiet: bool, verbose: bool) -> bool {
     match kind {
-        Kind::Notice | Kind::Warning => !quiet,
+        Kind::Notice | Kind::Progress | Kind::Warning => !quiet,
         Kind::Log => verbose,
         Kind::Alert | Kind::Outcome => true,
     }
@@ -59,8 +66,85 @@ fn shown(kind: Kind, quiet: bool, verbose: bool) -> bool {
 /// Prints `redlock: {text}` if a line of `kind` is shown.
 fn emit(kind: Kind, quiet: bool, verbose: bool, text: impl Display) {
     if shown(kind, quiet, verbose) {
+        clear_progress();
         crate::eline!("redlock: {text}");
     }
+}
+
+/// A progress line is drawn on the terminal now, without a newline.
+static DRAWN: AtomicBool = AtomicBool::new(false);
+
+/// Whether stderr is a terminal (progress is then redrawn in place).
+pub fn stderr_is_terminal() -> bool {
+    std::io::stderr().is_terminal()
+}
+
+/// What a waiter waits for; `-q` silences it. On a `terminal`, replaces the line drawn before
+/// (carriage return, the text cut to the terminal's width, erase to the end of the line) and
+/// leaves the cursor on it; elsewhere, a line of its own.
+pub fn progress(config: &Config, text: &str, terminal: bool) {
+    if !shown(Kind::Progress, config.quiet, config.verbose) {
+        return;
+    }
+    if !terminal {
+        emit(Kind::Progress, config.quiet, config.verbose, text);
+        return;
+    }
+    let line = fit(&format!("redlock: {text}"), terminal_width());
+    let mut err = std::io::stderr().lock();
+    let _ = write!(err, "\r{line}{CLEAR_TO_END}").and_then(|()| err.flush());
+    DRAWN.store(true, Ordering::SeqCst);
+}
+
+/// Removes a progress line drawn on the terminal, if there is one: the next line starts clean.
+pub fn clear_progress() {
+    if DRAWN.swap(false, Ordering::SeqCst) {
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r{CLEAR_TO_END}").and_then(|()| err.flush());
+    }
+}
+
+/// ANSI "erase in line", from the cursor to the end.
+const CLEAR_TO_END: &str = "\x1b[K";
+
+/// The terminal's width in columns (80 when the terminal does not say).
+fn terminal_width() -> usize {
+    // SAFETY: TIOCGWINSZ writes a winsize into the zeroed struct we own; fd 2 may be anything,
+    // and a failure leaves the struct zeroed.
+    let ws = unsafe {
+        let mut ws: libc::winsize = std::mem::zeroed();
+        libc::ioctl(2, libc::TIOCGWINSZ, &mut ws);
+        ws
+    };
+    match ws.ws_col {
+        0 => 80,
+        n => usize::from(n),
+    }
+}
+
+/// `text` cut to fit in `width` columns, less one (a line that fills the last column makes some
+/// terminals wrap, and a redraw would then start on the wrong line), ending in `…` if cut.
+fn fit(text: &str, width: usize) -> String {
+    use unicode_width::UnicodeWidthChar;
+    let room = width.saturating_sub(1);
+    if unicode_width::UnicodeWidthStr::width(text) <= room {
+        return text.to_string();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = c.width().unwrap_or(0);
+        // Keep a column for the ellipsis.
+        if used + w + 1 > room {
+            break;
+        }
+        out.push(c);
+        used += w;
+    }
+    if room > 0 {
+        out.push('…');
+    }
+    out
 }
 
 /// What redlock did or is doing; `-q` silences it.
@@ -92,6 +176,7 @@ pub fn option_warning(args: &GlobalArgs, text: impl Display) {
 /// What only `-v` adds. The text is made only then: round trips are logged on the hot path.
 pub fn log<D: Display>(config: &Config, text: impl FnOnce() -> D) {
     if shown(Kind::Log, config.quiet, config.verbose) {
+        clear_progress();
         crate::eline!("redlock: {}", text());
     }
 }
@@ -118,6 +203,7 @@ pub fn report_error(err: &anyhow::Error) -> u8 {
         .filter(|l| !l.is_empty())
         .collect();
     // A cause may quote what a server or another client wrote: never for the terminal.
+    clear_progress();
     crate::eline!("redlock: {}", printable(&message.join("; ")));
     error::exit_code(err)
 }
@@ -186,6 +272,7 @@ mod tests {
         // (kind, shown by default, with -q, with -v)
         for (kind, plain, quiet, verbose) in [
             (Notice, true, false, true),
+            (Progress, true, false, true),
             (Warning, true, false, true),
             (Log, false, false, true),
             (Alert, true, true, true),
@@ -195,5 +282,17 @@ mod tests {
             assert_eq!(shown(kind, true, false), quiet, "{kind:?} with -q");
             assert_eq!(shown(kind, false, true), verbose, "{kind:?} with -v");
         }
+    }
+
+    /// A progress line fits the terminal, with wide characters counted as two columns.
+    #[test]
+    fn progress_is_cut_to_the_terminal_width() {
+        assert_eq!(fit("waiting for 'k'", 80), "waiting for 'k'");
+        assert_eq!(fit("waiting for 'k'", 10), "waiting …");
+        assert_eq!(fit("ab", 3), "ab");
+        assert_eq!(fit("abc", 3), "a…");
+        // 界 is two columns wide: 4 columns of room hold one of them and the ellipsis.
+        assert_eq!(fit("界界界", 5), "界…");
+        assert_eq!(fit("abc", 0), "");
     }
 }

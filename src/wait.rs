@@ -12,6 +12,13 @@
 //! housekeeping tick (every 100 ms by default), which would make a waiter late for a dead holder's
 //! expiry. So the socket's read timeout is the wait, the BLPOP's own timeout is a little longer,
 //! and a read that times out is followed by a fresh connection (the old one still has the BLPOP).
+//! A tick that only paces the waiter's status lines is the other way round: the server ends it
+//! (nil), so the connection stays in use and a push cannot land on a connection we dropped.
+//!
+//! The status lines themselves ([`status_text`]): on a terminal one line redrawn about once a
+//! second (in ticks), elsewhere one at the first wake-up after a second of waiting (within
+//! `BLOCK_CAP`) and then one a minute, and a last line when the lock is taken; `-q` silences them
+//! (see `messages::progress`).
 //!
 //! Layer 9 of the list in `lib.rs`.
 
@@ -22,11 +29,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::acquire::{Park, Parked};
+use crate::acquire::{Park, Parked, Waiting};
 use crate::client::Redis;
 use crate::config::Config;
 use crate::exit;
-use crate::lock::Keys;
+use crate::lock::{Keys, QuorumVerdict};
 use crate::messages;
 use crate::signals::{self, Signal};
 
@@ -120,13 +127,62 @@ fn end_parked_wait(signal: &Signal) {
 pub struct Parker<'a> {
     config: &'a Config,
     events: &'a Receiver<Event>,
+    /// stderr is a terminal: the status line is redrawn in place.
+    terminal: bool,
 }
 
 impl<'a> Parker<'a> {
     /// `events` must receive the signals, made by [`signal_event`].
     pub fn new(config: &'a Config, events: &'a Receiver<Event>) -> Self {
-        Parker { config, events }
+        Parker {
+            config,
+            events,
+            terminal: messages::stderr_is_terminal(),
+        }
     }
+}
+
+/// How often a waiter on a terminal redraws its status line.
+pub const REDRAW_EVERY: Duration = Duration::from_secs(1);
+/// How often a waiter whose stderr is not a terminal (a CI log) prints a status line.
+pub const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m 12s;
+/// 2 ahead of you; waited 41s". Durations in whole seconds: the line is redrawn every second.
+pub fn status_text(w: &Waiting) -> String {
+    let mut s = format!("waiting for '{}'", w.keys.name);
+    if let Some(state) = w.state {
+        s.push_str(": ");
+        match &state.holder {
+            _ if !state.held() => s.push_str("free"),
+            Some(h) => {
+                s.push_str(&format!("held by {}", h.who()));
+                if !h.note.is_empty() {
+                    s.push_str(&format!(" running '{}'", h.note));
+                }
+                if let Some(d) = state.held_for() {
+                    s.push_str(&format!(" for {}", secs(d)));
+                }
+            }
+            None if state.handing_over() => s.push_str("being handed over to the next waiter"),
+            None => s.push_str("held by an unknown client (no redlock record)"),
+        }
+        if state.quorum_verdict() == Some(QuorumVerdict::Unknown) {
+            s.push_str(" (no quorum)");
+        }
+    }
+    match w.ahead {
+        Some(0) => s.push_str("; next in line"),
+        Some(n) => s.push_str(&format!("; {n} ahead of you")),
+        None => {}
+    }
+    s.push_str(&format!("; waited {}", secs(w.waited)));
+    s
+}
+
+/// A duration in whole seconds, for humans: `3m 12s`.
+fn secs(d: Duration) -> String {
+    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
 }
 
 /// The signal number if `event` is a signal that stops a wait.
@@ -144,6 +200,7 @@ impl Park for Parker<'_> {
         keys: &Keys,
         token: &str,
         timeout: Duration,
+        tick: bool,
     ) -> Result<Parked> {
         {
             let mut parked = PARKED.lock().unwrap_or_else(|e| e.into_inner());
@@ -160,10 +217,11 @@ impl Park for Parker<'_> {
                 token: token.to_string(),
             });
         }
-        let popped = blpop(redis, &keys.wake(token), timeout);
+        let popped = blpop(redis, &keys.wake(token), timeout, tick);
         *PARKED.lock().unwrap_or_else(|e| e.into_inner()) = None;
         match popped {
             Ok(true) => Ok(Parked::Woken),
+            Ok(false) if tick => Ok(Parked::Ticked),
             Ok(false) => Ok(Parked::TimedOut),
             Err(_) => {
                 // Our timeout (the BLPOP is still pending on this connection), a stop and continue
@@ -206,6 +264,35 @@ impl Park for Parker<'_> {
         self.events.try_iter().find_map(|e| stop_signal(&e))
     }
 
+    fn report_every(&self) -> Option<Duration> {
+        match (self.config.quiet, self.terminal) {
+            (true, _) => None,
+            (false, true) => Some(REDRAW_EVERY),
+            (false, false) => Some(LOG_EVERY),
+        }
+    }
+
+    fn redraw(&self) -> bool {
+        self.terminal
+    }
+
+    fn report(&mut self, waiting: &Waiting) {
+        messages::progress(self.config, &status_text(waiting), self.terminal);
+    }
+
+    fn end_report(&mut self, keys: &Keys, acquired: Option<Duration>) {
+        // A terminal's line is cleared (the next line starts clean); a log says how it ended.
+        match acquired {
+            _ if self.terminal => messages::clear_progress(),
+            Some(d) => messages::progress(
+                self.config,
+                &format!("acquired '{}' after {}", keys.name, secs(d)),
+                false,
+            ),
+            None => {}
+        }
+    }
+
     fn outage(&mut self, keys: &Keys, error: &anyhow::Error, forever: bool) {
         let until = if forever {
             "until Redis answers again (no --wait limit)"
@@ -222,11 +309,17 @@ impl Park for Parker<'_> {
 }
 
 /// One BLPOP on `key` that ends after `timeout` by our clock: the read timeout is the wait, and
-/// the server-side timeout is later so that the server never ends it first.
-fn blpop(redis: &mut Redis, key: &str, timeout: Duration) -> Result<bool> {
+/// the server-side timeout is later so that the server never ends it first. A `tick` is the other
+/// way round: the server ends it (nil) and the connection stays usable.
+fn blpop(redis: &mut Redis, key: &str, timeout: Duration, tick: bool) -> Result<bool> {
     let wait = timeout.max(Duration::from_millis(1));
-    let server_secs = (wait + SERVER_SLACK).as_secs_f64();
-    redis.set_read_timeout(wait)?;
+    let (read, server) = if tick {
+        (wait + SERVER_SLACK, wait)
+    } else {
+        (wait, wait + SERVER_SLACK)
+    };
+    let server_secs = server.as_secs_f64();
+    redis.set_read_timeout(read)?;
     let popped: Option<(String, String)> = redis.call_waiting("wait", |c| {
         redis::cmd("BLPOP").arg(key).arg(server_secs).query(c)
     })?;
@@ -236,3 +329,70 @@ fn blpop(redis: &mut Redis, key: &str, timeout: Duration) -> Result<bool> {
 
 /// How much later than our own timer the server's BLPOP timeout is set.
 const SERVER_SLACK: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::{Holder, State};
+
+    fn state(token: Option<&str>, holder: Option<Holder>) -> State {
+        State {
+            keys: Keys::new("redlock:", "deploy").unwrap(),
+            token: token.map(str::to_string),
+            pttl_ms: 5000,
+            now_ms: 1_000_000 + 192_000,
+            fence: 3,
+            holder,
+            last: None,
+            waiters: 3,
+            forced: None,
+            quorum: None,
+        }
+    }
+
+    /// The status line names the holder, what it runs and for how long, our place, our wait.
+    #[test]
+    fn status_text_says_who_holds_it_and_our_place() {
+        let keys = Keys::new("redlock:", "deploy").unwrap();
+        let holder = Holder {
+            token: "t".into(),
+            host: "runner-3".into(),
+            pid: "812".into(),
+            user: "ci".into(),
+            note: "./deploy.sh".into(),
+            acquired_ms: Some(1_000_000),
+            ..Holder::default()
+        };
+        let held = state(Some("t"), Some(holder));
+        let w = |state, ahead| Waiting {
+            keys: &keys,
+            state,
+            ahead,
+            waited: Duration::from_millis(41_900),
+        };
+        assert_eq!(
+            status_text(&w(Some(&held), Some(2))),
+            "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m \
+             12s; 2 ahead of you; waited 41s"
+        );
+        assert_eq!(
+            status_text(&w(Some(&held), Some(0))),
+            "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m \
+             12s; next in line; waited 41s"
+        );
+        let over = state(Some("~t"), None);
+        assert_eq!(
+            status_text(&w(Some(&over), None)),
+            "waiting for 'deploy': being handed over to the next waiter; waited 41s"
+        );
+        assert_eq!(
+            status_text(&w(None, None)),
+            "waiting for 'deploy'; waited 41s"
+        );
+        let free = state(None, None);
+        assert_eq!(
+            status_text(&w(Some(&free), Some(1))),
+            "waiting for 'deploy': free; 1 ahead of you; waited 41s"
+        );
+    }
+}

@@ -1,0 +1,322 @@
+//! A waiting `acquire`/`exec` says what it waits for: one status line a minute (the first at the
+//! first wake-up after a second, within 3 s) and how the wait ended when stderr is a log, one line redrawn in place on a
+//! terminal, nothing with `-q` or for a wait under a second.
+//!
+//! Real `redlock` processes against a real `redis-server`; the tests synchronise on the queue in
+//! Redis, on lines on stderr and on exits, never on a sleep. The terminal is a real
+//! pseudo-terminal (as in `exec_tty.rs`).
+
+mod common;
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::nodes::Nodes;
+use common::*;
+
+/// A bound for anything that should happen promptly; reaching it means a hang.
+const EVENT: Duration = Duration::from_secs(10);
+
+/// Takes `name` for a minute as `./deploy.sh` would; returns the token.
+fn hold_deploy(redis: &RedisServer, name: &str) -> String {
+    redis
+        .redlock()
+        .args(["acquire", name, "--ttl", "60s", "--note", "./deploy.sh"])
+        .run()
+        .ok()
+}
+
+/// In a log (stderr a pipe): each waiter says once who holds the lock and its place in line, then
+/// that it got the lock and after how long.
+#[test]
+fn a_waiter_in_a_log_says_what_it_waits_for_and_when_it_got_it() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = hold_deploy(&redis, "k");
+    let mut first = redis
+        .redlock()
+        .args(["exec", "k", "-w", "60s", "--", "true"])
+        .spawn_proc();
+    assert!(wait_for(|| queue(&redis, "k").len() == 1, EVENT));
+    let mut second = redis
+        .redlock()
+        .args(["exec", "k", "-w", "60s", "--", "true"])
+        .spawn_proc();
+    first.wait_for_stderr("next in line", EVENT);
+    second.wait_for_stderr("1 ahead of you", EVENT);
+    for (waiter, place) in [(&first, "next in line"), (&second, "1 ahead of you")] {
+        let err = waiter.stderr();
+        let line = err.lines().find(|l| l.contains(place)).unwrap();
+        assert!(
+            line.starts_with("redlock: waiting for 'k': held by ")
+                && line.contains(" running './deploy.sh' for ")
+                && line.contains(&format!("; {place}; waited ")),
+            "{err}"
+        );
+        assert!(!err.contains("acquired"), "{err}");
+    }
+    release(&redis, "k", &token);
+    for waiter in [first, second] {
+        let out = waiter.finish(HANG).expect(0);
+        // One line a minute at most: the wait was far shorter.
+        assert_eq!(out.stderr.matches("waiting for").count(), 1, "{out}");
+        let last = out.stderr.lines().last().unwrap();
+        assert!(last.starts_with("redlock: acquired 'k' after "), "{out}");
+    }
+}
+
+/// `-q` silences the status lines, and the line that the lock was taken.
+#[test]
+fn a_quiet_waiter_says_nothing() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = hold_deploy(&redis, "k");
+    let quiet = redis
+        .redlock()
+        .args(["-q", "acquire", "k", "-w", "60s"])
+        .spawn_proc();
+    assert!(wait_for(|| queue(&redis, "k").len() == 1, EVENT));
+    // A witness that queued later said its line (at its first wake-up after a second): the
+    // quiet waiter woke up before, and would have said its own.
+    let mut witness = redis
+        .redlock()
+        .args(["exec", "k", "-w", "60s", "--", "true"])
+        .spawn_proc();
+    witness.wait_for_stderr("waiting for 'k'", EVENT);
+    release(&redis, "k", &token);
+    let out = quiet.finish(HANG).expect(0);
+    assert!(is_token(out.stdout.trim()), "{out}");
+    assert_eq!(out.stderr, "", "{out}");
+    release(&redis, "k", out.stdout.trim());
+    witness.finish(HANG).expect(0);
+}
+
+/// A wait under a second prints nothing (and so costs no status read): the holder gives the
+/// lock back as soon as the waiter's queue entry appears.
+#[test]
+fn a_short_wait_says_nothing() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let go = redis.dir().join("go");
+    // The holder lets go within about 10 ms of `go` appearing (its exec releases at once).
+    let mut holder = redis
+        .redlock()
+        .args(["exec", "k", "--", "sh", "-c"])
+        .arg(format!(
+            "touch '{0}.held'; while [ ! -e '{0}' ]; do sleep 0.01; done",
+            go.display()
+        ))
+        .spawn_proc();
+    let held = redis.dir().join("go.held");
+    assert!(wait_for(|| held.exists(), EVENT), "{}", holder.stderr());
+    let waiter = redis
+        .redlock()
+        .args(["acquire", "k", "-w", "60s"])
+        .spawn_proc();
+    assert!(wait_for(|| queue(&redis, "k").len() == 1, EVENT));
+    File::create(&go).unwrap();
+    let out = waiter.finish(HANG).expect(0);
+    holder.child().wait().unwrap();
+    if out.elapsed >= Duration::from_millis(900) {
+        // A machine too busy to hand over within a second: the line was due; nothing to check.
+        eprintln!("skipped: the wait took {:?}", out.elapsed);
+        return;
+    }
+    assert_eq!(out.stderr, "", "{out}");
+}
+
+/// A pseudo-terminal: the master (the user's side) and the slave (the program's terminal).
+struct Pty {
+    master: File,
+    slave: OwnedFd,
+}
+
+fn pty(columns: u16) -> Pty {
+    let (mut master, mut slave) = (0, 0);
+    let size = libc::winsize {
+        ws_row: 24,
+        ws_col: columns,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: openpty writes two descriptors into the integers we pass and reads the window size
+    // we own; the other arguments may be null. We own the descriptors from here on.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &size,
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    for fd in [master, slave] {
+        // SAFETY: fcntl on a descriptor we own.
+        assert_ne!(
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) },
+            -1
+        );
+    }
+    // SAFETY: both descriptors were just opened by openpty and are not owned elsewhere.
+    unsafe {
+        Pty {
+            master: File::from_raw_fd(master),
+            slave: OwnedFd::from_raw_fd(slave),
+        }
+    }
+}
+
+/// Runs `redlock ARGS` (a waiter for `k`, which `hold_deploy` holds) with stderr on a terminal
+/// `columns` wide until its line was drawn `draws` times, then releases `k`; returns everything
+/// the terminal received. The waiter must take the lock and succeed.
+fn in_terminal(redis: &RedisServer, args: &[&str], columns: u16, draws: usize) -> String {
+    let token = hold_deploy(redis, "k");
+    let Pty { master, slave } = pty(columns);
+    let mut cmd = redis.redlock();
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(slave));
+    let mut child = cmd.spawn().expect("spawn redlock");
+    // Only the child has the terminal now (the command kept a copy): the reader sees the end
+    // (EIO) when it exits.
+    drop(cmd);
+    let seen = Arc::new(Mutex::new(String::new()));
+    let sink = Arc::clone(&seen);
+    let reader = std::thread::spawn(move || {
+        let mut master = master;
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = master.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+    });
+    assert!(
+        wait_for(
+            || seen.lock().unwrap().matches(LINE).count() >= draws,
+            EVENT
+        ),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    release(redis, "k", &token);
+    assert!(
+        wait_for(|| child.try_wait().unwrap().is_some(), HANG),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    assert!(
+        child.wait().unwrap().success(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    reader.join().unwrap();
+    let mut token = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut token)
+        .unwrap();
+    release(redis, "k", token.trim());
+    // The reader, which had the other reference, is gone.
+    Arc::try_unwrap(seen).unwrap().into_inner().unwrap()
+}
+
+/// How a status line starts on a terminal: at the start of the line.
+const LINE: &str = "\rredlock: waiting for 'k': held by ";
+
+/// On a terminal: one line, redrawn in place (carriage return, erase to the end of the line)
+/// about once a second, cut to the terminal's width, and cleared when the lock is taken.
+#[test]
+fn a_waiter_on_a_terminal_redraws_one_line_and_clears_it() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let seen = in_terminal(&redis, &["acquire", "k", "-w", "60s"], 60, 3);
+    // Every drawing fits in 59 columns and erases the rest of the line; none ends the line.
+    for drawn in seen.split(LINE).skip(1) {
+        let line = drawn.split("\x1b[K").next().unwrap();
+        let visible = format!("{}{line}", &LINE[1..]);
+        assert!(visible.chars().count() <= 59, "{visible:?} in {seen:?}");
+        assert!(visible.ends_with('…'), "{visible:?} in {seen:?}");
+        assert!(drawn.starts_with(&format!("{line}\x1b[K")), "{seen:?}");
+    }
+    assert!(!seen.contains('\n'), "{seen:?}");
+    // Cleared when the lock was taken (the next line starts clean), and nothing else said.
+    assert!(seen.ends_with("…\x1b[K\r\x1b[K"), "{seen:?}");
+}
+
+/// `-v` on a terminal: the wake-ups that redraw the line every second are logged as what they
+/// are, never as errors ("Resource temporarily unavailable"), and log lines clear the status
+/// line before they are printed.
+#[test]
+fn verbose_shows_the_redraw_wake_ups_as_no_errors() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let seen = in_terminal(&redis, &["-v", "acquire", "k", "-w", "60s"], 200, 3);
+    assert!(seen.matches("wait on ").count() >= 3, "{seen:?}");
+    assert!(
+        !seen.contains("temporarily unavailable") && !seen.contains("error"),
+        "{seen:?}"
+    );
+    // A log line never follows a drawn line on the same terminal line.
+    for drawn in seen.split(LINE).skip(1) {
+        let rest = drawn.split_once("\x1b[K").unwrap().1;
+        assert!(rest.is_empty() || rest.starts_with("\r\x1b[K"), "{seen:?}");
+    }
+    // The full line, at 200 columns.
+    assert!(seen.contains(" running './deploy.sh' for "), "{seen:?}");
+    // Redrawn on time, not only when the waiter wakes up anyway (every 3 s, the holder's TTL
+    // being a minute): the first drawing comes before that (2 s allowed for a busy machine).
+    let first = seen.split(LINE).nth(1).unwrap();
+    let first = first.split("\x1b[K").next().unwrap();
+    assert!(
+        first.ends_with("; waited 1s") || first.ends_with("; waited 2s"),
+        "{first:?} in {seen:?}"
+    );
+}
+
+/// On a quorum the line is read from the queue node, and names the holder there.
+#[test]
+fn a_waiter_on_a_quorum_says_what_it_waits_for() {
+    let Some(nodes) = Nodes::start(3) else {
+        return;
+    };
+    let token = nodes
+        .redlock()
+        .args(["acquire", "k", "--ttl", "60s", "--note", "./deploy.sh"])
+        .run()
+        .ok();
+    let mut waiter = nodes
+        .redlock()
+        .args(["exec", "k", "-w", "60s", "--", "true"])
+        .spawn_proc();
+    waiter.wait_for_stderr("next in line", EVENT);
+    let err = waiter.stderr();
+    assert!(
+        err.contains("redlock: waiting for 'k': held by ")
+            && err.contains(" running './deploy.sh' for "),
+        "{err}"
+    );
+    nodes
+        .redlock()
+        .args(["release", "k", &token])
+        .run()
+        .expect(0);
+    let out = waiter.finish(HANG).expect(0);
+    assert!(out.stderr.contains("redlock: acquired 'k' after "), "{out}");
+}
