@@ -345,6 +345,8 @@ mod tests {
             holder,
             last: None,
             waiters: 3,
+            queue: Vec::new(),
+            stale: None,
             forced: None,
             quorum: None,
         }
