@@ -296,14 +296,17 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
         .map(|k| Keys::new(&config.prefix, k))
         .collect::<Result<_>>()?;
     let mut store = backend::open(config)?;
-    let keys = if named.is_empty() {
-        store.scan(&config.prefix)?
+    // Every lock: batched (see `Store::inspect_all`). Named ones: one call each, as few as typed.
+    let found = if named.is_empty() {
+        store.inspect_all(&config.prefix)?
     } else {
         named
+            .iter()
+            .map(|k| store.inspect(k))
+            .collect::<Result<_>>()?
     };
-    let mut states = Vec::with_capacity(keys.len());
-    for k in &keys {
-        let state = store.inspect(k)?;
+    let mut states = Vec::with_capacity(found.len());
+    for state in found {
         // A lock found by SCAN may have been released since: list only what is still held (by
         // anyone, for a quorum: a split lock is worth seeing).
         let visible =

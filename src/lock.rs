@@ -718,13 +718,86 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
     let reply: Vec<Value> = redis.call("status", |con| {
         scripts::STATUS.key(keys.all().as_slice()).invoke(con)
     })?;
+    state_of(keys, &reply)
+}
+
+/// How many STATUS calls [`inspect_batch`] sends in one round trip: 10,000 locks take 20, and
+/// one reply (a few hundred small hashes) is read long before `--io-timeout`.
+pub const INSPECT_BATCH: usize = 500;
+
+/// Reads many locks' states, [`INSPECT_BATCH`] STATUS calls pipelined per round trip (EVALSHA;
+/// after a NOSCRIPT, the script is loaded and the batch sent again, once). Each call is still one
+/// script, one atomic snapshot of its lock, exactly what [`inspect`] reads. An entry is `None`
+/// where the server answered that one call with an error (a Cluster node that does not own the
+/// key answers MOVED): the caller asks for that lock alone (see [`inspect_many`]).
+pub fn inspect_batch(redis: &mut Redis, keys: &[Keys]) -> Result<Vec<Option<State>>> {
+    let mut states = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(INSPECT_BATCH) {
+        let mut replies = status_pipeline(redis, chunk)?;
+        if replies.iter().any(|r| r.as_ref().is_err_and(is_noscript)) {
+            // A first use, a restart, SCRIPT FLUSH: every call of the batch was refused.
+            redis.call("status", |con| scripts::STATUS.load(con))?;
+            replies = status_pipeline(redis, chunk)?;
+        }
+        for (keys, reply) in chunk.iter().zip(replies) {
+            states.push(match reply {
+                Ok(Value::Array(items)) => Some(state_of(keys, &items)?),
+                Ok(other) => return Err(unexpected_reply("status", format!("{other:?}"))),
+                Err(_) => None,
+            });
+        }
+    }
+    Ok(states)
+}
+
+/// [`inspect_batch`], with a lock whose call failed in the batch asked for alone on the same
+/// connection (which reports its error as [`inspect`] does).
+pub fn inspect_many(redis: &mut Redis, keys: &[Keys]) -> Result<Vec<State>> {
+    let found = inspect_batch(redis, keys)?;
+    keys.iter()
+        .zip(found)
+        .map(|(k, state)| match state {
+            Some(state) => Ok(state),
+            None => inspect(redis, k),
+        })
+        .collect()
+}
+
+/// One round trip: the STATUS script by its hash for each lock of `chunk`, each reply or error
+/// in its place.
+fn status_pipeline(redis: &mut Redis, chunk: &[Keys]) -> Result<Vec<redis::RedisResult<Value>>> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for keys in chunk {
+        let all = keys.all();
+        pipe.cmd("EVALSHA")
+            .arg(scripts::STATUS.get_hash())
+            .arg(all.len())
+            .arg(all.as_slice());
+    }
+    let replies: Vec<redis::RedisResult<Value>> = redis.call("status", |con| pipe.query(con))?;
+    if replies.len() != chunk.len() {
+        return Err(unexpected_reply(
+            "status",
+            format!("{} replies to {} calls", replies.len(), chunk.len()),
+        ));
+    }
+    Ok(replies)
+}
+
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// A lock's state from the STATUS script's reply.
+fn state_of(keys: &Keys, reply: &[Value]) -> Result<State> {
     let [
         token,
         Value::Int(pttl),
         Value::Int(now),
         meta,
         Value::Int(waiters),
-    ] = reply.as_slice()
+    ] = reply
     else {
         return Err(unexpected_reply("status", format!("{reply:?}")));
     };
