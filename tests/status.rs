@@ -463,7 +463,8 @@ fn status_of_many_locks_shows_each_as_status_of_its_name_does() {
     let mut con = redis.cli();
     let mut pipe = redis::pipe();
     // (name, expected holder's host, note, fence, token) of every lock that is held.
-    let mut held: Vec<(String, Option<String>, Option<String>, i64, String)> = Vec::new();
+    type Held = (String, Option<String>, Option<String>, i64, String);
+    let mut held: Vec<Held> = Vec::new();
     for i in 0..1200 {
         let name = format!("job-{i:04}");
         let token = format!("{i:08x}{}", "0".repeat(24));
