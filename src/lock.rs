@@ -721,30 +721,51 @@ pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
     state_of(keys, &reply)
 }
 
-/// How many STATUS calls [`inspect_batch`] sends in one round trip: 10,000 locks take 20, and
-/// one reply (a few hundred small hashes) is read long before `--io-timeout`.
+/// How many locks [`inspect_batch`] reads per round trip: 10,000 locks take 20, and one reply
+/// (a few hundred small hashes) is read long before `--io-timeout`.
 pub const INSPECT_BATCH: usize = 500;
 
-/// Reads many locks' states, [`INSPECT_BATCH`] STATUS calls pipelined per round trip (EVALSHA;
-/// after a NOSCRIPT, the script is loaded and the batch sent again, once). Each call is still one
-/// script, one atomic snapshot of its lock, exactly what [`inspect`] reads. An entry is `None`
-/// where the server answered that one call with an error (a Cluster node that does not own the
-/// key answers MOVED): the caller asks for that lock alone (see [`inspect_many`]).
+/// How many locks one call of `status_many.lua` reads: the server runs nothing else meanwhile,
+/// for well under a millisecond.
+const PER_CALL: usize = 100;
+
+/// Reads many locks' states, [`INSPECT_BATCH`] per round trip, in pipelined script calls
+/// (EVALSHA; after a NOSCRIPT, the script is loaded and the batch sent again, once):
+/// `status_many.lua` for [`PER_CALL`] locks at a time, or on a Redis Cluster (whose keys of one
+/// call must share a slot) `status.lua` for each. Either way each lock's state is one atomic
+/// snapshot, exactly what [`inspect`] reads. An entry is `None` where the server answered that
+/// lock's call with an error (a Cluster node that does not own the key answers MOVED): the
+/// caller asks for that lock alone (see [`inspect_many`]).
 pub fn inspect_batch(redis: &mut Redis, keys: &[Keys]) -> Result<Vec<Option<State>>> {
+    let (script, per_call) = if redis.in_cluster() {
+        (&*scripts::STATUS, 1)
+    } else {
+        (&*scripts::STATUS_MANY, PER_CALL)
+    };
     let mut states = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(INSPECT_BATCH) {
-        let mut replies = status_pipeline(redis, chunk)?;
+        let mut replies = status_pipeline(redis, script, chunk, per_call)?;
         if replies.iter().any(|r| r.as_ref().is_err_and(is_noscript)) {
             // A first use, a restart, SCRIPT FLUSH: every call of the batch was refused.
-            redis.call("status", |con| scripts::STATUS.load(con))?;
-            replies = status_pipeline(redis, chunk)?;
+            redis.call("status", |con| script.load(con))?;
+            replies = status_pipeline(redis, script, chunk, per_call)?;
         }
-        for (keys, reply) in chunk.iter().zip(replies) {
-            states.push(match reply {
-                Ok(Value::Array(items)) => Some(state_of(keys, &items)?),
+        for (locks, reply) in chunk.chunks(per_call).zip(replies) {
+            let per_lock = match reply {
+                Ok(Value::Array(items)) if per_call == 1 => vec![Value::Array(items)],
+                Ok(Value::Array(items)) if items.len() == locks.len() => items,
                 Ok(other) => return Err(unexpected_reply("status", format!("{other:?}"))),
-                Err(_) => None,
-            });
+                Err(_) => {
+                    states.extend(locks.iter().map(|_| None));
+                    continue;
+                }
+            };
+            for (keys, reply) in locks.iter().zip(per_lock) {
+                let Value::Array(items) = reply else {
+                    return Err(unexpected_reply("status", format!("{reply:?}")));
+                };
+                states.push(Some(state_of(keys, &items)?));
+            }
         }
     }
     Ok(states)
@@ -763,23 +784,30 @@ pub fn inspect_many(redis: &mut Redis, keys: &[Keys]) -> Result<Vec<State>> {
         .collect()
 }
 
-/// One round trip: the STATUS script by its hash for each lock of `chunk`, each reply or error
-/// in its place.
-fn status_pipeline(redis: &mut Redis, chunk: &[Keys]) -> Result<Vec<redis::RedisResult<Value>>> {
+/// One round trip: `script` by its hash for each `per_call` locks of `chunk`, each reply or
+/// error in its place.
+fn status_pipeline(
+    redis: &mut Redis,
+    script: &redis::Script,
+    chunk: &[Keys],
+    per_call: usize,
+) -> Result<Vec<redis::RedisResult<Value>>> {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    for keys in chunk {
-        let all = keys.all();
+    let mut calls = 0;
+    for locks in chunk.chunks(per_call) {
+        let keys: Vec<&str> = locks.iter().flat_map(Keys::all).collect();
         pipe.cmd("EVALSHA")
-            .arg(scripts::STATUS.get_hash())
-            .arg(all.len())
-            .arg(all.as_slice());
+            .arg(script.get_hash())
+            .arg(keys.len())
+            .arg(keys);
+        calls += 1;
     }
     let replies: Vec<redis::RedisResult<Value>> = redis.call("status", |con| pipe.query(con))?;
-    if replies.len() != chunk.len() {
+    if replies.len() != calls {
         return Err(unexpected_reply(
             "status",
-            format!("{} replies to {} calls", replies.len(), chunk.len()),
+            format!("{} replies to {calls} calls", replies.len()),
         ));
     }
     Ok(replies)

@@ -619,7 +619,7 @@ fn a_lock_released_after_the_scan_is_not_listed() {
     }
     let status = redis::Script::new(concat!(
         include_str!("../src/scripts/common.lua"),
-        include_str!("../src/scripts/status.lua")
+        include_str!("../src/scripts/status_many.lua")
     ));
     // Loaded, so that the batch is EVALSHA calls naming its SHA1 from the first try.
     let sha = status.prepare_invoke().load(&mut redis.cli()).unwrap();
