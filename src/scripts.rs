@@ -58,5 +58,4 @@ pub const LEAVE_SOURCE: &str = concat!(
     include_str!("scripts/leave.lua")
 );
 pub static STATUS: LazyLock<Script> = script!("status.lua");
-pub static STATUS_MANY: LazyLock<Script> = script!("status_many.lua");
 pub static FENCE: LazyLock<Script> = script!("fence.lua");

@@ -617,16 +617,11 @@ fn a_lock_released_after_the_scan_is_not_listed() {
     for name in ["a", "b", "c"] {
         redis.query::<()>(&["SET", &lock_key(name), "t", "PX", "600000"]);
     }
-    let status = redis::Script::new(concat!(
-        include_str!("../src/scripts/common.lua"),
-        include_str!("../src/scripts/status_many.lua")
-    ));
-    // Loaded, so that the batch is EVALSHA calls naming its SHA1 from the first try.
-    let sha = status.prepare_invoke().load(&mut redis.cli()).unwrap();
     let proxy = proxy::Proxy::to(redis.port());
-    // The proxy holds the batch back for 5s: the deletion, sent as soon as the scan's reply is
-    // logged, has time enough to come first, even on a loaded machine.
-    proxy.delay_matching(sha, Duration::from_secs(5), 1);
+    // The proxy holds the batch (the first request that reads a meta hash) back for 5s: the
+    // deletion, sent as soon as the scan's reply is logged, has time enough to come first, even
+    // on a loaded machine.
+    proxy.delay_matching("HGETALL", Duration::from_secs(5), 1);
     let mut cmd = redlock();
     cmd.env("REDLOCK_URL", proxy.url())
         .args(["-v", "--io-timeout", "60s", "status", "--json"]);
