@@ -165,6 +165,12 @@ impl Redis {
         result.map_err(|e| self.error(what, e))
     }
 
+    /// Whether the server is part of a Redis Cluster: the cluster connection, or one of its
+    /// masters on a connection of its own (see [`Redis::cluster_masters`]).
+    pub fn in_cluster(&self) -> bool {
+        matches!(self.config.servers, Servers::Cluster(_))
+    }
+
     /// Whether this is a Redis Cluster connection.
     pub fn is_cluster(&self) -> bool {
         matches!(self.con, Con::Cluster(_))

@@ -346,14 +346,17 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
         .map(|k| Keys::new(&config.prefix, k))
         .collect::<Result<_>>()?;
     let mut store = backend::open(config)?;
-    let keys = if named.is_empty() {
-        store.scan(&config.prefix)?
+    // Every lock: batched (see `Store::inspect_all`). Named ones: one call each, as few as typed.
+    let found = if named.is_empty() {
+        store.inspect_all(&config.prefix)?
     } else {
         named
+            .iter()
+            .map(|k| store.inspect(k))
+            .collect::<Result<_>>()?
     };
-    let mut states = Vec::with_capacity(keys.len());
-    for k in &keys {
-        let mut state = store.inspect(k)?;
+    let mut states = Vec::with_capacity(found.len());
+    for mut state in found {
         if state.held() {
             state.stale = state
                 .holder

@@ -1026,6 +1026,48 @@ impl Store for Nodes {
         Ok(all)
     }
 
+    /// One scan as [`Store::scan`] does it, then every node reads all the locks found, in
+    /// batches (the nodes in parallel), and each lock gets its verdict as [`Store::inspect`]
+    /// gives it.
+    fn inspect_all(&mut self, prefix: &str) -> Result<Vec<State>> {
+        let keys = Arc::new(self.scan(prefix)?);
+        let (n, q) = (self.n(), self.q());
+        let all = Arc::clone(&keys);
+        let answers = self.all(move |_, con| lock::inspect_many(con, &all));
+        let mut views: Vec<(
+            String,
+            std::result::Result<std::vec::IntoIter<State>, String>,
+        )> = answers
+            .into_iter()
+            .zip(&self.endpoints)
+            .map(|(a, ep)| {
+                let view = match a {
+                    Some(Ok(states)) => Ok(states.into_iter()),
+                    Some(Err(e)) => Err(short_error(&e, &ep.display)),
+                    None => Err("not asked".to_string()),
+                };
+                (ep.display.clone(), view)
+            })
+            .collect();
+        Ok(keys
+            .iter()
+            .map(|k| {
+                let nodes = views
+                    .iter_mut()
+                    .map(|(display, view)| {
+                        let state = match view {
+                            // inspect_many answers every key, in order.
+                            Ok(states) => states.next().ok_or_else(|| "no answer".to_string()),
+                            Err(e) => Err(e.clone()),
+                        };
+                        (display.clone(), state)
+                    })
+                    .collect();
+                verdict(k, nodes, n, q)
+            })
+            .collect())
+    }
+
     fn parking(&mut self) -> Option<&mut Redis> {
         if self.cons[0].is_none() {
             self.cons[0] = Redis::connect_node(&self.config, 0).ok();

@@ -480,3 +480,94 @@ fn a_forced_release_stops_an_exec_holder_at_once() {
     assert!(took < Duration::from_secs(5), "took {took:?}:\n{out}");
     assert!(out.stderr.contains("lost the lock"), "{out}");
 }
+
+/// `status` without names reads each master's locks in pipelined batches on that master: 900
+/// locks spread over the three masters (more than one batch on each) are all listed, as
+/// `status NAME...` (one routed call per lock) lists them.
+#[test]
+fn status_of_many_locks_reads_them_on_every_master() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let mut pipes = vec![redis::pipe(); 3];
+    let mut per_node = [0; 3];
+    let mut names = Vec::new();
+    let mut owners = Vec::new();
+    // Each master's slots, from its own CLUSTER NODES line (`cluster.owner` asks 4 queries a key).
+    let ranges: Vec<Vec<(u16, u16)>> = cluster
+        .nodes()
+        .iter()
+        .map(|node| {
+            let text: String = node.query(&["CLUSTER", "NODES"]);
+            let me = text.lines().find(|l| l.contains("myself")).unwrap();
+            me.split_whitespace()
+                .skip(8)
+                .filter(|s| !s.starts_with('['))
+                .map(|s| {
+                    let (a, b) = s.split_once('-').unwrap_or((s, s));
+                    (a.parse().unwrap(), b.parse().unwrap())
+                })
+                .collect()
+        })
+        .collect();
+    for i in 0..1800 {
+        let name = format!("many-{i:04}");
+        let slot = cluster.slot(&lock_key(&name));
+        let owner = (0..3)
+            .find(|&n| ranges[n].iter().any(|&(a, b)| (a..=b).contains(&slot)))
+            .unwrap();
+        owners.push(owner);
+        per_node[owner] += 1;
+        pipes[owner]
+            .cmd("SET")
+            .arg(lock_key(&name))
+            .arg(format!("{i:032x}"));
+        pipes[owner]
+            .cmd("HSET")
+            .arg(meta_key(&name))
+            .arg("token")
+            .arg(format!("{i:032x}"))
+            .arg("fence")
+            .arg(i + 1)
+            .arg("host")
+            .arg(format!("h{owner}"))
+            .arg("pid")
+            .arg(i)
+            .arg("user")
+            .arg("ci");
+        names.push(name);
+    }
+    for (node, pipe) in cluster.nodes().iter().zip(&pipes) {
+        pipe.query::<()>(&mut node.cli()).unwrap();
+    }
+    assert!(per_node.iter().all(|&n| n > 500), "{per_node:?}");
+    assert_eq!(owners[0], cluster.owner(&lock_key(&names[0])));
+
+    let out = cluster.redlock().args(["status", "--json"]).run().expect(0);
+    let all: Vec<Value> = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(all.len(), names.len());
+    for (i, (lock, name)) in all.iter().zip(&names).enumerate() {
+        assert_eq!(lock["key"], name.as_str(), "{lock}");
+        assert_eq!(lock["fence"], i + 1, "{lock}");
+        assert_eq!(
+            lock["token_fingerprint"],
+            &format!("{i:032x}")[..8],
+            "{lock}"
+        );
+        let host = format!("h{}", owners[i]);
+        assert_eq!(lock["holder"]["host"], host.as_str(), "{lock}");
+    }
+    let each = cluster
+        .redlock()
+        .args(["status", "--json"])
+        .args(&names)
+        .run()
+        .expect(0);
+    assert!(out.stdout == each.stdout, "--json differs:\n{out}\n{each}");
+    let out = cluster.redlock().arg("status").run().expect(0);
+    let each = cluster.redlock().arg("status").args(&names).run().expect(0);
+    assert!(
+        out.stdout == each.stdout,
+        "the table differs:\n{out}\n{each}"
+    );
+}

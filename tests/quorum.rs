@@ -2134,3 +2134,67 @@ fn exec_whose_lock_a_majority_lost_during_the_command_exits_75() {
         "ours ({ours}) released where it was left, the other holder's kept:\n{out}"
     );
 }
+
+/// `status` without names on a quorum: every node reads all the locks found, in pipelined
+/// batches, and each lock gets the verdict `status NAME...` gives it, byte for byte: 700 locks,
+/// some held on a majority, some on one node only (split), some on none but still scanned (a
+/// minority holder), with one node down.
+#[test]
+fn status_of_many_locks_gives_each_the_verdict_of_status_name() {
+    let Some(mut nodes) = Nodes::start(3) else {
+        return;
+    };
+    let mut pipes = vec![redis::pipe(); 3];
+    let mut names = Vec::new();
+    for i in 0..700 {
+        let name = format!("q-{i:03}");
+        let token = format!("{i:032x}");
+        // Held on nodes 0 and 1; every 7th only on node 1 (node 0 free, node 2 down: split).
+        let on: &[usize] = if i % 7 == 0 { &[1] } else { &[0, 1] };
+        for &n in on {
+            pipes[n].cmd("SET").arg(lock_key(&name)).arg(&token);
+            pipes[n]
+                .cmd("HSET")
+                .arg(meta_key(&name))
+                .arg("token")
+                .arg(&token)
+                .arg("fence")
+                .arg(i + 1)
+                .arg("host")
+                .arg("h")
+                .arg("pid")
+                .arg(i)
+                .arg("user")
+                .arg("ci");
+        }
+        names.push(name);
+    }
+    for (i, pipe) in pipes.iter().enumerate().take(2) {
+        pipe.query::<()>(&mut nodes[i].cli()).unwrap();
+    }
+    nodes[2].kill();
+
+    let all = nodes.redlock().args(["status", "--json"]).run();
+    let each = nodes
+        .redlock()
+        .args(["status", "--json"])
+        .args(&names)
+        .run();
+    assert_eq!(all.code(), each.code(), "{all}\n{each}");
+    assert!(all.stdout == each.stdout, "--json differs:\n{all}\n{each}");
+    let v: Vec<Value> = serde_json::from_str(&all.stdout).unwrap();
+    assert_eq!(v.len(), 700, "{all}");
+    for (i, lock) in v.iter().enumerate() {
+        let state = if i % 7 == 0 { "split" } else { "held" };
+        assert_eq!(lock["state"], state, "{lock}");
+        assert_eq!(lock["nodes"][2]["state"], "unreachable", "{lock}");
+        assert_eq!(lock["nodes"][1]["fence"], i + 1, "{lock}");
+    }
+    let all = nodes.redlock().arg("status").run();
+    let each = nodes.redlock().arg("status").args(&names).run();
+    assert!(
+        all.stdout == each.stdout,
+        "the table differs:\n{all}\n{each}"
+    );
+    assert!(all.stderr == each.stderr, "stderr differs:\n{all}\n{each}");
+}

@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use serde_json::Value;
+use std::time::Duration;
 
 fn acquire(redis: &RedisServer, args: &[&str]) -> String {
     redis.redlock().arg("acquire").args(args).run().ok()
@@ -437,4 +438,203 @@ fn status_aligns_wide_characters_by_display_width() {
         );
         assert_eq!(cell_by_width(header, row, "NOTE"), note, "{out}");
     }
+}
+
+/// The JSON entries of `status`, without the two fields that change with the server's clock.
+fn timeless(json: &str) -> Vec<Value> {
+    let mut all: Vec<Value> = serde_json::from_str(json).unwrap();
+    for v in &mut all {
+        let o = v.as_object_mut().unwrap();
+        o.remove("held_for_ms");
+        o.remove("ttl_ms");
+    }
+    all
+}
+
+/// `status` without names reads every lock in pipelined batches of 500; what it prints must be
+/// what `status NAME...` (one call per lock) prints for the same locks, byte for byte, and what
+/// was written: 1,200 locks of every kind (a holder's record, none, a stale record, being handed
+/// over, waiters, a hostile note), across batch boundaries, and free ones that are not listed.
+#[test]
+fn status_of_many_locks_shows_each_as_status_of_its_name_does() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut con = redis.cli();
+    let mut pipe = redis::pipe();
+    // (name, expected holder's host, note, fence, token) of every lock that is held.
+    type Held = (String, Option<String>, Option<String>, i64, String);
+    let mut held: Vec<Held> = Vec::new();
+    for i in 0..1200 {
+        let name = format!("job-{i:04}");
+        let token = format!("{i:08x}{}", "0".repeat(24));
+        let (lock, meta) = (lock_key(&name), meta_key(&name));
+        let fence = i64::from(i) + 1;
+        let note = match i {
+            7 => "deploy --password hunter2".to_string(),
+            8 => "red \x1b[31m".to_string(),
+            _ => format!("job {i}"),
+        };
+        let record = |pipe: &mut redis::Pipeline, token: &str| {
+            pipe.cmd("HSET")
+                .arg(&meta)
+                .arg("token")
+                .arg(token)
+                .arg("fence")
+                .arg(fence)
+                .arg("host")
+                .arg(format!("h{i}"))
+                .arg("pid")
+                .arg(i)
+                .arg("user")
+                .arg("ci")
+                .arg("note")
+                .arg(&note);
+        };
+        match i % 6 {
+            // Held, with its holder's record (and two waiters, every 12th).
+            0 => {
+                pipe.cmd("SET").arg(&lock).arg(&token);
+                record(&mut pipe, &token);
+                if i % 12 == 0 {
+                    pipe.cmd("ZADD").arg(format!("{lock}:q")).arg(1).arg("w1");
+                    pipe.cmd("ZADD").arg(format!("{lock}:q")).arg(2).arg("w2");
+                }
+                held.push((name, Some(format!("h{i}")), Some(note), fence, token));
+            }
+            // Held by a client that wrote no record.
+            1 | 2 => {
+                pipe.cmd("SET").arg(&lock).arg(&token);
+                held.push((name, None, None, 0, token));
+            }
+            // Held, but the record is a former holder's.
+            3 => {
+                pipe.cmd("SET").arg(&lock).arg(&token);
+                record(&mut pipe, "former");
+                held.push((name, None, None, fence, token));
+            }
+            // Being handed over to a waiter.
+            4 => {
+                pipe.cmd("SET").arg(&lock).arg("~w1");
+                pipe.cmd("ZADD").arg(format!("{lock}:q")).arg(1).arg("w1");
+                held.push((name, None, None, 0, "~w1".to_string()));
+            }
+            // Free: its last holder's record only; not listed.
+            _ => record(&mut pipe, &token),
+        }
+    }
+    // Held with a TTL and an acquisition time: equal but for the clock.
+    for i in 0..300 {
+        let lock = format!("timed:{{t-{i:03}}}");
+        pipe.cmd("SET").arg(&lock).arg("tok").arg("PX").arg(600_000);
+        pipe.cmd("HSET")
+            .arg(format!("{lock}:meta"))
+            .arg("token")
+            .arg("tok")
+            .arg("acquired_ms")
+            .arg(redis.now_ms())
+            .arg("ttl_ms")
+            .arg(600_000);
+    }
+    pipe.query::<()>(&mut con).unwrap();
+    let names: Vec<&str> = held.iter().map(|h| h.0.as_str()).collect();
+
+    let all = redis.redlock().args(["status", "--json"]).run().expect(0);
+    let each = redis
+        .redlock()
+        .args(["status", "--json"])
+        .args(&names)
+        .run()
+        .expect(0);
+    assert!(all.stdout == each.stdout, "--json differs:\n{all}\n{each}");
+    let all = redis.redlock().arg("status").run().expect(0);
+    let each = redis.redlock().arg("status").args(&names).run().expect(0);
+    assert!(
+        all.stdout == each.stdout,
+        "the table differs:\n{all}\n{each}"
+    );
+    assert_eq!(all.stdout.lines().count(), 1 + held.len(), "{all}");
+
+    let v: Vec<Value> = serde_json::from_str(
+        &redis
+            .redlock()
+            .args(["status", "--json", "--show-token"])
+            .run()
+            .expect(0)
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(v.len(), held.len());
+    for (v, (name, host, note, fence, token)) in v.iter().zip(&held) {
+        let n: usize = name[4..].parse().unwrap();
+        assert_eq!(v["key"], name.as_str(), "{v}");
+        assert_eq!(v["held"], true, "{v}");
+        assert_eq!(v["token"], token.as_str(), "{v}");
+        assert_eq!(v["fence"], *fence, "{v}");
+        assert_eq!(v["holder"]["host"].as_str(), host.as_deref(), "{v}");
+        assert_eq!(v["holder"]["pid"].as_u64(), host.as_ref().map(|_| n as u64));
+        let note = note.as_deref().map(|n| match n {
+            "deploy --password hunter2" => "deploy --password ***",
+            "red \x1b[31m" => "red \\u{1b}[31m",
+            n => n,
+        });
+        assert_eq!(v["note"].as_str(), note, "{v}");
+        let waiters = match n % 12 {
+            0 => 2,
+            4 | 10 => 1,
+            _ => 0,
+        };
+        assert_eq!(v["waiters"], waiters, "{v}");
+        let state = if n % 6 == 4 { "handover" } else { "held" };
+        assert_eq!(v["state"], state, "{v}");
+    }
+
+    let timed: Vec<String> = (0..300).map(|i| format!("t-{i:03}")).collect();
+    let all = redis
+        .redlock()
+        .args(["status", "--json", "--prefix", "timed:"])
+        .run()
+        .expect(0);
+    let each = redis
+        .redlock()
+        .args(["status", "--json", "--prefix", "timed:"])
+        .args(&timed)
+        .run()
+        .expect(0);
+    let (all, each) = (timeless(&all.stdout), timeless(&each.stdout));
+    assert_eq!(all.len(), 300);
+    assert!(all == each, "--json differs:\n{all:?}\n{each:?}");
+}
+
+/// A lock released between the SCAN that found it and the batch that reads it is left out of the
+/// list, as when each lock was read alone. The batch is held back by a proxy while the lock is
+/// deleted behind it.
+#[test]
+fn a_lock_released_after_the_scan_is_not_listed() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    for name in ["a", "b", "c"] {
+        redis.query::<()>(&["SET", &lock_key(name), "t", "PX", "600000"]);
+    }
+    let proxy = proxy::Proxy::to(redis.port());
+    // The proxy holds the batch (the first request that reads a meta hash) back for 5s: the
+    // deletion, sent as soon as the scan's reply is logged, has time enough to come first, even
+    // on a loaded machine.
+    proxy.delay_matching("HGETALL", Duration::from_secs(5), 1);
+    let mut cmd = redlock();
+    cmd.env("REDLOCK_URL", proxy.url())
+        .args(["-v", "--io-timeout", "60s", "status", "--json"]);
+    let mut proc = cmd.spawn_proc();
+    proc.wait_for_stderr("scan on", HANG);
+    redis.query::<()>(&["DEL", &lock_key("b")]);
+    let out = proc.finish(HANG).expect(0);
+    assert_eq!(
+        proxy.delayed_answered(),
+        1,
+        "the batch was not held:\n{out}"
+    );
+    let v: Vec<Value> = serde_json::from_str(&out.stdout).unwrap();
+    let keys: Vec<&str> = v.iter().map(|v| v["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["a", "c"], "{out}");
 }

@@ -77,6 +77,15 @@ fn waiters_are_listed_in_arrival_order_with_their_owners() {
     for out in [&all, &out] {
         assert!(out.stdout.contains("\nwaiting for deploy:\n"), "{out}");
     }
+    // Every lock is read in batches, a named one by its script: the same waiters either way.
+    let queue_of = |args: &[&str]| {
+        let out = redis.redlock().args(args).run().ok();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v[0]["queue"].clone()
+    };
+    let named = queue_of(&["status", "deploy", "--json"]);
+    assert_eq!(named.as_array().map(Vec::len), Some(3), "{named}");
+    assert_eq!(queue_of(&["status", "--json"]), named);
     // The holder's line is as before: the list comes after the table.
     let first: Vec<&str> = out.stdout.lines().take(2).collect();
     assert!(

@@ -1,7 +1,15 @@
 //! `cargo bench --bench contention`: redlock side by side with `flock` and a polling Redis lock
-//! (SET NX PX with a fixed retry interval), on seven workloads (contention at three scales, idle
-//! waiters, a dead holder, the uncontended cost, the cost of a quorum), in one run, printed as one
-//! markdown table.
+//! (SET NX PX with a fixed retry interval), on eight workloads (contention at three scales, idle
+//! waiters, a dead holder, the uncontended cost, the cost of a quorum, `status` of 10,000 locks),
+//! in one run, printed as one markdown table.
+//!
+//! # Running part of it
+//! - `REDLOCK_BENCH_ONLY=8 cargo bench --bench contention` runs only workload 8 (about a minute;
+//!   a comma-separated list runs several, e.g. `REDLOCK_BENCH_ONLY=6,8`). The warm-up runs only
+//!   when one of workloads 1 to 7 does. The header says which workloads ran.
+//! - `REDLOCK_BENCH_BASELINE=PATH` (workload 8): another redlock binary, e.g. a release build of
+//!   the code before a change, timed with the same commands, interleaved; the table shows it as
+//!   "before".
 //!
 //! Needs `redis-server`, `redis-cli`, `flock` and `sh` on PATH; uses loopback only; takes three to
 //! five minutes on two CPUs (most of it the polling lock's crowd). Under `cargo test --benches`
@@ -61,6 +69,17 @@
 //! one process (flock has no second command and no network), the floor of a process start, for
 //! scale; the polling lock has no multi-server mode ("–"). stderr adds the quartiles and p90s.
 //!
+//! # Workload 8: `status` of 10,000 held locks
+//! 10,000 locks under their own prefix (`w8:`), written by the bench in pipelines with the
+//! records `redlock acquire` leaves (a lock key with a TTL, the meta hash with the holder), then
+//! `redlock --prefix w8: status` (the table) runs 5 times on loopback and 5 times through
+//! [`proxy::Proxy`], which delivers what the client sends 1 ms after reading it (the answers
+//! pass at once): 1 ms more per round trip, a server one network hop away. The table gives each
+//! path's median; every run must list all 10,000 locks. Targets: ≤ 0.5 s on loopback, ≤ 2 s 1 ms
+//! away. The locks are deleted afterwards. While it runs, the server's slow log is back at Redis's
+//! default threshold (10 ms) instead of logging every command (see "Redis commands" below, which
+//! workload 8 does not count).
+//!
 //! # Measures
 //! - Loops are threads of this process: each round, a thread notes the time, starts the lock
 //!   command and waits for it. The same driver serves every tool, so the overhead is the same.
@@ -101,6 +120,7 @@
 //! - [`loops`]: a run of loops × rounds, its measures and its check.
 //! - [`stats`]: percentiles, formatting, the summary of a tool's runs.
 //! - [`monitor`]: the server-side hand-over from `redis-cli MONITOR`.
+//! - [`proxy`]: a TCP proxy adding a latency to each round trip (workload 8); imports nothing.
 //! - [`report`]: the table, the targets, the notes (formatting only; imports no other module).
 //! - [`workloads`]: one module per workload, each adding its rows; `main` calls them in order.
 
@@ -114,6 +134,7 @@ mod guard;
 mod harness;
 mod loops;
 mod monitor;
+mod proxy;
 mod report;
 mod stats;
 mod tools;
@@ -123,6 +144,9 @@ use std::time::Instant;
 
 use harness::Bench;
 use report::Report;
+
+/// A workload: runs, and adds its rows and targets to the report.
+type Workload = fn(&mut Bench, &mut Report);
 
 fn main() {
     if !std::env::args().skip(1).any(|a| a == "--bench") {
@@ -140,16 +164,34 @@ fn main() {
     guard::set_temp(Some(temp.path().to_path_buf()));
     let mut bench = Bench::new(bin, temp.path());
     let mut header = bench.machine();
-    workloads::warm_up(&mut bench);
+    let only = std::env::var("REDLOCK_BENCH_ONLY").ok();
+    let run = |n: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|w| w.trim() == n))
+    };
+    if let Some(o) = &only {
+        header.push(format!("Only workload(s) {o} (REDLOCK_BENCH_ONLY)."));
+    }
 
     let mut report = Report::default();
-    workloads::empty_cs(&mut bench, &mut report); // 1
-    workloads::sleepy_cs(&mut bench, &mut report); // 2
-    workloads::crowd(&mut bench, &mut report); // 3
-    workloads::idle(&mut bench, &mut report); // 4
-    workloads::dead_holder(&mut bench, &mut report); // 5
-    workloads::uncontended(&mut bench, &mut report); // 6
-    workloads::quorum(&mut bench, &mut report); // 7
+    if (1..=7).any(|n| run(&n.to_string())) {
+        workloads::warm_up(&mut bench);
+    }
+    let all: [(&str, Workload); 8] = [
+        ("1", workloads::empty_cs),
+        ("2", workloads::sleepy_cs),
+        ("3", workloads::crowd),
+        ("4", workloads::idle),
+        ("5", workloads::dead_holder),
+        ("6", workloads::uncontended),
+        ("7", workloads::quorum),
+        ("8", workloads::status_scale),
+    ];
+    for (n, workload) in all {
+        if run(n) {
+            workload(&mut bench, &mut report);
+        }
+    }
 
     drop(bench);
     guard::set_temp(None);

@@ -1,4 +1,4 @@
-//! The seven workloads, the top layer below `main`: each module runs one workload (or, for
+//! The eight workloads, the top layer below `main`: each module runs one workload (or, for
 //! `contention`, the three that share the loops) for every tool and adds its rows and targets to
 //! the [`Report`](crate::report::Report). This module also owns the warm-up that precedes them and the notes printed
 //! under the table, which describe how the workloads ran.
@@ -7,12 +7,14 @@ mod contention;
 mod dead_holder;
 mod idle;
 mod quorum;
+mod status;
 mod uncontended;
 
 pub use contention::{crowd, empty_cs, sleepy_cs};
 pub use dead_holder::dead_holder;
 pub use idle::idle;
 pub use quorum::quorum;
+pub use status::status_scale;
 pub use uncontended::uncontended;
 
 use crate::guard::watched;
@@ -40,6 +42,7 @@ pub fn warm_up(bench: &mut Bench) {
 pub fn notes() -> [String; 2] {
     use contention::REPS;
     use quorum::{QUORUM_CYCLES, QUORUM_NODES};
+    use status::{STATUS_LOCKS, STATUS_RUNS};
     use uncontended::UNCONTENDED_RUNS;
     [
         format!(
@@ -52,7 +55,10 @@ pub fn notes() -> [String; 2] {
              one run per tool. Workload 6: medians of {UNCONTENDED_RUNS} runs per command, \
              interleaved. Workload 7: {QUORUM_CYCLES} cycles per configuration, interleaved (the \
              1- and {QUORUM_NODES}-node order alternating), against {QUORUM_NODES} more \
-             redis-servers started for it; the seed style has no multi-server mode."
+             redis-servers started for it; the seed style has no multi-server mode. Workload 8: \
+             medians of {STATUS_RUNS} runs of `redlock status` per path, interleaved, with \
+             {STATUS_LOCKS} locks written by the bench; \"before\" is the binary in \
+             REDLOCK_BENCH_BASELINE when set (the code before batching)."
         ),
         "wait: from starting the lock command to entering the critical section (the tool's \
          start-up included). Redis commands: `sent` are the commands clients sent (round \
