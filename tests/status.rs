@@ -618,10 +618,10 @@ fn a_lock_released_after_the_scan_is_not_listed() {
         redis.query::<()>(&["SET", &lock_key(name), "t", "PX", "600000"]);
     }
     let proxy = proxy::Proxy::to(redis.port());
-    // The proxy holds the batch (the first request that reads a meta hash) back for 5s: the
-    // deletion, sent as soon as the scan's reply is logged, has time enough to come first, even
-    // on a loaded machine.
-    proxy.delay_matching("HGETALL", Duration::from_secs(5), 1);
+    // The proxy holds the batch (the first request that reads a meta hash) back for 10s: the
+    // deletion, sent as soon as the scan's reply is logged (a few ms), has time enough to come
+    // first, even on a loaded machine.
+    proxy.delay_matching("HGETALL", Duration::from_secs(10), 1);
     let mut cmd = redlock();
     cmd.env("REDLOCK_URL", proxy.url())
         .args(["-v", "--io-timeout", "60s", "status", "--json"]);
