@@ -272,16 +272,26 @@ pub struct Forced {
     pub at_ms: i64,
 }
 
+/// A time in ms since the epoch (the server's clock) as RFC 3339, to the second. Times come from
+/// records anyone can write: one before 1970 shows as 1970, one after the year 9999 (which has
+/// no RFC 3339 form, and on which humantime panics) as `?`.
+pub fn rfc3339(ms: i64) -> String {
+    const LAST: i64 = 253_402_300_799_999;
+    if ms > LAST {
+        return "?".to_string();
+    }
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
 /// Why a holder lost its lock to a forced release: by whom and when, if known.
 pub fn forced_reason(forced: Option<&Forced>) -> String {
     match forced {
         Some(f) => {
-            let at =
-                std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(f.at_ms).unwrap_or(0));
             format!(
                 "it was force-released by {} at {} (`redlock release --force`)",
                 f.by,
-                humantime::format_rfc3339_seconds(at)
+                rfc3339(f.at_ms)
             )
         }
         None => "it was force-released (`redlock release --force`)".to_string(),
@@ -379,7 +389,7 @@ impl State {
     pub fn held_for(&self) -> Option<Duration> {
         let acquired = self.holder.as_ref()?.acquired_ms?;
         Some(Duration::from_millis(
-            u64::try_from(self.now_ms - acquired).unwrap_or(0),
+            u64::try_from(self.now_ms.saturating_sub(acquired)).unwrap_or(0),
         ))
     }
 

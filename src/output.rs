@@ -9,7 +9,7 @@
 //!
 //! Layer 9 of the list in `lib.rs`.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use unicode_width::UnicodeWidthStr;
@@ -64,8 +64,7 @@ fn coarse(d: Duration) -> String {
 }
 
 fn rfc3339(ms: i64) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_seconds(t).to_string()
+    crate::lock::rfc3339(ms)
 }
 
 /// One lock as a JSON object.
@@ -134,7 +133,7 @@ pub fn queue_details(states: &[State]) -> String {
                 w.since_ms
                     .map(|ms| {
                         coarse(Duration::from_millis(
-                            u64::try_from(s.now_ms - ms).unwrap_or(0),
+                            u64::try_from(s.now_ms.saturating_sub(ms)).unwrap_or(0),
                         ))
                     })
                     .unwrap_or_else(dash),

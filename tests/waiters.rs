@@ -275,6 +275,61 @@ fn a_planted_waiter_record_is_escaped_and_redacted() {
     assert!(w["note"].as_str().unwrap().contains("***"), "{v}");
 }
 
+/// Times in a planted record that no clock can show (after the year 9999, before 1970, the
+/// lowest i64) are shown as `?` or clamped, never a crash (they made `status` panic).
+#[test]
+fn a_planted_record_with_absurd_times_does_not_crash_status() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    hold(&redis, "x", "60s");
+    let far = (redis.now_ms() + 60_000).to_string();
+    for (t, record) in [
+        ("t1", "1\t999999999999999999\t7\tu\th\tnote"),
+        ("t2", "-9223372036854775808\t253402300800000\t8\tu\th\tnote"),
+    ] {
+        redis.query::<()>(&["ZADD", &format!("{}:q", lock_key("x")), "1", t]);
+        redis.query::<()>(&["HSET", &format!("{}:leases", lock_key("x")), t, &far]);
+        redis.query::<()>(&["HSET", &records_key("x"), t, record]);
+    }
+    for args in [
+        &["status", "x"][..],
+        &["status", "--queue"],
+        &["status", "--json"],
+    ] {
+        let out = redis.redlock().args(args).run().expect(0);
+        assert!(out.stderr.is_empty(), "{out}");
+    }
+    let out = redis.redlock().args(["status", "x"]).run().expect(0);
+    let section = waiting_section(&out.stdout, "x");
+    assert_eq!(section.len(), 3, "{out}");
+    assert!(section[1].contains('?'), "{out}");
+}
+
+/// The records are for display only: a `:wr` key that is not a hash (anyone can write one) does
+/// not stop waiters from queueing, a release from handing the lock over, or `status`.
+#[test]
+fn a_records_key_of_another_type_does_not_break_the_queue() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let url = redis.url();
+    redis.query::<()>(&["SET", &records_key("v"), "x"]);
+    let token = hold(&redis, "v", "60s");
+    let mut waiter = queue_up(&redis, &url, "v", "--wait 60s", 0);
+    redis.redlock().args(["status", "v"]).run().expect(0);
+    redis
+        .redlock()
+        .args(["release", "v", &token])
+        .run()
+        .expect(0);
+    assert!(
+        wait_for(|| waiter.stdout().contains("exit=0"), EVENT),
+        "the waiter never got the lock:\n{}",
+        waiter.stderr()
+    );
+}
+
 /// `stale?`: the holder ran on this host and its process is gone.
 #[test]
 fn a_holder_whose_process_is_gone_is_marked_stale() {

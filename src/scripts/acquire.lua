@@ -80,14 +80,14 @@ if prev and prev ~= '' and prev ~= token then
   local ticket = redis.call('ZSCORE', QUEUE, prev)
   if ticket then
     local lease = redis.call('HGET', LEASES, prev)
-    local record = redis.call('HGET', WAITERS, prev)
+    local record = redis.pcall('HGET', WAITERS, prev)
     drop_waiter(prev)
     redis.call('ZADD', QUEUE, ticket, token)
     if lease then
       redis.call('HSET', LEASES, token, lease)
     end
-    if record then
-      redis.call('HSET', WAITERS, token, record)
+    if type(record) == 'string' then
+      redis.pcall('HSET', WAITERS, token, record)
     end
   end
   redis.call('DEL', wake_key(prev))
@@ -140,7 +140,7 @@ if not redis.call('ZSCORE', QUEUE, token) then
   -- place and record over above, so it is found here): since when and until when, by this
   -- server's clock. Written once, so a waiter's later attempts cost nothing more.
   local wait = tonumber(ARGV[14])
-  redis.call('HSET', WAITERS, token, table.concat({int(now), wait and int(now + wait) or '',
+  redis.pcall('HSET', WAITERS, token, table.concat({int(now), wait and int(now + wait) or '',
     ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
 end
 -- The lease covers the wait the client is about to do (the lock's TTL, at most block_cap_ms)
@@ -153,6 +153,6 @@ end
 redis.call('HSET', LEASES, token, now + block + margin)
 redis.call('PEXPIRE', QUEUE, cap + margin)
 redis.call('PEXPIRE', LEASES, cap + margin)
-redis.call('PEXPIRE', WAITERS, cap + margin)
+redis.pcall('PEXPIRE', WAITERS, cap + margin)
 keep_meta(ARGV[13])
 return {0, pttl, 1, reserved}

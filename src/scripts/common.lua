@@ -66,11 +66,13 @@ local function gone_key(token)
   return LOCK .. ':gone:' .. token
 end
 
--- Take `token` out of the queue: its ticket, its lease and its record go together.
+-- Take `token` out of the queue: its ticket, its lease and its record go together. The record
+-- is for display only: a `:wr` key that is not a hash (anyone can write one) must never stop the
+-- queue, so every command on it is a pcall (here and in acquire.lua and status.lua).
 local function drop_waiter(token)
   redis.call('ZREM', QUEUE, token)
   redis.call('HDEL', LEASES, token)
-  redis.call('HDEL', WAITERS, token)
+  redis.pcall('HDEL', WAITERS, token)
 end
 
 -- The meta record describes the current holder only if its token is the lock key's value (a key

@@ -13,11 +13,14 @@ local tokens = redis.call('ZRANGE', QUEUE, 0, MAX_LISTED - 1)
 local queue = {}
 if #tokens > 0 then
   local leases = redis.call('HMGET', LEASES, unpack(tokens))
-  local records = redis.call('HMGET', WAITERS, unpack(tokens))
+  local records = redis.pcall('HMGET', WAITERS, unpack(tokens))
+  if records.err then
+    records = {}
+  end
   for i, token in ipairs(tokens) do
     queue[#queue + 1] = token
     queue[#queue + 1] = leases[i]
-    queue[#queue + 1] = records[i]
+    queue[#queue + 1] = records[i] or false
   end
 end
 return {current, redis.call('PTTL', LOCK), now_ms(), redis.call('HGETALL', META),
