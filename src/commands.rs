@@ -361,7 +361,7 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
             state.stale = state
                 .holder
                 .as_ref()
-                .and_then(|h| owner::stale(&h.host, &h.pid));
+                .and_then(|h| owner::stale(&h.host, &h.pid, &h.pidns));
         }
         // A lock found by SCAN may have been released since: list only what is still held (by
         // anyone, for a quorum: a split lock is worth seeing).

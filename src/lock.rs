@@ -127,6 +127,9 @@ pub struct Owner {
     pub pid: u32,
     pub user: String,
     pub note: String,
+    /// The pid namespace `pid` belongs to (the inode of `/proc/self/ns/pid`; empty if unknown):
+    /// on one host name, a pid means the same process only within one namespace (containers).
+    pub pidns: String,
 }
 
 /// The record of a holder, as kept in the meta hash.
@@ -144,6 +147,8 @@ pub struct Holder {
     pub expires_ms: Option<i64>,
     /// When the holder released the lock (server clock); `None` while held, or if it expired.
     pub released_ms: Option<i64>,
+    /// The holder's pid namespace (see [`Owner::pidns`]); empty in records of older versions.
+    pub pidns: String,
 }
 
 /// How the hold of a lock that is free now came to an end.
@@ -581,6 +586,7 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
             .arg(wait.map_or(String::new(), |w| {
                 u64::try_from(w.as_millis()).unwrap_or(u64::MAX).to_string()
             }))
+            .arg(&owner.pidns)
             .invoke(con)
     })?;
     match reply.as_slice() {
@@ -1199,6 +1205,7 @@ fn holder_record(map: &HashMap<String, String>) -> (i64, Option<Holder>) {
         ttl_ms: ms("ttl_ms"),
         expires_ms: ms("expires_ms"),
         released_ms: ms("released_ms"),
+        pidns: map.get("pidns").cloned().unwrap_or_default(),
     });
     (fence, holder)
 }

@@ -31,7 +31,20 @@ pub fn owner(pid: u32, note: Option<&str>, default_note: impl FnOnce() -> String
         user: username(),
         // Redacted before it is cut to length, so that no cut leaves a password's head behind.
         note: clean(&redact(&note)),
+        pidns: pid_namespace().unwrap_or_default(),
     }
+}
+
+/// Our pid namespace: the inode in `/proc/self/ns/pid` ("pid:[4026531836]"). The calling script
+/// (the recorded pid) is in it too: a namespace is entered by a new process, not by its parent.
+fn pid_namespace() -> Option<String> {
+    let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let link = link.to_str()?;
+    let inode = link.strip_prefix("pid:[")?.strip_suffix(']')?;
+    inode
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| inode.to_string())
 }
 
 /// The calling script: our parent process.
@@ -66,24 +79,31 @@ pub fn join_args<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
     redact_args(&args)
 }
 
-/// Whether a lock holder that names `host` and `pid` is gone: `Some(true)` when it ran on this
-/// host and no such process is alive (none at all, or a zombie nobody has reaped), `Some(false)`
-/// when it is alive here, `None` when it ran on another host (nothing to look at) or the pid is
-/// not a number. Only a hint: a recycled pid makes a dead holder look alive (never the reverse),
-/// and two hosts can share a name; `status` shows it as `stale?`.
-pub fn stale(host: &str, pid: &str) -> Option<bool> {
-    if host != hostname() {
+/// Whether a holder's process is gone: `Some(true)` only when it ran on this host, in our pid
+/// namespace (a container sharing the host name has pids of its own), and no process has its
+/// pid (`kill(pid, 0)` says so even where /proc hides other users' processes), or it is a
+/// zombie. `None` when that cannot be told: another host, another or an unrecorded namespace
+/// (a record of an older version), a pid that is not one. Only a hint: a recycled pid makes a
+/// dead holder look alive (never the reverse), and two hosts can share a name; `status` shows it
+/// as `stale?`.
+pub fn stale(host: &str, pid: &str, pidns: &str) -> Option<bool> {
+    if host != hostname() || pidns.is_empty() || Some(pidns) != pid_namespace().as_deref() {
         return None;
     }
-    let pid: u32 = pid.parse().ok().filter(|&p| p > 0)?;
+    let pid: i32 = pid.parse().ok().filter(|&p| p > 0)?;
     Some(!alive(pid))
 }
 
-/// Whether process `pid` exists here and is not a zombie (`/proc/PID/stat`: the state follows
-/// the command name's closing parenthesis).
-fn alive(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 sends nothing; kill only checks that the process exists.
+    let exists = unsafe { libc::kill(pid, 0) } == 0
+        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    if !exists {
         return false;
+    }
+    // A zombie has exited (its parent has not reaped it yet). Unreadable: alive, to be safe.
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
     };
     let state = stat
         .rfind(')')
@@ -170,17 +190,21 @@ mod tests {
     }
 
     #[test]
-    fn a_holder_is_stale_only_on_this_host_when_its_process_is_gone() {
+    fn a_holder_is_stale_only_on_this_host_in_this_namespace_when_its_process_is_gone() {
         let me = std::process::id().to_string();
-        assert_eq!(stale(&hostname(), &me), Some(false));
-        assert_eq!(stale("another-host.invalid", &me), None);
-        assert_eq!(stale(&hostname(), "not-a-pid"), None);
-        assert_eq!(stale(&hostname(), "0"), None);
+        let ns = pid_namespace().expect("/proc/self/ns/pid");
+        assert_eq!(stale(&hostname(), &me, &ns), Some(false));
+        assert_eq!(stale("another-host.invalid", &me, &ns), None);
+        assert_eq!(stale(&hostname(), "not-a-pid", &ns), None);
+        assert_eq!(stale(&hostname(), "0", &ns), None);
         // A child that exited and has been reaped: its pid names no process.
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id().to_string();
         child.wait().unwrap();
-        assert_eq!(stale(&hostname(), &pid), Some(true));
+        assert_eq!(stale(&hostname(), &pid, &ns), Some(true));
+        // In another namespace (a container on this host name) or unrecorded: cannot tell.
+        assert_eq!(stale(&hostname(), &pid, "1"), None);
+        assert_eq!(stale(&hostname(), &pid, ""), None);
     }
 
     #[test]

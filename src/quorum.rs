@@ -1400,6 +1400,7 @@ mod tests {
             ttl_ms: Some(1000),
             expires_ms: None,
             released_ms: None,
+            pidns: String::new(),
         }
     }
 

@@ -316,7 +316,7 @@ fn a_records_key_of_another_type_does_not_break_the_queue() {
     let url = redis.url();
     redis.query::<()>(&["SET", &records_key("v"), "x"]);
     let token = hold(&redis, "v", "60s");
-    let mut waiter = queue_up(&redis, &url, "v", "--wait 60s", 0);
+    let waiter = queue_up(&redis, &url, "v", "--wait 60s", 0);
     redis.redlock().args(["status", "v"]).run().expect(0);
     redis
         .redlock()

@@ -6,7 +6,8 @@
 --      undo of an earlier attempt can never delete a later one: it keeps the earlier token's
 --      place in the queue and a reservation made for it), meta_idle_ms (how long meta outlives
 --      the lock and the queue; see keep_meta), wait_ms (what is left of the client's wait; ''
---      when it waits forever: recorded with the waiter, see `:wr` in common.lua)
+--      when it waits forever: recorded with the waiter, see `:wr` in common.lua), pidns (the
+--      holder's pid namespace, recorded so that `status` judges its pid only in that namespace)
 --
 -- Returns {1, fence, acquired_ms, run_id} when taken, {0, pttl, queued, reserved} when busy (queued: 1 if we are in
 -- the queue now, 0 if not; reserved: 1 if the lock is some waiter's turn rather than held, see
@@ -49,7 +50,8 @@ local function take(queued)
   local us = now_us()
   local now = math.floor(us / 1000)
   local record = {'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
-    'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ttl, 'expires_ms', now + ttl}
+    'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ttl, 'expires_ms', now + ttl,
+    'pidns', ARGV[15] or ''}
   local last = tonumber(redis.call('HGET', META, 'fence')) or 0
   local fence = us
   if last >= 2^53 - 1 then
