@@ -306,14 +306,35 @@ impl Report {
         }
         // O_APPEND: each run's line, written in one call, lands whole at the end, so runs may
         // share a file. Close-on-exec (Rust's default): the command does not inherit it.
+        // O_NONBLOCK for the open only: a FIFO nobody reads fails (ENXIO) instead of hanging
+        // before the lock is even asked for; the writes block as usual.
+        use std::os::unix::fs::OpenOptionsExt as _;
         std::fs::OpenOptions::new()
             .append(true)
             .create(true)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)
+            .and_then(|file| {
+                use std::os::fd::AsRawFd as _;
+                let fd = file.as_raw_fd();
+                // SAFETY: fcntl on a descriptor we own, with flags it just returned.
+                let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+                if flags == -1
+                    || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } == -1
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(file)
+            })
             .map(|file| Report::File(path.to_path_buf(), file))
             .map_err(|e| {
+                let why = if e.raw_os_error() == Some(libc::ENXIO) {
+                    "it is a FIFO that nobody reads".to_string()
+                } else {
+                    e.to_string()
+                };
                 crate::error::usage(format!(
-                    "cannot open the report file '{}': {e}",
+                    "cannot open the report file '{}': {why}",
                     crate::printable::printable(&path.to_string_lossy())
                 ))
             })

@@ -215,7 +215,16 @@ fn an_unwritable_report_fails_before_the_command_runs() {
         return;
     };
     let missing = file(&redis, "no/such/dir/report.jsonl");
-    for path in [missing.to_str().unwrap(), redis.dir().to_str().unwrap()] {
+    // A FIFO that nobody reads: opening it for writing would block for ever.
+    let fifo = file(&redis, "fifo");
+    let c_fifo = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string; mkfifo has no other precondition.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0);
+    for path in [
+        missing.to_str().unwrap(),
+        redis.dir().to_str().unwrap(),
+        fifo.to_str().unwrap(),
+    ] {
         let out = exec(&redis)
             .args(["--report", path, "k", "-c", "touch \"$D/ran\""])
             .run()
