@@ -85,7 +85,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
         }
         'redlock;release' {
             [CompletionResult]::new('--if-fence', '--if-fence', [CompletionResultType]::ParameterName, 'With --force: release only if the lock is still held with fence N, as `status` shows it (exit 3 otherwise)')
-            [CompletionResult]::new('--if-token', '--if-token', [CompletionResultType]::ParameterName, 'With --force: release only if the holder''s token starts with FINGERPRINT, the 8 hex digits `status` shows (exit 3 otherwise)')
+            [CompletionResult]::new('--if-token', '--if-token', [CompletionResultType]::ParameterName, 'With --force: release only if the holder''s token starts with FINGERPRINT, the 8 hex digits `status` shows, or more of the token (exit 3 otherwise)')
             [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum')
             [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum')
             [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD')

@@ -80,7 +80,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
         }
         &'redlock;release'= {
             cand --if-fence 'With --force: release only if the lock is still held with fence N, as `status` shows it (exit 3 otherwise)'
-            cand --if-token 'With --force: release only if the holder''s token starts with FINGERPRINT, the 8 hex digits `status` shows (exit 3 otherwise)'
+            cand --if-token 'With --force: release only if the holder''s token starts with FINGERPRINT, the 8 hex digits `status` shows, or more of the token (exit 3 otherwise)'
             cand -u 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum'
             cand --url 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum'
             cand --password-file 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD'

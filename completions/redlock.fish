@@ -71,7 +71,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s v -l verbose
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s V -l version -d 'Print version'
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l if-fence -d 'With --force: release only if the lock is still held with fence N, as `status` shows it (exit 3 otherwise)' -r
-complete -c redlock -n "__fish_redlock_using_subcommand release" -l if-token -d 'With --force: release only if the holder\'s token starts with FINGERPRINT, the 8 hex digits `status` shows (exit 3 otherwise)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand release" -l if-token -d 'With --force: release only if the holder\'s token starts with FINGERPRINT, the 8 hex digits `status` shows, or more of the token (exit 3 otherwise)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F

@@ -381,7 +381,7 @@ pub struct ReleaseArgs {
     )]
     pub if_fence: Option<i64>,
 
-    /// With --force: release only if the holder's token starts with FINGERPRINT, the 8 hex digits `status` shows (exit 3 otherwise)
+    /// With --force: release only if the holder's token starts with FINGERPRINT, the 8 hex digits `status` shows, or more of the token (exit 3 otherwise)
     #[arg(long, value_name = "FINGERPRINT", requires = "force")]
     pub if_token: Option<String>,
 }

@@ -314,12 +314,16 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
 fn if_held(args: &ReleaseArgs) -> Result<Option<IfHeld>> {
     match (args.if_fence, args.if_token.as_deref()) {
         (Some(fence), _) => Ok(Some(IfHeld::Fence(fence))),
-        (None, Some(fp)) if lock::looks_like_fingerprint(fp) => {
+        // The fingerprint `status` shows, or more of the token (up to all of it, as `acquire`
+        // printed it or `status --show-token` shows it): the longer, the surer.
+        (None, Some(fp))
+            if (8..=32).contains(&fp.len()) && fp.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
             Ok(Some(IfHeld::Token(fp.to_ascii_lowercase())))
         }
         (None, Some(fp)) => Err(usage(format!(
             "--if-token '{}' is not a fingerprint: pass the 8 hex digits that 'redlock status' \
-             shows in the token column",
+             shows in the token column (or more of the token, up to all 32)",
             crate::printable::printable(fp)
         ))),
         (None, None) => Ok(None),

@@ -841,6 +841,7 @@ impl Store for Nodes {
         let n = self.n();
         // Every node gets the same releaser: a forced release records the same forcer on each.
         let holder_release = matches!(by, Releaser::Holder(_));
+        let conditional = matches!(by, Releaser::Force(_, Some(_)));
         let (k, by) = (keys.clone(), by.clone());
         let answers = self.hand_on(
             keys,
@@ -880,6 +881,42 @@ impl Store for Nodes {
                     self.q()
                 ),
             ));
+        }
+        // A conditional --force is the operator's "only if it is still the lock I saw": on fewer
+        // than Q nodes it matched a leftover copy, not the lock, which is someone else's now.
+        let matched = verdicts.len() - not_ours;
+        if done.is_some() && conditional && matched < self.q() {
+            let holder = verdicts
+                .iter()
+                .filter_map(|v| match v {
+                    Verdict::HeldByOther(Some(h)) => Some(h),
+                    _ => None,
+                })
+                .max_by_key(|h| h.fence);
+            let now = match holder {
+                Some(h) => format!("{} holds it now with fence {}", h.who(), h.fence),
+                None => "another token holds it now, or nobody".to_string(),
+            };
+            return Err(failure(
+                Kind::NotOwner,
+                format!(
+                    "not released: the lock '{}' the condition names was on {matched} of {n} \
+                     servers only ({} needed); {now} (released where it matched)",
+                    keys.name,
+                    self.q()
+                ),
+            ));
+        }
+        if conditional && done.is_some() && not_ours > 0 {
+            crate::messages::notice(
+                &self.config,
+                format_args!(
+                    "released '{}' on {matched} of {n} servers; on {not_ours} the lock did not \
+                     match the condition (another holder, or a fence not written back there) and \
+                     stays until its TTL",
+                    keys.name
+                ),
+            );
         }
         if let Some(done) = done {
             if !failed.is_empty() {

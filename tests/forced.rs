@@ -293,6 +293,15 @@ fn if_token_releases_the_holder_status_showed_and_refuses_after_a_hand_over() {
     let token = hold(&redis, "k", "60s");
     let (_, fp) = seen(|| redis.redlock(), "k");
     let new = hand_over(|| redis.redlock(), || queue(&redis, "k").len(), "k", &token);
+    // The fingerprint, or the whole token (the longer, the surer), of the holder before.
+    for old in [fp.as_str(), token.as_str()] {
+        let out = redis
+            .redlock()
+            .args(["release", "k", "--force", "--if-token", old])
+            .run()
+            .expect(3);
+        assert_one_error_line(&out);
+    }
     let out = redis
         .redlock()
         .args(["release", "k", "--force", "--if-token", &fp])
@@ -305,23 +314,17 @@ fn if_token_releases_the_holder_status_showed_and_refuses_after_a_hand_over() {
     );
     assert_eq!(redis.get(&lock_key("k")), Some(new.clone()), "{out}");
 
-    let (_, new_fp) = seen(|| redis.redlock(), "k");
+    // The whole token, in capitals: accepted as well.
     redis
         .redlock()
-        .args([
-            "release",
-            "k",
-            "--force",
-            "--if-token",
-            &new_fp.to_uppercase(),
-        ])
+        .args(["release", "k", "--force", "--if-token", &new.to_uppercase()])
         .run()
         .expect(0);
     assert_eq!(redis.get(&lock_key("k")), None);
 }
 
-/// The conditions are options of `--force`, one at a time, and a fingerprint has 8 hex digits:
-/// usage errors (exit 2) that leave the lock alone.
+/// The conditions are options of `--force`, one at a time, and a fingerprint has 8 to 32 hex
+/// digits (the token's first 8, or more of it): usage errors (exit 2) that leave the lock alone.
 #[test]
 fn if_fence_and_if_token_are_usage_errors_without_force_together_or_malformed() {
     let Some(redis) = RedisServer::start() else {
@@ -340,7 +343,14 @@ fn if_fence_and_if_token_are_usage_errors_without_force_together_or_malformed() 
             "--if-token",
             "abcdef01",
         ],
-        &["release", "k", "--force", "--if-token", &token],
+        &[
+            "release",
+            "k",
+            "--force",
+            "--if-token",
+            &format!("{token}0"),
+        ],
+        &["release", "k", "--force", "--if-token", "abcdef0"],
         &["release", "k", "--force", "--if-token", "xyz"],
         &["release", "k", "--force", "--if-fence", "x"],
     ] {
@@ -406,4 +416,55 @@ fn if_fence_on_a_quorum_uses_the_fence_status_shows() {
         .run()
         .expect(0);
     assert_eq!(nodes.tokens("k"), vec![None; 3]);
+}
+
+/// On a quorum, `--if-fence` must match on a majority: matching a copy on fewer than Q nodes is
+/// not "the lock I saw" (exit 3, the lock kept where it did not match); matching on a majority
+/// releases it and says where it did not match.
+#[test]
+fn if_fence_on_a_quorum_needs_a_majority_to_match() {
+    let Some(nodes) = Nodes::start(3) else {
+        return;
+    };
+    let take = || {
+        nodes
+            .redlock()
+            .args(["acquire", "k", "--ttl", "60s"])
+            .run()
+            .ok()
+    };
+    let token = take();
+    let (fence, _) = seen(|| nodes.redlock(), "k");
+    let other = (fence + 5).to_string();
+    // Nodes 1 and 2 record another fence: the condition matches on node 0 only.
+    for i in [1, 2] {
+        nodes[i].query::<()>(&["HSET", &meta_key("k"), "fence", &other]);
+    }
+    let out = nodes
+        .redlock()
+        .args(["release", "k", "--force", "--if-fence", &fence.to_string()])
+        .run()
+        .expect(3);
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains("on 1 of 3 servers only"), "{out}");
+    assert_eq!(
+        nodes.tokens("k"),
+        [None, Some(token.clone()), Some(token.clone())],
+        "{out}"
+    );
+
+    // Node 2 alone records another fence: released on a majority, and told where it was not.
+    nodes[1].query::<()>(&["HSET", &meta_key("k"), "fence", &fence.to_string()]);
+    nodes[0].query::<()>(&["SET", &lock_key("k"), &token, "PX", "60000"]);
+    nodes[0].query::<()>(&["HSET", &meta_key("k"), "fence", &fence.to_string()]);
+    let out = nodes
+        .redlock()
+        .args(["release", "k", "--force", "--if-fence", &fence.to_string()])
+        .run()
+        .expect(0);
+    assert!(
+        out.stderr.contains("released 'k' on 2 of 3 servers; on 1 "),
+        "{out}"
+    );
+    assert_eq!(nodes.tokens("k"), [None, None, Some(token)], "{out}");
 }

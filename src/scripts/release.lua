@@ -75,7 +75,8 @@ end
 local function as_seen(current)
   if ARGV[9] == 'fence' then
     return redis.call('HGET', META, 'token') == current
-      and tonumber(redis.call('HGET', META, 'fence')) == tonumber(ARGV[10])
+      -- As text: both are integers in decimal, and a number compares exactly only up to 2^53.
+      and redis.call('HGET', META, 'fence') == ARGV[10]
   elseif ARGV[9] == 'token' then
     return string.sub(current, 1, string.len(ARGV[10])) == ARGV[10]
   end
