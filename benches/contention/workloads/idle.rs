@@ -58,7 +58,7 @@ pub fn idle(bench: &mut Bench, r: &mut Report) {
     let (held, waiter) = bench.lock_memory();
     r.row(
         w,
-        "Redis memory (MEMORY USAGE, separate step): a held lock / + one waiter",
+        "Redis memory: a held lock / + per waiter (MEMORY USAGE; one waiter, separate step)",
         [
             "–".to_string(),
             format!("{seed} B / + 0 B"),
