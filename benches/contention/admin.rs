@@ -107,6 +107,11 @@ pub struct Cmds {
     pub by_name: Vec<(String, u64)>,
     /// How long the counting window was.
     pub window: Duration,
+    /// CPU time of the server's main thread in the window (`INFO cpu`, the sum of
+    /// `used_cpu_sys_main_thread` and `used_cpu_user_main_thread`), which runs every command and
+    /// every Lua script. The bench's own commands in the window are one `SLOWLOG RESET` and one
+    /// `INFO cpu`: negligible.
+    pub cpu: Duration,
 }
 
 impl Cmds {
@@ -123,6 +128,8 @@ pub struct Mark {
     /// Clients blocked in a command (BLPOP): sent, but counted by commandstats only when done.
     blocked: u64,
     own: BTreeMap<String, u64>,
+    /// The server's main-thread CPU time so far.
+    cpu: Duration,
 }
 
 /// The bench's own connection; it counts what it sends, so that it can subtract that.
@@ -164,8 +171,12 @@ impl Admin {
         let own = self.own.clone();
         let text: String = self.query(
             "info",
-            redis::cmd("INFO").arg("commandstats").arg("clients"),
+            redis::cmd("INFO")
+                .arg("commandstats")
+                .arg("clients")
+                .arg("cpu"),
         );
+        let cpu = server_cpu(&text);
         let blocked = text
             .lines()
             .find_map(|l| l.strip_prefix("blocked_clients:"))
@@ -195,7 +206,14 @@ impl Admin {
             stats,
             blocked,
             own,
+            cpu,
         }
+    }
+
+    /// The server's main-thread CPU time so far (`INFO cpu`).
+    fn cpu(&mut self) -> Duration {
+        let text: String = self.query("info", redis::cmd("INFO").arg("cpu"));
+        server_cpu(&text)
     }
 
     /// Starts counting: a commandstats snapshot, and an empty slow log.
@@ -207,6 +225,9 @@ impl Admin {
 
     /// The commands since `from`.
     pub fn end(&mut self, from: &Mark) -> Cmds {
+        // Before SLOWLOG GET, whose thousands of entries would cost the server more than the
+        // window's own commands do.
+        let cpu = self.cpu().saturating_sub(from.cpu);
         let log: redis::Value = self.query("slowlog|get", redis::cmd("SLOWLOG").arg("GET").arg(-1));
         let redis::Value::Array(entries) = log else {
             panic!("SLOWLOG GET answered {log:?}");
@@ -270,10 +291,46 @@ impl Admin {
             in_scripts,
             by_name,
             window: to.at - from.at,
+            cpu,
         }
+    }
+
+    /// `MEMORY USAGE key SAMPLES 0` in bytes: 0 for a missing key.
+    pub fn memory_usage(&mut self, key: &str) -> u64 {
+        let n: Option<u64> = self.query(
+            "memory|usage",
+            redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(key)
+                .arg("SAMPLES")
+                .arg(0),
+        );
+        n.unwrap_or(0)
     }
 
     pub fn pttl(&mut self, key: &str) -> i64 {
         self.query("pttl", redis::cmd("PTTL").arg(key))
     }
+}
+
+/// The main thread's CPU time in an `INFO cpu` reply: `used_cpu_sys_main_thread` +
+/// `used_cpu_user_main_thread` (Redis 6.2 and later), else the process's `used_cpu_sys` +
+/// `used_cpu_user`. Redis reads them with getrusage(2) and prints six decimals.
+fn server_cpu(info: &str) -> Duration {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    let secs = match (
+        field("used_cpu_sys_main_thread"),
+        field("used_cpu_user_main_thread"),
+    ) {
+        (Some(s), Some(u)) => s + u,
+        _ => match (field("used_cpu_sys"), field("used_cpu_user")) {
+            (Some(s), Some(u)) => s + u,
+            _ => panic!("INFO cpu has no used_cpu_sys / used_cpu_user: {info}"),
+        },
+    };
+    Duration::from_secs_f64(secs)
 }

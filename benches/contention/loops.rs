@@ -5,6 +5,7 @@
 //! [`harness`](crate::harness), whose [`Bench`] it extends.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -28,8 +29,10 @@ pub struct Round {
 }
 
 /// A run of loops: `loops` threads × `rounds` lock commands of `tool` on `key`, each running the
-/// critical section `cs`; `tag` names the run in its events, logs and messages.
+/// critical section `cs`; `tag` names the run in its events, logs and messages. `bin`, for
+/// [`Tool::Redlock`], runs another redlock binary than the bench's (a baseline build).
 pub struct Spec {
+    pub bin: Option<PathBuf>,
     pub tag: String,
     pub tool: Tool,
     pub key: String,
@@ -123,7 +126,10 @@ impl Bench {
         let log = self.log(&format!("{}.{}", spec.tag, spec.tool.name()));
         let handles = (0..spec.loops)
             .map(|l| {
-                let (env, log, barrier) = (self.env.clone(), log.clone(), barrier.clone());
+                let (mut env, log, barrier) = (self.env.clone(), log.clone(), barrier.clone());
+                if let Some(bin) = &spec.bin {
+                    env.bin.clone_from(bin);
+                }
                 let (tag, key, tool, rounds, cs) = (
                     spec.tag.clone(),
                     spec.key.clone(),

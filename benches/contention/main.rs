@@ -7,9 +7,11 @@
 //! - `REDLOCK_BENCH_ONLY=8 cargo bench --bench contention` runs only workload 8 (about a minute;
 //!   a comma-separated list runs several, e.g. `REDLOCK_BENCH_ONLY=6,8`). The warm-up runs only
 //!   when one of workloads 1 to 7 does. The header says which workloads ran.
-//! - `REDLOCK_BENCH_BASELINE=PATH` (workload 8): another redlock binary, e.g. a release build of
-//!   the code before a change, timed with the same commands, interleaved; the table shows it as
-//!   "before".
+//! - `REDLOCK_BENCH_BASELINE=PATH` (workloads 1 and 8): another redlock binary, e.g. a release
+//!   build of the code before a change, timed with the same commands, interleaved; workload 8's
+//!   table shows it as "before", workload 1 adds a row "baseline build" (its median wall and
+//!   round trips per critical section; targets: redlock's wall within 5% of it, ≤ 4.0 round
+//!   trips).
 //!
 //! Needs `redis-server`, `redis-cli`, `flock` and `sh` on PATH; uses loopback only; takes three to
 //! five minutes on two CPUs (most of it the polling lock's crowd). Under `cargo test --benches`
@@ -103,6 +105,16 @@
 //!   those entries are the commands run inside scripts, and `sent` = total - in scripts is what
 //!   clients sent (round trips). Targets on command counts are checked against `sent`; the total
 //!   is printed beside it.
+//! - Redis server CPU (workloads 1 and 3): `INFO cpu`'s `used_cpu_sys_main_thread` +
+//!   `used_cpu_user_main_thread` (the thread that runs every command and Lua script; getrusage,
+//!   about 1 ms resolution, fine over a run of 200 critical sections) before and after each run,
+//!   divided by its critical sections, runs pooled, in µs. Nothing is subtracted: the bench's own
+//!   commands in the window are one `SLOWLOG RESET` and one `INFO cpu` (the second sample is taken
+//!   before `SLOWLOG GET`). It includes each process's connection, the server's timers and the
+//!   slow log, which every tool pays alike. Target: redlock ≤ the polling lock.
+//! - Redis memory (a step after workload 4): `MEMORY USAGE` of a held lock's keys (`redlock
+//!   acquire`: the lock, its meta hash) and of what one queued `redlock exec` adds (queue,
+//!   leases, waiter records, meta's growth); the polling lock's is its one string key.
 //! - Peak RSS: the largest `VmHWM` of the lock process itself (`redlock exec`, `flock`, the polling
 //!   lock's `sh`), sampled from `/proc` every 2 ms while its command sleeps 0.3 s, over 5 runs. Not
 //!   `ru_maxrss`, which for a child spawned with vfork includes the parent's (the bench's) peak.

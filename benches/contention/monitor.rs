@@ -124,6 +124,7 @@ impl Bench {
             let monitor = start(&mut cmd, "redis-cli MONITOR").unwrap_or_else(|e| panic!("{e}"));
             wait_file_contains(&path, "OK", "redis-cli MONITOR");
             let spec = Spec {
+                bin: None,
                 tag: tag.clone(),
                 tool,
                 key: "w1m".to_string(),

@@ -51,6 +51,8 @@ pub struct Summary {
     pub p99: Duration,
     /// Commands per critical section, all runs pooled: (sent, including those run inside scripts).
     pub cmds: Option<(f64, f64)>,
+    /// The Redis server's CPU time per critical section, all runs pooled (`INFO cpu`).
+    pub cpu: Option<Duration>,
     /// The worst run's fairness.
     pub fairness: f64,
     /// Client-side hand-overs of all runs pooled: the median.
@@ -100,8 +102,14 @@ pub fn summarize(runs: &[LoopRun]) -> Summary {
             let total: u64 = cs.iter().map(|c| c.1).sum();
             (sent as f64 / all, total as f64 / all)
         });
+    let cpu = runs
+        .iter()
+        .map(|r| r.cmds.as_ref().map(|c| c.cpu))
+        .collect::<Option<Vec<Duration>>>()
+        .map(|cs| cs.iter().sum::<Duration>().div_f64(all));
     Summary {
         runs: runs.len(),
+        cpu,
         wall,
         rate: per_run as f64 / wall.as_secs_f64(),
         p50: percentile(&waits, 0.5),
@@ -122,12 +130,14 @@ pub fn describe_cmds(c: &Cmds, per: usize) -> String {
         .map(|(n, k)| format!("{n} {k}"))
         .collect();
     format!(
-        "Redis: {} sent + {} in scripts = {:.1} / {:.1} per unit [{}]",
+        "Redis: {} sent + {} in scripts = {:.1} / {:.1} per unit [{}]; server CPU {} = {} per unit",
         c.sent(),
         c.in_scripts,
         c.sent() as f64 / per as f64,
         c.total as f64 / per as f64,
-        names.join(", ")
+        names.join(", "),
+        fmt_d(c.cpu),
+        fmt_us(c.cpu / per as u32)
     )
 }
 
@@ -137,6 +147,11 @@ pub fn cmds_cell(c: Option<(f64, f64)>) -> String {
         Some((sent, total)) => format!("{sent:.1} / {total:.1}"),
         None => "–".to_string(),
     }
+}
+
+/// A short duration in µs (the server's CPU per critical section).
+pub fn fmt_us(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
 }
 
 /// `a ÷ b`.

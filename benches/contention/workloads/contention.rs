@@ -3,15 +3,20 @@
 //! separate run under MONITOR, the server-side hand-over); 2: 4 loops × 10 rounds, 20 ms
 //! critical section; 3: the crowd, 100 processes at once × 3 rounds. Owns the repetitions (flock
 //! and redlock [`REPS`] times each, interleaved; the polling tool once) and the rows every
-//! contention workload has. A workload: above everything but `main`.
+//! contention workload has. With `REDLOCK_BENCH_BASELINE=PATH`, workload 1 also runs that redlock
+//! binary (a build of the code before a change), interleaved with the others (flock, redlock,
+//! baseline, flock, …), for a row of its own: the hot path must not get slower. A workload: above
+//! everything but `main`.
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use crate::guard::watched;
 use crate::harness::Bench;
 use crate::loops::{LoopRun, Spec};
 use crate::report::Report;
-use crate::stats::{Summary, cmds_cell, fmt_d, log_run, percentile, ratio, summarize};
+use crate::stats::{Summary, cmds_cell, fmt_d, fmt_us, log_run, percentile, ratio, summarize};
 use crate::tools::{CS_20MS, CS_EMPTY, Tool};
 
 /// Workloads 1 and 2: runs of flock and of redlock each (the polling tool runs once).
@@ -21,7 +26,8 @@ pub const REPS: usize = 5;
 /// runs under MONITOR, the server-side hand-over.
 pub fn empty_cs(bench: &mut Bench, r: &mut Report) {
     let w = "1. 8 loops × 25 rounds, empty CS";
-    let s = bench.run_contention("w1", 8, 25, CS_EMPTY, REPS);
+    let baseline = std::env::var_os("REDLOCK_BENCH_BASELINE").map(PathBuf::from);
+    let (s, base) = bench.run_contention("w1", 8, 25, CS_EMPTY, REPS, baseline.as_deref());
     let (vs_flock, vs_polling) = (ratio(s[2].wall, s[0].wall), ratio(s[2].wall, s[1].wall));
     let target = format!(
         "{}; {}",
@@ -37,6 +43,9 @@ pub fn empty_cs(bench: &mut Bench, r: &mut Report) {
         )
     );
     contention_rows(r, w, &s, target, Some("1"));
+    if let (Some(path), Some(b)) = (&baseline, &base) {
+        baseline_row(r, w, path, &s[2], b);
+    }
     let fairness = s[2].fairness;
     let target = r.check(
         "1: fairness ≤ 2",
@@ -74,7 +83,7 @@ pub fn empty_cs(bench: &mut Bench, r: &mut Report) {
 /// Workload 2: 4 loops × 10 rounds, 20 ms critical section.
 pub fn sleepy_cs(bench: &mut Bench, r: &mut Report) {
     let w = "2. 4 loops × 10 rounds, 20 ms CS";
-    let s = bench.run_contention("w2", 4, 10, CS_20MS, REPS);
+    let (s, _) = bench.run_contention("w2", 4, 10, CS_20MS, REPS, None);
     let vs_flock = ratio(s[2].wall, s[0].wall);
     let target = r.check(
         "2: wall ≤ 1.15× flock",
@@ -87,15 +96,17 @@ pub fn sleepy_cs(bench: &mut Bench, r: &mut Report) {
 /// Workload 3, the crowd: 100 processes at once, 3 rounds each (one run per tool).
 pub fn crowd(bench: &mut Bench, r: &mut Report) {
     let w = "3. crowd: 100 processes at once × 3 rounds";
-    let s = bench.run_contention("w3", 100, 3, CS_EMPTY, 1);
+    let (s, _) = bench.run_contention("w3", 100, 3, CS_EMPTY, 1, None);
     contention_rows(r, w, &s, String::new(), Some("3"));
 }
 
 impl Bench {
     /// Workloads 1 to 3: loops × rounds on one lock. flock and redlock run `reps` times each,
     /// alternately (flock, redlock, flock, redlock, …), so that both see the same spells of a noisy
-    /// machine; the polling tool runs once, after them. Every run is checked (exact counter,
-    /// alternating entries and leaves) and logged on stderr; the summaries are in `TOOLS` order.
+    /// machine; the polling tool runs once, after them. With a `baseline` binary, it runs after
+    /// each redlock run (flock, redlock, baseline, flock, …), on a key of its own. Every run is
+    /// checked (exact counter, alternating entries and leaves) and logged on stderr; the
+    /// summaries are in `TOOLS` order, the baseline's apart.
     fn run_contention(
         &mut self,
         tag: &str,
@@ -103,31 +114,49 @@ impl Bench {
         rounds: usize,
         cs: &'static str,
         reps: usize,
-    ) -> Vec<Summary> {
-        let mut order: Vec<(Tool, usize)> = (0..reps)
-            .flat_map(|rep| [(Tool::Flock, rep), (Tool::Redlock, rep)])
+        baseline: Option<&Path>,
+    ) -> (Vec<Summary>, Option<Summary>) {
+        // (tool, repetition, the baseline binary or None)
+        let mut order: Vec<(Tool, usize, Option<&Path>)> = (0..reps)
+            .flat_map(|rep| {
+                [(Tool::Flock, rep, None), (Tool::Redlock, rep, None)]
+                    .into_iter()
+                    .chain(baseline.map(|b| (Tool::Redlock, rep, Some(b))))
+            })
             .collect();
-        order.push((Tool::Polling, 0));
+        order.push((Tool::Polling, 0, None));
         let mut runs: [Vec<LoopRun>; 3] = Default::default();
-        for (tool, rep) in order {
+        let mut base_runs = Vec::new();
+        for (tool, rep, bin) in order {
+            let who = if bin.is_some() { "base" } else { tool.name() };
             let name = if reps > 1 && tool != Tool::Polling {
-                format!("{tag}-{}-r{}", tool.name(), rep + 1)
+                format!("{tag}-{who}-r{}", rep + 1)
             } else {
-                format!("{tag}-{}", tool.name())
+                format!("{tag}-{who}")
             };
             let spec = Spec {
+                bin: bin.map(Path::to_path_buf),
                 tag: name,
                 tool,
-                key: tag.to_string(),
+                key: if bin.is_some() {
+                    format!("{tag}-base")
+                } else {
+                    tag.to_string()
+                },
                 loops,
                 rounds,
                 cs,
             };
             let run = watched(&spec.tag, || self.run_loops(&spec));
             log_run(&spec.tag, &run);
-            runs[tool.index()].push(run);
+            if bin.is_some() {
+                base_runs.push(run);
+            } else {
+                runs[tool.index()].push(run);
+            }
         }
         let out: Vec<Summary> = runs.iter().map(|r| summarize(r)).collect();
+        let base = (!base_runs.is_empty()).then(|| summarize(&base_runs));
         if reps > 1 {
             let (f, r) = (&out[Tool::Flock.index()], &out[Tool::Redlock.index()]);
             let list =
@@ -149,8 +178,81 @@ impl Bench {
                 ratio(r.wall, f.wall)
             );
         }
-        out
+        if let Some(b) = &base {
+            let r = &out[Tool::Redlock.index()];
+            let pairs: Vec<String> = r
+                .walls
+                .iter()
+                .zip(&b.walls)
+                .map(|(r, b)| format!("{:.2}", ratio(*r, *b)))
+                .collect();
+            eprintln!(
+                "contention: {tag}: baseline wall per run [{}]; redlock ÷ baseline per pair [{}]; \
+                 medians redlock {}, baseline {}: {:.2}×",
+                b.walls
+                    .iter()
+                    .map(|w| fmt_d(*w))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                pairs.join(", "),
+                fmt_d(r.wall),
+                fmt_d(b.wall),
+                ratio(r.wall, b.wall)
+            );
+        }
+        (out, base)
     }
+}
+
+/// Workload 1's row for the baseline build: its median wall and round trips per critical
+/// section; the targets compare redlock's with them.
+fn baseline_row(r: &mut Report, w: &str, path: &Path, now: &Summary, base: &Summary) {
+    let vs_base = ratio(now.wall, base.wall);
+    let sent = |s: &Summary| s.cmds.map_or(f64::NAN, |c| c.0);
+    let target = format!(
+        "{}; {}",
+        r.check(
+            "1: wall within 5% of the baseline build",
+            vs_base <= 1.05,
+            format!("wall ≤ 1.05× baseline: {vs_base:.2}×")
+        ),
+        r.check(
+            "1: ≤ 4.0 round trips per CS",
+            sent(now) <= 4.0,
+            format!("≤ 4.0 round trips: {:.1}", sent(now))
+        )
+    );
+    r.row(
+        w,
+        &format!(
+            "baseline build ({}): wall / round trips per CS (median of {} runs; runs pooled)",
+            version(path),
+            base.runs
+        ),
+        [
+            "–".to_string(),
+            "–".to_string(),
+            format!("{} / {:.1}", fmt_d(base.wall), sent(base)),
+        ],
+        target,
+    );
+}
+
+/// `PATH --version`'s first line, or the path if it has none.
+fn version(path: &Path) -> String {
+    Command::new(path)
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(|l| l.trim().to_string())
+        })
+        .filter(|l| !l.is_empty())
+        .unwrap_or_else(|| path.display().to_string())
 }
 
 /// How a row of a repeated workload was computed, as a suffix of its metric ("" for single runs).
@@ -210,6 +312,26 @@ fn contention_rows(
         cells(&|s| cmds_cell(s.cmds)),
         target,
     );
+    if let Some(n) = cmds_target {
+        // flock has no server ("–"); the target compares redlock's with the polling lock's.
+        let target = match (s[2].cpu, s[1].cpu) {
+            (Some(now), Some(seed)) => r.check(
+                &format!("{n}: Redis server CPU per CS ≤ seed style"),
+                now <= seed,
+                format!("≤ seed style: {}", fmt_us(now)),
+            ),
+            _ => String::new(),
+        };
+        r.row(
+            w,
+            &format!(
+                "Redis server CPU per CS (INFO cpu, Lua included){}",
+                pooled(s, " (runs pooled)")
+            ),
+            cells(&|s| s.cpu.map_or("–".to_string(), fmt_us)),
+            target,
+        );
+    }
     r.row(
         w,
         &format!(

@@ -58,6 +58,7 @@ impl Bench {
                 start(&mut cmd, &format!("{tag} holder")).unwrap_or_else(|e| panic!("{e}"));
             self.events.wait_for(&tag, 'H');
             let running = self.start_loops(&Spec {
+                bin: None,
                 tag: tag.clone(),
                 tool,
                 key: "w5".to_string(),

@@ -1,24 +1,27 @@
 //! Workload 4, idle: [`IDLE_WAITERS`] waiters queue behind a lock the bench holds for
 //! [`IDLE_HOLD`]. Measures the Redis commands the waiters send while they wait (a waiter that
 //! polls costs the server; one that blocks does not) and the drain, from the release to the last
-//! waiter's exit. A workload: above everything but `main`.
+//! waiter's exit. Then, a small step of its own: the memory a held lock takes in Redis, and what
+//! one waiter adds (`MEMORY USAGE` of each key). A workload: above everything but `main`.
 
 use std::fmt::Write as _;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::admin::Cmds;
-use crate::guard::{aborted, check_failed, watched};
+use crate::guard::{STEP_TIMEOUT, aborted, check_failed, start, watched};
 use crate::harness::Bench;
 use crate::loops::Spec;
 use crate::report::Report;
 use crate::stats::{describe_cmds, fmt_d};
-use crate::tools::{CS_EMPTY, TOOLS, Tool};
+use crate::tools::{CS_EMPTY, TOOLS, Tool, polling_key, redlock_key};
 
 /// How long the lock is held while the waiters queue.
 const IDLE_HOLD: Duration = Duration::from_secs(10);
 /// How many waiters queue behind it.
 const IDLE_WAITERS: usize = 50;
+/// The lock whose memory is measured.
+const MEMORY_KEY: &str = "w4mem";
 
 /// Workload 4: one run per tool; the commands per waiter per second while held, and the drain.
 pub fn idle(bench: &mut Bench, r: &mut Report) {
@@ -51,6 +54,18 @@ pub fn idle(bench: &mut Bench, r: &mut Report) {
         idle.each_ref().map(|i| fmt_d(i.1)),
         String::new(),
     );
+    let seed = bench.polling_memory();
+    let (held, waiter) = bench.lock_memory();
+    r.row(
+        w,
+        "Redis memory: a held lock / + per waiter (MEMORY USAGE; one waiter, separate step)",
+        [
+            "–".to_string(),
+            format!("{seed} B / + 0 B"),
+            format!("{held} B / + {waiter} B"),
+        ],
+        String::new(),
+    );
 }
 
 impl Bench {
@@ -65,6 +80,7 @@ impl Bench {
             let mark = (tool != Tool::Flock).then(|| self.admin.begin());
             let held_at = Instant::now();
             let running = self.start_loops(&Spec {
+                bin: None,
                 tag: tag.clone(),
                 tool,
                 key: "w4".to_string(),
@@ -101,6 +117,95 @@ impl Bench {
             }
             eprintln!("{line}");
             (cmds, drain)
+        })
+    }
+
+    /// The polling lock held: one string key (its waiters keep nothing in Redis).
+    fn polling_memory(&mut self) -> u64 {
+        watched("w4-memory-seed", || {
+            let log = self.log("w4-memory-seed");
+            let held = self.hold(Tool::Polling, MEMORY_KEY, 60_000, &log);
+            let bytes = self.admin.memory_usage(&polling_key(MEMORY_KEY));
+            self.release(held, MEMORY_KEY, &log);
+            eprintln!("contention: w4-memory: seed style, a held lock: {bytes} B");
+            bytes
+        })
+    }
+
+    /// redlock: the bytes of a held lock's keys (the lock and its meta hash), then what one
+    /// waiter adds (the queue, the leases and the waiters' records; the waiter blocks on its own
+    /// wake list, which exists only once it is woken). The waiter is `redlock exec KEY -- true`:
+    /// it goes through once the bench releases.
+    fn lock_memory(&mut self) -> (u64, u64) {
+        watched("w4-memory", || {
+            let log = self.log("w4-memory");
+            let lock = redlock_key(MEMORY_KEY);
+            let held_keys = [lock.clone(), format!("{lock}:meta")];
+            let waiter_keys = [
+                format!("{lock}:q"),
+                format!("{lock}:leases"),
+                format!("{lock}:wr"),
+            ];
+            let held = self.hold(Tool::Redlock, MEMORY_KEY, 60_000, &log);
+            let mut sizes = |keys: &[String]| -> Vec<u64> {
+                keys.iter().map(|k| self.admin.memory_usage(k)).collect()
+            };
+            let alone = sizes(&held_keys);
+            assert!(
+                alone.iter().all(|&b| b > 0),
+                "w4-memory: a key of the held lock is missing: {held_keys:?} = {alone:?}"
+            );
+            assert_eq!(
+                sizes(&waiter_keys),
+                [0, 0, 0],
+                "w4-memory: waiter keys before any waiter"
+            );
+            let mut cmd = self.env.redlock(&["exec", MEMORY_KEY, "--", "true"]);
+            cmd.stderr(log.stdio());
+            let waiter = start(&mut cmd, "w4-memory waiter").unwrap_or_else(|e| panic!("{e}"));
+            // The waiter's script writes its three keys at once; wait for them (bounded).
+            let until = Instant::now() + STEP_TIMEOUT;
+            let queued = loop {
+                let now = sizes(&waiter_keys);
+                if now.iter().all(|&b| b > 0) || Instant::now() >= until || aborted() {
+                    break now;
+                }
+                thread::sleep(Duration::from_millis(5));
+            };
+            check_failed();
+            assert!(
+                queued.iter().all(|&b| b > 0),
+                "w4-memory: the waiter did not queue within {}s: {waiter_keys:?} = {queued:?}",
+                STEP_TIMEOUT.as_secs()
+            );
+            let with_waiter = sizes(&held_keys);
+            self.release(held, MEMORY_KEY, &log);
+            let (status, _) = waiter.wait().unwrap_or_else(|e| panic!("{e}"));
+            check_failed();
+            assert!(
+                status.success(),
+                "{}",
+                log.failed("w4-memory waiter", status)
+            );
+            let total_alone: u64 = alone.iter().sum();
+            // What the waiter added to the held lock's own keys (meta) counts as the waiter's.
+            let added = (queued.iter().sum::<u64>() + with_waiter.iter().sum::<u64>())
+                .saturating_sub(total_alone);
+            let list = |keys: &[String], bytes: &[u64]| {
+                keys.iter()
+                    .zip(bytes)
+                    .map(|(k, b)| format!("{k} {b} B"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            eprintln!(
+                "contention: w4-memory: redlock, a held lock: {total_alone} B [{}]; one waiter \
+                 adds {added} B [{}; held keys then: {}]",
+                list(&held_keys, &alone),
+                list(&waiter_keys, &queued),
+                list(&held_keys, &with_waiter)
+            );
+            (total_alone, added)
         })
     }
 }

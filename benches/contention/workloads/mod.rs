@@ -58,13 +58,19 @@ pub fn notes() -> [String; 2] {
              redis-servers started for it; the seed style has no multi-server mode. Workload 8: \
              medians of {STATUS_RUNS} runs of `redlock status` per path, interleaved, with \
              {STATUS_LOCKS} locks written by the bench; \"before\" is the binary in \
-             REDLOCK_BENCH_BASELINE when set (the code before batching)."
+             REDLOCK_BENCH_BASELINE when set (the code before batching). With \
+             REDLOCK_BENCH_BASELINE, workload 1 also runs that binary {REPS} times, after each \
+             redlock run, for the baseline row."
         ),
         "wait: from starting the lock command to entering the critical section (the tool's \
          start-up included). Redis commands: `sent` are the commands clients sent (round \
          trips), `incl. scripts` adds those that Lua scripts ran (INFO commandstats counts \
          both); targets use `sent`. Server-side hand-over: release to the next holder's SET \
-         by the server's clock, from `redis-cli MONITOR` in a separate run of workload 1."
+         by the server's clock, from `redis-cli MONITOR` in a separate run of workload 1. \
+         Redis server CPU: the main thread's (`INFO cpu`, Lua included) over each run ÷ its \
+         critical sections, runs pooled; it includes accepting each process's connection and \
+         the slow log the bench keeps. Redis memory: `MEMORY USAGE` of a held lock's keys, and \
+         what one queued waiter adds (its keys and meta's growth)."
             .to_string(),
     ]
 }
