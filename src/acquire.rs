@@ -377,9 +377,15 @@ impl Waiter<'_> {
         let Some(redis) = store.parking() else {
             return;
         };
-        let view = crate::lock::inspect(redis, self.keys).and_then(|state| {
-            let ahead = crate::lock::queue_position(redis, self.keys, &self.token)?;
-            Ok((state, ahead))
+        // One round trip: our place is in the queue the status read lists (live waiters only,
+        // as `status` counts them; none past the first hundred).
+        let view = crate::lock::inspect(redis, self.keys).map(|state| {
+            let ahead = state
+                .queue
+                .iter()
+                .position(|w| w.token == self.token)
+                .and_then(|i| i64::try_from(i).ok());
+            (state, ahead)
         });
         let (state, ahead) = match view {
             Ok((state, ahead)) => (Some(state), ahead),

@@ -218,6 +218,8 @@ pub struct Waiting {
     pub since_ms: Option<i64>,
     /// When it gives up (server clock); `None` when it waits forever, or has no record.
     pub deadline_ms: Option<i64>,
+    /// Its token, as found in the queue: for a waiter to find itself (never shown).
+    pub token: String,
 }
 
 impl Waiting {
@@ -246,6 +248,7 @@ fn parse_queue(v: &Value, now_ms: i64) -> Vec<Waiting> {
         }
         let mut w = Waiting {
             position: queue.len() + 1,
+            token: text(&entry[0]).unwrap_or_default(),
             ..Waiting::default()
         };
         if let Some(record) = text(&entry[2]) {
@@ -1080,14 +1083,6 @@ fn state_of(keys: &Keys, reply: &[Value]) -> Result<State> {
     })
 }
 
-/// How many waiters are ahead of `token` in the queue of `keys` (ZRANK: dead ones not yet dropped
-/// count too); `None` when `token` is not queued. For a waiter's status line, never the hot path.
-pub fn queue_position(redis: &mut Redis, keys: &Keys, token: &str) -> Result<Option<i64>> {
-    redis.call("queue position", |con| {
-        redis::cmd("ZRANK").arg(&keys.queue).arg(token).query(con)
-    })
-}
-
 /// Every lock currently held under `prefix`, found with SCAN (never KEYS), sorted by name.
 pub fn scan(redis: &mut Redis, prefix: &str) -> Result<Vec<Keys>> {
     let names = scan_names(redis, prefix, "", usize::MAX, None)?;
@@ -1348,9 +1343,11 @@ mod tests {
                     note: "deploy\\u{9}with a tab".into(),
                     since_ms: Some(5),
                     deadline_ms: Some(9000),
+                    token: "t2".into(),
                 },
                 Waiting {
                     position: 2,
+                    token: "t4".into(),
                     ..Waiting::default()
                 },
             ]
