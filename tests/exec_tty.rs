@@ -7,51 +7,14 @@ mod exec_support;
 
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use common::pty::{Pty, pty};
 use common::*;
 use exec_support::*;
-
-/// A pseudo-terminal: the master (the user's side) and the slave (the program's terminal).
-struct Pty {
-    master: File,
-    slave: OwnedFd,
-}
-
-fn pty() -> Pty {
-    let (mut master, mut slave) = (0, 0);
-    // SAFETY: openpty writes two descriptors into the integers we pass; the other arguments may
-    // be null. We own the descriptors from here on.
-    let rc = unsafe {
-        libc::openpty(
-            &mut master,
-            &mut slave,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
-    // Not inherited by the processes this (or a parallel) test starts: a hangup needs the master
-    // closed everywhere.
-    for fd in [master, slave] {
-        // SAFETY: fcntl on a descriptor we own.
-        assert_ne!(
-            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) },
-            -1
-        );
-    }
-    // SAFETY: both descriptors were just opened by openpty and are not owned elsewhere.
-    unsafe {
-        Pty {
-            master: File::from_raw_fd(master),
-            slave: OwnedFd::from_raw_fd(slave),
-        }
-    }
-}
 
 /// Starts `exec -- sh -c script` with the pty as its controlling terminal and stdio, and waits
 /// until the script has created `$D/ready`.
@@ -110,7 +73,7 @@ fn ctrl_c_in_a_terminal_reaches_the_command_exactly_once() {
         for f in ["ready", "sigs", "done"] {
             let _ = std::fs::remove_file(file(&redis, f));
         }
-        let mut pty = pty();
+        let mut pty = pty(None);
         let script = format!("CODE=7\n{}", counter());
         let child = spawn_in_terminal(&redis, &pty, &script);
         pty.master.write_all(b"\x03").unwrap();
@@ -141,7 +104,7 @@ fn a_terminal_hangup_is_passed_on_when_redlock_leads_the_session() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let Pty { master, slave } = pty();
+    let Pty { master, slave } = pty(None);
     let pty_slave_only = Pty {
         master: File::open("/dev/null").unwrap(),
         slave,
@@ -169,7 +132,7 @@ fn the_command_can_read_the_terminal() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let mut pty = pty();
+    let mut pty = pty(None);
     let script = r#"
         touch "$D/ready"
         read line

@@ -10,12 +10,12 @@ mod common;
 
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::nodes::Nodes;
+use common::pty::{Pty, pty};
 use common::*;
 
 /// A bound for anything that should happen promptly; reaching it means a hang.
@@ -132,54 +132,12 @@ fn a_short_wait_says_nothing() {
     assert_eq!(out.stderr, "", "{out}");
 }
 
-/// A pseudo-terminal: the master (the user's side) and the slave (the program's terminal).
-struct Pty {
-    master: File,
-    slave: OwnedFd,
-}
-
-fn pty(columns: u16) -> Pty {
-    let (mut master, mut slave) = (0, 0);
-    let size = libc::winsize {
-        ws_row: 24,
-        ws_col: columns,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: openpty writes two descriptors into the integers we pass and reads the window size
-    // we own; the other arguments may be null. We own the descriptors from here on.
-    let rc = unsafe {
-        libc::openpty(
-            &mut master,
-            &mut slave,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            &size,
-        )
-    };
-    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
-    for fd in [master, slave] {
-        // SAFETY: fcntl on a descriptor we own.
-        assert_ne!(
-            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) },
-            -1
-        );
-    }
-    // SAFETY: both descriptors were just opened by openpty and are not owned elsewhere.
-    unsafe {
-        Pty {
-            master: File::from_raw_fd(master),
-            slave: OwnedFd::from_raw_fd(slave),
-        }
-    }
-}
-
 /// Runs `redlock ARGS` (a waiter for `k`, which `hold_deploy` holds) with stderr on a terminal
 /// `columns` wide until its line was drawn `draws` times, then releases `k`; returns everything
 /// the terminal received. The waiter must take the lock and succeed.
 fn in_terminal(redis: &RedisServer, args: &[&str], columns: u16, draws: usize) -> String {
     let token = hold_deploy(redis, "k");
-    let Pty { master, slave } = pty(columns);
+    let Pty { master, slave } = pty(Some(columns));
     let mut cmd = redis.redlock();
     cmd.args(args)
         .stdin(Stdio::null())

@@ -20,6 +20,7 @@
 
 pub mod nodes;
 pub mod proxy;
+pub mod pty;
 pub mod topology;
 
 use std::collections::HashMap;
