@@ -35,7 +35,7 @@ pub fn owner(pid: u32, note: Option<&str>, default_note: impl FnOnce() -> String
     }
 }
 
-/// Our pid namespace: the inode in `/proc/self/ns/pid` ("pid:[4026531836]"). The calling script
+/// Our pid namespace: the inode in `/proc/self/ns/pid` (`pid:[4026531836]`). The calling script
 /// (the recorded pid) is in it too: a namespace is entered by a new process, not by its parent.
 fn pid_namespace() -> Option<String> {
     let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
