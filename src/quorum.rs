@@ -302,6 +302,64 @@ impl Nodes {
     /// way a release does (see [`Nodes::hand_on`]), so no newcomer slips in when a waiter gives up
     /// its turn.
     /// [`Store::leave`] and [`Store::abandon`]: an error only when no node answered.
+    /// A release that reached fewer nodes than it needed, as an error; the nodes it reached are
+    /// released all the same. A holder's token that more than N−Q of the answering nodes no longer
+    /// had was lost before this release (deleted, flushed, expired, taken by another client): that
+    /// is not the owner's release. A conditional `--force` (the operator's "only if it is still
+    /// the lock I saw") that matched on fewer than Q nodes found a leftover copy, not the lock,
+    /// which is someone else's now.
+    fn released_too_few(
+        &self,
+        keys: &Keys,
+        by: &Releaser,
+        verdicts: &[Verdict],
+    ) -> Option<anyhow::Error> {
+        let (n, q) = (self.n(), self.q());
+        let matched = verdicts
+            .iter()
+            .filter(|v| matches!(v, Verdict::Done(_)))
+            .count();
+        let others = || {
+            verdicts.iter().filter_map(|v| match v {
+                Verdict::HeldByOther(h) => Some(h),
+                _ => None,
+            })
+        };
+        match by {
+            _ if matched == 0 => None,
+            Releaser::Holder(_) if verdicts.len() - matched > n - q => {
+                let now = match others().next() {
+                    Some(Some(h)) => format!("{} holds it now", h.who()),
+                    Some(None) => "another token holds it now".to_string(),
+                    None => "it is free now".to_string(),
+                };
+                Some(failure(
+                    Kind::NotOwner,
+                    format!(
+                        "not the owner: only {matched} of {n} servers still had the token ({q} \
+                         needed), so the lock was lost before this release; {now} (released \
+                         where it was left)"
+                    ),
+                ))
+            }
+            Releaser::Force(_, Some(_)) if matched < q => {
+                let now = match others().flatten().max_by_key(|h| h.fence) {
+                    Some(h) => format!("{} holds it now with fence {}", h.who(), h.fence),
+                    None => "another token holds it now, or nobody".to_string(),
+                };
+                Some(failure(
+                    Kind::NotOwner,
+                    format!(
+                        "not released: the lock '{}' the condition names was on {matched} of {n} \
+                         servers only ({q} needed); {now} (released where it matched)",
+                        keys.name
+                    ),
+                ))
+            }
+            _ => None,
+        }
+    }
+
     fn leave_with(&mut self, keys: &Keys, token: &str, doubt: Doubt) -> Result<()> {
         let answers = self.give_back(keys, token, doubt);
         if answered(&answers) > 0 {
@@ -834,91 +892,46 @@ impl Store for Nodes {
         self.leave_with(keys, token, Doubt::Unsure)
     }
 
-    /// Releases on every node, passing the lock on as [`Nodes::hand_on`] does. About 80 lines, in
-    /// one piece on purpose: the checks of what the nodes said (the lock lost before the release,
-    /// released with nodes down, held by none) decide in this order, which one body shows best.
+    /// Releases on every node, passing the lock on as [`Nodes::hand_on`] does. The checks of what
+    /// the nodes said decide in this order: released on too few of them
+    /// ([`Nodes::released_too_few`]), released (with nodes down), held by none.
     fn release(&mut self, keys: &Keys, by: &Releaser) -> Result<Verdict> {
         let n = self.n();
         // Every node gets the same releaser: a forced release records the same forcer on each.
-        let holder_release = matches!(by, Releaser::Holder(_));
         let conditional = matches!(by, Releaser::Force(_, Some(_)));
-        let (k, by) = (keys.clone(), by.clone());
-        let answers = self.hand_on(
-            keys,
-            move |con, hand_over| lock::release(con, &k, &by, hand_over),
-            |(_, next): &(Verdict, Option<String>)| next.clone(),
-        );
+        let answers = {
+            let (k, by) = (keys.clone(), by.clone());
+            self.hand_on(
+                keys,
+                move |con, hand_over| lock::release(con, &k, &by, hand_over),
+                |(_, next): &(Verdict, Option<String>)| next.clone(),
+            )
+        };
         let failed = self.failures(&answers);
         let verdicts: Vec<Verdict> = answers
             .into_iter()
             .filter_map(|a| a.and_then(Result::ok).map(|(v, _)| v))
             .collect();
-        let done = verdicts.iter().find(|v| matches!(v, Verdict::Done(_)));
-        // Released where our token was; but if more than N−Q of the nodes that answered did not
-        // have it, a majority never kept it to the end (deleted, flushed, expired, taken by
-        // another client): that is not the owner's release, it is a lock lost before it. The
-        // nodes that had it are released all the same.
-        let not_ours = verdicts.len()
-            - verdicts
-                .iter()
-                .filter(|v| matches!(v, Verdict::Done(_)))
-                .count();
-        if done.is_some() && holder_release && not_ours > n - self.q() {
-            let now = match verdicts.iter().find_map(|v| match v {
-                Verdict::HeldByOther(h) => Some(h),
-                _ => None,
-            }) {
-                Some(Some(h)) => format!("{} holds it now", h.who()),
-                Some(None) => "another token holds it now".to_string(),
-                None => "it is free now".to_string(),
-            };
-            return Err(failure(
-                Kind::NotOwner,
-                format!(
-                    "not the owner: only {} of {n} servers still had the token ({} needed), so \
-                     the lock was lost before this release; {now} (released where it was left)",
-                    verdicts.len() - not_ours,
-                    self.q()
-                ),
-            ));
+        if let Some(error) = self.released_too_few(keys, by, &verdicts) {
+            return Err(error);
         }
-        // A conditional --force is the operator's "only if it is still the lock I saw": on fewer
-        // than Q nodes it matched a leftover copy, not the lock, which is someone else's now.
-        let matched = verdicts.len() - not_ours;
-        if done.is_some() && conditional && matched < self.q() {
-            let holder = verdicts
-                .iter()
-                .filter_map(|v| match v {
-                    Verdict::HeldByOther(Some(h)) => Some(h),
-                    _ => None,
-                })
-                .max_by_key(|h| h.fence);
-            let now = match holder {
-                Some(h) => format!("{} holds it now with fence {}", h.who(), h.fence),
-                None => "another token holds it now, or nobody".to_string(),
-            };
-            return Err(failure(
-                Kind::NotOwner,
-                format!(
-                    "not released: the lock '{}' the condition names was on {matched} of {n} \
-                     servers only ({} needed); {now} (released where it matched)",
-                    keys.name,
-                    self.q()
-                ),
-            ));
-        }
-        if conditional && done.is_some() && not_ours > 0 {
+        let matched = verdicts
+            .iter()
+            .filter(|v| matches!(v, Verdict::Done(_)))
+            .count();
+        let unmatched = verdicts.len() - matched;
+        if conditional && matched > 0 && unmatched > 0 {
             crate::messages::notice(
                 &self.config,
                 format_args!(
-                    "released '{}' on {matched} of {n} servers; on {not_ours} the lock did not \
+                    "released '{}' on {matched} of {n} servers; on {unmatched} the lock did not \
                      match the condition (another holder, or a fence not written back there) and \
                      stays until its TTL",
                     keys.name
                 ),
             );
         }
-        if let Some(done) = done {
+        if let Some(done) = verdicts.iter().find(|v| matches!(v, Verdict::Done(_))) {
             if !failed.is_empty() {
                 crate::messages::notice(
                     &self.config,
