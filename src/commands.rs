@@ -360,12 +360,13 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
             .collect::<Result<_>>()?
     };
     let mut states = Vec::with_capacity(found.len());
+    let here = owner::Here::now();
     for mut state in found {
         if state.held() {
             state.stale = state
                 .holder
                 .as_ref()
-                .and_then(|h| owner::stale(&h.host, &h.pid, &h.pidns));
+                .and_then(|h| here.stale(&h.host, &h.pid, &h.pidns));
         }
         // A lock found by SCAN may have been released since: list only what is still held (by
         // anyone, for a quorum: a split lock is worth seeing).

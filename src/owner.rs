@@ -79,19 +79,34 @@ pub fn join_args<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
     redact_args(&args)
 }
 
-/// Whether a holder's process is gone: `Some(true)` only when it ran on this host, in our pid
-/// namespace (a container sharing the host name has pids of its own), and no process has its
-/// pid (`kill(pid, 0)` says so even where /proc hides other users' processes), or it is a
-/// zombie. `None` when that cannot be told: another host, another or an unrecorded namespace
-/// (a record of an older version), a pid that is not one. Only a hint: a recycled pid makes a
-/// dead holder look alive (never the reverse), and two hosts can share a name; `status` shows it
-/// as `stale?`.
-pub fn stale(host: &str, pid: &str, pidns: &str) -> Option<bool> {
-    if host != hostname() || pidns.is_empty() || Some(pidns) != pid_namespace().as_deref() {
-        return None;
+/// This host's name and pid namespace, read once for every lock `status` lists.
+pub struct Here {
+    host: String,
+    pidns: Option<String>,
+}
+
+impl Here {
+    pub fn now() -> Here {
+        Here {
+            host: hostname(),
+            pidns: pid_namespace(),
+        }
     }
-    let pid: i32 = pid.parse().ok().filter(|&p| p > 0)?;
-    Some(!alive(pid))
+
+    /// Whether a holder's process is gone: `Some(true)` only when it ran on this host, in our pid
+    /// namespace (a container sharing the host name has pids of its own), and no process has its
+    /// pid (`kill(pid, 0)` says so even where /proc hides other users' processes), or it is a
+    /// zombie. `None` when that cannot be told: another host, another or an unrecorded namespace
+    /// (a record of an older version), a pid that is not one. Only a hint: a recycled pid makes a
+    /// dead holder look alive (never the reverse), and two hosts can share a name; `status` shows it
+    /// as `stale?`.
+    pub fn stale(&self, host: &str, pid: &str, pidns: &str) -> Option<bool> {
+        if host != self.host || pidns.is_empty() || Some(pidns) != self.pidns.as_deref() {
+            return None;
+        }
+        let pid: i32 = pid.parse().ok().filter(|&p| p > 0)?;
+        Some(!alive(pid))
+    }
 }
 
 fn alive(pid: i32) -> bool {
@@ -193,18 +208,19 @@ mod tests {
     fn a_holder_is_stale_only_on_this_host_in_this_namespace_when_its_process_is_gone() {
         let me = std::process::id().to_string();
         let ns = pid_namespace().expect("/proc/self/ns/pid");
-        assert_eq!(stale(&hostname(), &me, &ns), Some(false));
-        assert_eq!(stale("another-host.invalid", &me, &ns), None);
-        assert_eq!(stale(&hostname(), "not-a-pid", &ns), None);
-        assert_eq!(stale(&hostname(), "0", &ns), None);
+        let here = Here::now();
+        assert_eq!(here.stale(&hostname(), &me, &ns), Some(false));
+        assert_eq!(here.stale("another-host.invalid", &me, &ns), None);
+        assert_eq!(here.stale(&hostname(), "not-a-pid", &ns), None);
+        assert_eq!(here.stale(&hostname(), "0", &ns), None);
         // A child that exited and has been reaped: its pid names no process.
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id().to_string();
         child.wait().unwrap();
-        assert_eq!(stale(&hostname(), &pid, &ns), Some(true));
+        assert_eq!(here.stale(&hostname(), &pid, &ns), Some(true));
         // In another namespace (a container on this host name) or unrecorded: cannot tell.
-        assert_eq!(stale(&hostname(), &pid, "1"), None);
-        assert_eq!(stale(&hostname(), &pid, ""), None);
+        assert_eq!(here.stale(&hostname(), &pid, "1"), None);
+        assert_eq!(here.stale(&hostname(), &pid, ""), None);
     }
 
     #[test]
