@@ -83,7 +83,7 @@ pub struct Waiting<'a> {
     /// The lock as the (queue) server sees it; `None` when the read failed.
     pub state: Option<&'a State>,
     /// Waiters ahead of us in the queue; `None` when we are not (or no longer) queued.
-    pub ahead: Option<i64>,
+    pub ahead: Option<usize>,
     /// Since `acquire` started.
     pub waited: Duration,
 }
@@ -380,11 +380,7 @@ impl Waiter<'_> {
         // One round trip: our place is in the queue the status read lists (live waiters only,
         // as `status` counts them; none past the first hundred).
         let view = crate::lock::inspect(redis, self.keys).map(|state| {
-            let ahead = state
-                .queue
-                .iter()
-                .position(|w| w.token == self.token)
-                .and_then(|i| i64::try_from(i).ok());
+            let ahead = state.queue.iter().position(|w| w.token == self.token);
             (state, ahead)
         });
         let (state, ahead) = match view {

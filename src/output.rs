@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 use unicode_width::UnicodeWidthStr;
 
 use crate::cli::Format;
-use crate::lock::{Forced, Holder, Lock, QuorumVerdict, State, Waiting, fingerprint, human_ms};
+use crate::lock::{
+    Forced, Holder, Lock, QuorumVerdict, State, Waiting, fingerprint, human_ms, rfc3339,
+};
 
 /// The text `acquire` prints on stdout for `format`.
 pub fn acquired(lock: &Lock, format: Format) -> String {
@@ -61,10 +63,6 @@ fn coarse(d: Duration) -> String {
         Duration::from_millis(d.as_millis() as u64)
     };
     humantime::format_duration(d).to_string()
-}
-
-fn rfc3339(ms: i64) -> String {
-    crate::lock::rfc3339(ms)
 }
 
 /// One lock as a JSON object.
