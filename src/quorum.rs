@@ -360,6 +360,34 @@ impl Nodes {
         }
     }
 
+    /// Every lock under `prefix` that some node holds (SCAN on every node); an error when fewer
+    /// than Q nodes answer.
+    fn scan(&mut self, prefix: &str) -> Result<Vec<Keys>> {
+        let (n, q) = (self.n(), self.q());
+        let p = prefix.to_string();
+        let answers = self.all(move |_, con| lock::scan(con, &p));
+        let failed = self.failures(&answers);
+        if failed.len() > n - q {
+            return Err(failure(
+                Kind::Unavailable,
+                format!(
+                    "no quorum: {} of {n} servers answered, {q} needed; unreachable: {}",
+                    n - failed.len(),
+                    joined(&failed)
+                ),
+            ));
+        }
+        let mut all: Vec<Keys> = answers
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .flatten()
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all.dedup();
+        Ok(all)
+    }
+
     fn leave_with(&mut self, keys: &Keys, token: &str, doubt: Doubt) -> Result<()> {
         let answers = self.give_back(keys, token, doubt);
         if answered(&answers) > 0 {
@@ -1050,33 +1078,7 @@ impl Store for Nodes {
         Ok(verdict(keys, nodes, n, q))
     }
 
-    fn scan(&mut self, prefix: &str) -> Result<Vec<Keys>> {
-        let (n, q) = (self.n(), self.q());
-        let p = prefix.to_string();
-        let answers = self.all(move |_, con| lock::scan(con, &p));
-        let failed = self.failures(&answers);
-        if failed.len() > n - q {
-            return Err(failure(
-                Kind::Unavailable,
-                format!(
-                    "no quorum: {} of {n} servers answered, {q} needed; unreachable: {}",
-                    n - failed.len(),
-                    joined(&failed)
-                ),
-            ));
-        }
-        let mut all: Vec<Keys> = answers
-            .into_iter()
-            .flatten()
-            .filter_map(Result::ok)
-            .flatten()
-            .collect();
-        all.sort_by(|a, b| a.name.cmp(&b.name));
-        all.dedup();
-        Ok(all)
-    }
-
-    /// One scan as [`Store::scan`] does it, then every node reads all the locks found, in
+    /// One scan ([`Nodes::scan`]), then every node reads all the locks found, in
     /// batches (the nodes in parallel), and each lock gets its verdict as [`Store::inspect`]
     /// gives it.
     fn inspect_all(&mut self, prefix: &str) -> Result<Vec<State>> {

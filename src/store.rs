@@ -37,10 +37,8 @@ pub trait Store: Send {
     fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict>;
     /// One lock's state.
     fn inspect(&mut self, keys: &Keys) -> Result<State>;
-    /// Every lock under `prefix` that some server holds.
-    fn scan(&mut self, prefix: &str) -> Result<Vec<Keys>>;
-    /// The state of every lock [`Store::scan`] finds, as [`Store::inspect`] reads it, sorted by
-    /// name; batched, so that thousands of locks cost a few dozen round trips, not one each. (A
+    /// The state of every lock under `prefix` that some server holds (SCAN), as
+    /// [`Store::inspect`] reads it, sorted by name; batched, so that thousands of locks cost a few dozen round trips, not one each. (A
     /// lock released since the scan comes back free.)
     fn inspect_all(&mut self, prefix: &str) -> Result<Vec<State>>;
     /// The connection a waiter blocks on, if there is one now.
@@ -76,20 +74,6 @@ impl Store for Redis {
 
     fn inspect(&mut self, keys: &Keys) -> Result<State> {
         lock::inspect(self, keys)
-    }
-
-    fn scan(&mut self, prefix: &str) -> Result<Vec<Keys>> {
-        if !self.is_cluster() {
-            return lock::scan(self, prefix);
-        }
-        // SCAN sees one node's keys: ask every master.
-        let mut all = Vec::new();
-        for mut master in self.cluster_masters()? {
-            all.extend(lock::scan(&mut master, prefix)?);
-        }
-        all.sort_by(|a, b| a.name.cmp(&b.name));
-        all.dedup();
-        Ok(all)
     }
 
     fn inspect_all(&mut self, prefix: &str) -> Result<Vec<State>> {
