@@ -19,10 +19,15 @@ local LOCK, META, QUEUE, LEASES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local WAITERS = LOCK .. ':wr'
 
 -- This server's clock in microseconds (16 digits: exact in a Lua number, which is a double, up
--- to 2^53, that is until the year 2255).
+-- to 2^53, that is until the year 2255). Read once per script (one TIME, not one per use): a
+-- script is one atomic step, and every date it writes is the instant of that step.
+local clock_us
 local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if not clock_us then
+    local t = redis.call('TIME')
+    clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return clock_us
 end
 
 local function now_ms()
@@ -38,15 +43,16 @@ end
 -- expire (as they stand now), so that meta outlives both: a lock that is held, reserved or waited
 -- for never loses its record, its fence counter or its ticket counter. A lock key without expiry
 -- (set by hand) keeps meta without expiry too. Every script that writes meta and can make the
--- lock or the queue last longer calls this last. `lock_pttl`: the lock key's PTTL when the
--- caller just set it (saves a PTTL).
-local function keep_meta(idle_ms, lock_pttl)
+-- lock or the queue last longer calls this last. `lock_pttl`, `queue_pttl`: the lock key's and
+-- the queue's PTTL when the caller knows them (it just set or read them: saves a PTTL each).
+local function keep_meta(idle_ms, lock_pttl, queue_pttl)
   local idle = tonumber(idle_ms)
   if not idle or idle < 1 then
     return
   end
   local last = 0
-  for _, pttl in ipairs({lock_pttl or redis.call('PTTL', LOCK), redis.call('PTTL', QUEUE)}) do
+  for _, pttl in ipairs({lock_pttl or redis.call('PTTL', LOCK),
+      queue_pttl or redis.call('PTTL', QUEUE)}) do
     if pttl == -1 then
       redis.call('PERSIST', META)
       return

@@ -17,7 +17,7 @@ if current == ARGV[1] then
   if redis.call('HGET', META, 'token') == current then
     redis.call('HSET', META, 'expires_ms', now_ms() + tonumber(ARGV[2]))
   end
-  keep_meta(ARGV[4])
+  keep_meta(ARGV[4], tonumber(ARGV[2]))
   return {1, {}, run_id(ARGV[3])}
 end
 return {-1, holder(current), run_id(ARGV[3])}

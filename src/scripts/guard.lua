@@ -12,8 +12,15 @@
 --
 -- INFO is the only way a script can see either: CONFIG and ROLE are not allowed in scripts. A
 -- server that refuses INFO (renamed, or denied by an ACL, as managed services do) is not checked.
+-- Both sections in one INFO (Redis 7 and later; each call of INFO costs the server as much as a
+-- small script); an older server refuses two sections, and is asked once for each.
 local function server_check(allow_eviction)
-  local replication = redis.pcall('INFO', 'replication')
+  local replication = redis.pcall('INFO', 'replication', 'memory')
+  local memory = replication
+  if type(replication) ~= 'string' then
+    replication = redis.pcall('INFO', 'replication')
+    memory = redis.pcall('INFO', 'memory')
+  end
   if type(replication) == 'string' then
     local role = string.match(replication, 'role:(%a+)')
     if role == 'slave' or role == 'replica' then
@@ -22,7 +29,6 @@ local function server_check(allow_eviction)
       return false, redis.error_reply('REDLOCK_REPLICA ' .. host .. ':' .. port)
     end
   end
-  local memory = redis.pcall('INFO', 'memory')
   local policy = ''
   if type(memory) == 'string' then
     policy = string.match(memory, 'maxmemory_policy:([%w-]+)') or ''
