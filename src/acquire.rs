@@ -201,6 +201,23 @@ struct Reporting {
     told: bool,
 }
 
+/// How early an attempt asks for what a status line says ([`Request::tell`]): a line due just
+/// after the attempt is said with what the attempt brought rather than with a read of its own.
+const TELL_AHEAD: Duration = Duration::from_millis(100);
+
+impl Reporting {
+    /// Whether a line is due at `at`.
+    fn due(&self, at: Instant) -> bool {
+        self.next.is_some_and(|due| due <= at)
+    }
+
+    /// A line was said now: the next is due one interval later.
+    fn schedule(&mut self) {
+        let every = self.every.unwrap_or(Duration::MAX);
+        self.next = Instant::now().checked_add(every.max(Duration::from_millis(1)));
+    }
+}
+
 /// One call of [`acquire`]: what it asked for and what it left in Redis so far.
 struct Waiter<'a> {
     started: Instant,
@@ -245,6 +262,7 @@ impl Waiter<'_> {
                 run_id: false,
                 prev: self.prev.as_deref(),
                 wait: Some(self.remaining()).filter(|r| *r != Duration::MAX),
+                tell: join && self.report.due(Instant::now() + TELL_AHEAD),
             };
             let attempt = match store.try_acquire(keys, &self.token, &req) {
                 Ok(attempt) => attempt,
@@ -263,7 +281,7 @@ impl Waiter<'_> {
                 }
             };
             self.outage.pause = OUTAGE_RETRY;
-            let pttl_ms = match attempt {
+            let (pttl_ms, seen) = match attempt {
                 Attempt::Granted(lock) => {
                     self.queued = false;
                     if let Some(sig) = park.interrupted() {
@@ -275,11 +293,14 @@ impl Waiter<'_> {
                     return Ok(Acquired::Held(lock));
                 }
                 Attempt::Busy {
-                    pttl_ms, queued, ..
+                    pttl_ms,
+                    queued,
+                    seen,
+                    ..
                 } => {
                     self.queued = queued;
                     self.waiting = join;
-                    pttl_ms
+                    (pttl_ms, seen)
                 }
             };
             // The wait is over (at once for `-n`). Otherwise, however short the rest is, the
@@ -289,7 +310,7 @@ impl Waiter<'_> {
             if remaining.is_zero() {
                 return Ok(Acquired::Busy(None));
             }
-            if let Parked::Interrupted(sig) = self.park(store, park, pttl_ms, remaining)? {
+            if let Parked::Interrupted(sig) = self.park(store, park, pttl_ms, remaining, seen)? {
                 return Ok(Acquired::Interrupted(sig));
             }
         }
@@ -305,19 +326,21 @@ impl Waiter<'_> {
     }
 
     /// After a busy attempt: blocks on our wake list (or sleeps, when nobody will wake us) until
-    /// just past the holder's expiry, at most `remaining` (the rest of the wait).
+    /// just past the holder's expiry, at most `remaining` (the rest of the wait). `seen`: the
+    /// lock as the attempt saw it, when it was asked for (a status line is due).
     fn park(
         &mut self,
         store: &mut dyn Store,
         park: &mut dyn Park,
         pttl_ms: i64,
         remaining: Duration,
+        seen: Option<Box<State>>,
     ) -> Result<Parked> {
         let timeout = block_time(pttl_ms).min(remaining);
         // Not queued (a quorum whose queue node is down): nobody will wake us; look again
         // when the holder's TTL has run out, or after the cap.
         let parked = if self.queued && store.parking().is_some() {
-            self.park_reporting(store, park, timeout)
+            self.park_reporting(store, park, timeout, seen)
         } else {
             park.sleep(timeout)
         };
@@ -334,19 +357,23 @@ impl Waiter<'_> {
         }
     }
 
-    /// Blocks on our wake list for `timeout`, saying what we wait for first if a line is due; with
+    /// Blocks on our wake list for `timeout`, saying what we wait for first if a line is due
+    /// (from `seen`, what the attempt before returned, when it was asked for); with
     /// [`Park::redraw`], in ticks that end when the next line is due.
     fn park_reporting(
         &mut self,
         store: &mut dyn Store,
         park: &mut dyn Park,
         timeout: Duration,
+        mut seen: Option<Box<State>>,
     ) -> Result<Parked> {
         let end = Instant::now().checked_add(timeout);
         // Bounded: each round either returns or moves `next` a report interval (≥ 1 ms) ahead.
         loop {
             let now = Instant::now();
-            if self.report.next.is_some_and(|due| due <= now) {
+            if let Some(state) = seen.take() {
+                self.tell(park, Some(*state));
+            } else if self.report.due(now) {
                 self.report(store, park);
             }
             let left = end.map_or(Duration::MAX, |e| e.saturating_duration_since(now));
@@ -370,28 +397,35 @@ impl Waiter<'_> {
     }
 
     /// Reads who holds the lock and how many wait ahead of us, on the connection we park on,
-    /// and says it; schedules the next line.
+    /// and says it: a status line due when no attempt brought what it says (a tick of a redrawn
+    /// line, between attempts).
     fn report(&mut self, store: &mut dyn Store, park: &mut dyn Park) {
-        let every = self.report.every.unwrap_or(Duration::MAX);
-        self.report.next = Instant::now().checked_add(every.max(Duration::from_millis(1)));
         let Some(redis) = store.parking() else {
+            self.report.schedule();
             return;
         };
-        // One round trip: our place is in the queue the status read lists (live waiters only,
-        // as `status` counts them; none past the first hundred).
-        let view = crate::lock::inspect(redis, self.keys).map(|state| {
-            let ahead = state.queue.iter().position(|w| w.token == self.token);
-            (state, ahead)
-        });
-        let (state, ahead) = match view {
-            Ok((state, ahead)) => (Some(state), ahead),
+        // One round trip.
+        let state = match crate::lock::inspect(redis, self.keys) {
+            Ok(state) => Some(state),
             Err(_) => {
                 // A reply may still be on its way: the block must not read it. (A failed
                 // reconnect marks the connection stale; the next call tries again.)
                 let _ = redis.reconnect();
-                (None, None)
+                None
             }
         };
+        self.tell(park, state);
+    }
+
+    /// Says what we wait for, as `state` (the queue server's view; `None` if it could not be
+    /// read) shows it; schedules the next line.
+    fn tell(&mut self, park: &mut dyn Park, state: Option<State>) {
+        self.report.schedule();
+        // Our place is in the queue the state lists (live waiters only, as `status` counts them;
+        // none past the first hundred).
+        let ahead = state
+            .as_ref()
+            .and_then(|s| s.queue.iter().position(|w| w.token == self.token));
         park.report(&Waiting {
             keys: self.keys,
             state: state.as_ref(),

@@ -523,6 +523,9 @@ pub enum Attempt {
         queued: bool,
         /// Busy because the lock is reserved for a waiter whose turn it is, not held.
         reserved: bool,
+        /// The lock as the server saw it after queueing us, when the attempt asked for it
+        /// ([`Request::tell`]): what a waiter's status line says, read in the same round trip.
+        seen: Option<Box<State>>,
     },
 }
 
@@ -556,6 +559,9 @@ pub struct Request<'a> {
     pub prev: Option<&'a str>,
     /// What is left of the wait (`None`: forever); a waiter's record says when it gives up.
     pub wait: Option<Duration>,
+    /// A waiter's status line is due: a busy attempt that queues us also returns the lock's
+    /// state ([`Attempt::Busy`]'s `seen`), so that the line costs no round trip of its own.
+    pub tell: bool,
 }
 
 /// One atomic attempt to take the lock with `token`.
@@ -567,6 +573,7 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
         run_id: want_run_id,
         prev,
         wait,
+        tell,
     } = *req;
     let sent = Instant::now();
     let meta_ttl = millis(redis.meta_ttl());
@@ -590,6 +597,7 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
                 u64::try_from(w.as_millis()).unwrap_or(u64::MAX).to_string()
             }))
             .arg(&owner.pidns)
+            .arg(if tell { "1" } else { "0" })
             .invoke(con)
     })?;
     match reply.as_slice() {
@@ -608,10 +616,16 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
             Value::Int(pttl),
             Value::Int(queued),
             Value::Int(reserved),
-        ] => Ok(Attempt::Busy {
+            seen @ ..,
+        ] if seen.len() <= 1 => Ok(Attempt::Busy {
             pttl_ms: *pttl,
             queued: *queued == 1,
             reserved: *reserved == 1,
+            seen: match seen {
+                [Value::Array(state)] => Some(Box::new(state_of(keys, state)?)),
+                [] => None,
+                other => return Err(unexpected_reply("acquire", format!("{other:?}"))),
+            },
         }),
         other => Err(unexpected_reply("acquire", format!("{other:?}"))),
     }
@@ -939,7 +953,7 @@ fn transaction_batch(
     Ok(())
 }
 
-/// How many waiters `status` lists per lock (as `MAX_LISTED` in `status.lua`).
+/// How many waiters `status` lists per lock (as `MAX_LISTED` in `common.lua`).
 const MAX_LISTED: usize = 100;
 
 /// The reads of one lock in a transaction of [`transaction_batch`]: GET, PTTL, HGETALL meta,

@@ -462,7 +462,8 @@ impl Nodes {
     /// granted it or can no longer grant it, and a waiter also has the queue node's answer (it
     /// keeps our place in the queue).
     fn attempt(&mut self, keys: &Keys, token: &str, req: &Request) -> Answers<Attempt> {
-        let (n, q, ttl, join, wait) = (self.n(), self.q(), req.ttl, req.join, req.wait);
+        let (n, q, ttl, join, wait, tell) =
+            (self.n(), self.q(), req.ttl, req.join, req.wait, req.tell);
         let is_grant = |a: &Option<Result<Attempt>>| matches!(a, Some(Ok(Attempt::Granted(_))));
         let (k, t, o) = (keys.clone(), token.to_string(), req.owner.clone());
         let p = req.prev.map(str::to_string);
@@ -477,6 +478,8 @@ impl Nodes {
                     run_id: true,
                     prev: p.as_deref(),
                     wait,
+                    // A waiter's status line shows the queue node's view.
+                    tell: tell && i == 0,
                 };
                 lock::try_acquire(con, &k, &t, &req)
             },
@@ -529,6 +532,7 @@ impl Nodes {
                     pttl_ms: tally.busy_pttl.unwrap_or(-2),
                     queued,
                     reserved,
+                    seen: tally.seen.clone(),
                 });
             }
             Miss::TooSlow => format!(
@@ -594,6 +598,8 @@ struct Tally {
     busy_pttl: Option<i64>,
     /// The queue node has us in its queue.
     queued: bool,
+    /// The queue node's view of the lock, when the attempt asked for it (see `Request::tell`).
+    seen: Option<Box<State>>,
     /// The queue node vetoes a majority of the others (see [`Tally::of`]).
     vetoed: bool,
     /// The nodes that failed: the kind of error, and "URL (why)".
@@ -613,6 +619,7 @@ impl Tally {
             acquired_ms: 0,
             busy_pttl: None,
             queued: false,
+            seen: None,
             // The queue node decides whose turn it is: when it has the lock reserved for another
             // waiter, or granted to the waiter whose turn it is and who has no majority yet (its
             // other grants are on their way), a majority of the others does not count, or a
@@ -644,10 +651,14 @@ impl Tally {
                     t.acquired_ms = t.acquired_ms.max(l.acquired_ms);
                 }
                 Some(Ok(Attempt::Busy {
-                    pttl_ms, queued, ..
+                    pttl_ms,
+                    queued,
+                    seen,
+                    ..
                 })) => {
                     if i == 0 {
                         t.queued = *queued;
+                        t.seen = seen.clone();
                         t.busy_pttl = Some(*pttl_ms);
                     } else if !queue_node_busy {
                         t.busy_pttl = Some(t.busy_pttl.map_or(*pttl_ms, |p| p.max(*pttl_ms)));
@@ -889,6 +900,7 @@ impl Store for Nodes {
                         pttl_ms: i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
                         queued: true,
                         reserved: false,
+                        seen: None,
                     });
                 }
                 Decision::NotOurs { cleanup, why } => {
@@ -1269,6 +1281,7 @@ mod tests {
             pttl_ms: 100 * (i + 1),
             queued,
             reserved,
+            seen: None,
         };
         spec.chars()
             .zip(0i64..)

@@ -70,6 +70,56 @@ fn a_waiter_in_a_log_says_what_it_waits_for_and_when_it_got_it() {
     }
 }
 
+/// The hash of `status.lua` as the server caches it: the script that a status read runs.
+fn status_script() -> String {
+    redis::Script::new(concat!(
+        include_str!("../src/scripts/common.lua"),
+        include_str!("../src/scripts/status.lua")
+    ))
+    .get_hash()
+    .to_string()
+}
+
+/// Whether `server` ever ran a status read (`redlock status`, or a waiter's own look): the first
+/// one loads `status.lua` into its script cache, which nothing else does.
+fn status_was_read(server: &RedisServer) -> bool {
+    let found: Vec<i64> = server.query(&["SCRIPT", "EXISTS", &status_script()]);
+    found == [1]
+}
+
+/// A waiter's status line costs no round trip of its own: the attempt it makes anyway brings
+/// what the line says (issue 13: idle waiters make at most one round trip a second). Checked by
+/// the script cache of a fresh server, so no count can race with the waiter's next attempt.
+#[test]
+fn a_waiters_status_line_rides_on_its_attempt() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = hold_deploy(&redis, "k");
+    let mut waiter = redis
+        .redlock()
+        .args(["exec", "k", "-w", "60s", "--", "true"])
+        .spawn_proc();
+    waiter.wait_for_stderr("next in line", EVENT);
+    let err = waiter.stderr();
+    assert!(
+        err.contains("redlock: waiting for 'k': held by ")
+            && err.contains(" running './deploy.sh' for "),
+        "{err}"
+    );
+    assert!(
+        !status_was_read(&redis),
+        "the line made a status read: {err}"
+    );
+    release(&redis, "k", &token);
+    let out = waiter.finish(HANG).expect(0);
+    assert!(out.stderr.contains("redlock: acquired 'k' after "), "{out}");
+    assert!(!status_was_read(&redis), "{out}");
+    // The check can fail: `status` loads the script (and exits 1: the lock is free).
+    redis.redlock().args(["status", "k"]).run().expect(1);
+    assert!(status_was_read(&redis));
+}
+
 /// `-q` silences the status lines, and the line that the lock was taken.
 #[test]
 fn a_quiet_waiter_says_nothing() {
@@ -272,6 +322,8 @@ fn a_waiter_on_a_quorum_says_what_it_waits_for() {
             && err.contains(" running './deploy.sh' for "),
         "{err}"
     );
+    // The queue node's view came with the attempt: no node ran a status read.
+    assert!(!nodes.servers().any(status_was_read), "{err}");
     nodes
         .redlock()
         .args(["release", "k", &token])

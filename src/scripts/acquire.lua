@@ -7,11 +7,13 @@
 --      place in the queue and a reservation made for it), meta_idle_ms (how long meta outlives
 --      the lock and the queue; see keep_meta), wait_ms (what is left of the client's wait; ''
 --      when it waits forever: recorded with the waiter, see `:wr` in common.lua), pidns (the
---      holder's pid namespace, recorded so that `status` judges its pid only in that namespace)
+--      holder's pid namespace, recorded so that `status` judges its pid only in that namespace),
+--      tell ('1': a queued waiter's status line is due; the busy reply adds the lock's state)
 --
 -- Returns {1, fence, acquired_ms, run_id} when taken, {0, pttl, queued, reserved} when busy (queued: 1 if we are in
 -- the queue now, 0 if not; reserved: 1 if the lock is some waiter's turn rather than held, see
--- below), and busy, not queued, for a token that has a tombstone (see leave.lua). Who holds the lock is for `status` to tell; a waiter does not need it.
+-- below; with tell, once queued, a fifth item: the lock's state as `status` reads it, see
+-- snapshot in common.lua), and busy, not queued, for a token that has a tombstone (see leave.lua). Who holds the lock is for `status` to tell, and for a waiter's status line (tell).
 --
 -- A quorum (want_run_id) also marks, in meta `turn`/`turn_until`, a waiter that takes the lock
 -- from the queue: until it has a majority on the other nodes too, this node's grant is only its
@@ -158,5 +160,9 @@ redis.call('HSET', LEASES, token, now + block + margin)
 redis.call('PEXPIRE', QUEUE, cap + margin)
 redis.call('PEXPIRE', LEASES, cap + margin)
 redis.pcall('PEXPIRE', WAITERS, cap + margin)
-keep_meta(ARGV[13])
+keep_meta(ARGV[13], pttl, cap + margin)
+if ARGV[16] == '1' then
+  -- The waiter's status line is due (acquire.rs): what it says rides on this round trip.
+  return {0, pttl, 1, reserved, snapshot()}
+end
 return {0, pttl, 1, reserved}
