@@ -38,10 +38,8 @@
 local token, ttl = ARGV[1], ARGV[2]
 
 -- Given up already (leave.lua left a tombstone): this is an attempt that arrived after its
--- client gave up on it. Do nothing: busy, not queued. Read with the lock key in one MGET (same
--- hash tag, same slot): the check costs no command of its own.
-local read = redis.call('MGET', LOCK, gone_key(token))
-if read[2] then
+-- client gave up on it. Do nothing: busy, not queued. One EXISTS per attempt.
+if redis.call('EXISTS', gone_key(token)) == 1 then
   return {0, redis.call('PTTL', LOCK), 0, 0}
 end
 
@@ -80,7 +78,7 @@ local function take(queued)
   return {1, fence, now, run_id(ARGV[11])}
 end
 
-local current = read[1]
+local current = redis.call('GET', LOCK)
 local prev = ARGV[12]
 if prev and prev ~= '' and prev ~= token then
   local ticket = redis.call('ZSCORE', QUEUE, prev)
