@@ -130,6 +130,12 @@ impl Redis {
         self.config.meta_ttl
     }
 
+    /// How many entries each lock's history keeps (`--log-max`): the scripts that write it on this
+    /// connection trim it to that.
+    pub fn log_max(&self) -> u64 {
+        self.config.log_max
+    }
+
     /// Whether the last call failed on a connection the server had closed.
     pub fn was_dropped(&self) -> bool {
         self.dropped
