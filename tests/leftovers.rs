@@ -97,10 +97,23 @@ fn a_panicking_test_leaves_no_redlock_behind() {
             waiter.stderr()
         );
         assert!(holder.running() && waiter.running());
-        started = [holder.id(), waiter.id()]
-            .into_iter()
-            .flat_map(|leader| stat(leader).into_iter().chain(descendants(leader)))
-            .collect();
+        // The shells, both redlocks and the command (`sleep` starts after the file is there).
+        let tree = || -> Vec<Process> {
+            [holder.id(), waiter.id()]
+                .into_iter()
+                .flat_map(|leader| stat(leader).into_iter().chain(descendants(leader)))
+                .collect()
+        };
+        let complete = |t: &[Process]| {
+            t.iter().filter(|p| p.comm == "redlock").count() == 2
+                && t.iter().any(|p| p.comm == "sleep")
+        };
+        assert!(
+            wait_for(|| complete(&tree()), HANG),
+            "not the processes expected: {:?}",
+            tree()
+        );
+        started = tree();
         panic!("a test failing with its processes running (on purpose)");
     }));
     assert!(body.is_err(), "the body was meant to panic");
