@@ -1133,6 +1133,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_moved_or_ask_answer_names_the_node_to_read_from() {
+        let answer = |kind, detail: &str| -> redis::RedisResult<()> {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::Server(kind),
+                "redirected",
+                detail.to_string(),
+            )))
+        };
+        use redis::ServerErrorKind::{Ask, Moved, TryAgain};
+        let to = |host: &str, port, ask| Some((host.to_string(), port, ask));
+        assert_eq!(
+            redirection(&answer(Ask, "3999 127.0.0.1:6381")),
+            to("127.0.0.1", 6381, true)
+        );
+        assert_eq!(
+            redirection(&answer(Moved, "3999 ::1:6381")),
+            to("::1", 6381, false)
+        );
+        for not_one in [
+            answer(TryAgain, "3999 127.0.0.1:6381"),
+            answer(Moved, "3999 127.0.0.1"),
+            answer(Moved, "3999 127.0.0.1:99999"),
+            Ok(()),
+        ] {
+            assert_eq!(redirection(&not_one), None, "{not_one:?}");
+        }
+    }
+
+    #[test]
     fn each_certificate_problem_gets_its_own_hint() {
         // What rustls says (its Display), with and without --tls-ca, and the hint's key words.
         for (text, has_ca, hint) in [
