@@ -897,9 +897,10 @@ pub fn not_owner(verdict: &Verdict, token: &str) -> anyhow::Error {
     failure(Kind::NotOwner, format!("not the owner: {why}"))
 }
 
-/// Reads one lock's state.
+/// Reads one lock's state (on a Redis Cluster, following the key to its node if its slot moved:
+/// see [`Redis::call_read`]).
 pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
-    let reply: Vec<Value> = redis.call("status", |con| {
+    let reply: Vec<Value> = redis.call_read("status", |con| {
         scripts::STATUS.key(keys.all().as_slice()).invoke(con)
     })?;
     state_of(keys, &reply)
