@@ -384,36 +384,32 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
         }
         states.push(state);
     }
-    let text = if format == StatusFormat::Prometheus {
-        let nodes: Vec<String> = match &config.servers {
-            Servers::Quorum(endpoints) => endpoints
+    let text = match format {
+        StatusFormat::Prometheus => crate::metrics::exposition(&states, &node_labels(config)),
+        StatusFormat::Json => {
+            let all: Vec<_> = states
                 .iter()
-                .map(|e| crate::metrics::node_label(&e.public))
-                .collect(),
-            _ => Vec::new(),
-        };
-        crate::metrics::exposition(&states, &nodes)
-    } else if format == StatusFormat::Json {
-        let all: Vec<_> = states
-            .iter()
-            .map(|s| crate::output::state_json(s, args.show_token))
-            .collect();
-        format!("{}\n", serde_json::Value::Array(all))
-    } else if states.is_empty() {
-        messages::notice(
-            config,
-            format_args!("no locks held under prefix '{}'", config.prefix),
-        );
-        String::new()
-    } else {
-        crate::output::status_table(&states, args.show_token)
-            + &crate::output::quorum_details(&states)
-            // Named locks list their waiters: "who is next" is what a look at one lock asks.
-            + &if args.queue || !args.keys.is_empty() {
-                crate::output::queue_details(&states)
-            } else {
-                String::new()
-            }
+                .map(|s| crate::output::state_json(s, args.show_token))
+                .collect();
+            format!("{}\n", serde_json::Value::Array(all))
+        }
+        StatusFormat::Table if states.is_empty() => {
+            messages::notice(
+                config,
+                format_args!("no locks held under prefix '{}'", config.prefix),
+            );
+            String::new()
+        }
+        StatusFormat::Table => {
+            crate::output::status_table(&states, args.show_token)
+                + &crate::output::quorum_details(&states)
+                // Named locks list their waiters: "who is next" is what a look at one lock asks.
+                + &if args.queue || !args.keys.is_empty() {
+                    crate::output::queue_details(&states)
+                } else {
+                    String::new()
+                }
+        }
     };
     print_stdout(&text)?;
     let unknown: Vec<&str> = states
@@ -448,6 +444,18 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
     } else {
         exit::BUSY
     })
+}
+
+/// The `node` labels of a quorum's metrics, in the order of its `--url`s (none for one server,
+/// a Cluster or Sentinel, whose locks each live on one master).
+fn node_labels(config: &Config) -> Vec<String> {
+    match &config.servers {
+        Servers::Quorum(endpoints) => endpoints
+            .iter()
+            .map(|e| crate::metrics::node_label(&e.public))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// Writes machine output; a closed stdout (`| head`) is not an error.
