@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::nodes::Nodes;
+use common::topology::Cluster;
 use common::*;
 
 /// One sample line: metric name, labels (unescaped), value.
@@ -616,4 +617,40 @@ fn a_quorum_labels_each_node_and_hides_its_password() {
     assert_eq!(verdict(&s, "deploy", "held"), 0.0);
     assert!(out.stderr.contains("warning: no quorum"), "{out}");
     assert!(!out.stderr.contains(PASSWORD), "{out}");
+}
+
+/// On a Redis Cluster, the locks of every master, as on one server (no `node` label: each lock
+/// lives on one master).
+#[test]
+fn a_cluster_lists_the_locks_of_every_master() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let names: Vec<String> = (0..12).map(|i| format!("job-{i}")).collect();
+    for name in &names {
+        cluster
+            .redlock()
+            .args(["acquire", name, "--ttl", "60s"])
+            .run()
+            .expect(0);
+    }
+    assert!(
+        names
+            .iter()
+            .map(|n| cluster.owner(&lock_key(n)))
+            .collect::<HashSet<_>>()
+            .len()
+            > 1,
+        "every lock on one master: the test proves nothing"
+    );
+    let out = cluster
+        .redlock()
+        .args(["status", "--format", "prometheus"])
+        .run()
+        .expect(0);
+    let s = check(&out.stdout);
+    for name in &names {
+        assert_eq!(value(&s, "redlock_held", &[("lock", name)]), 1.0);
+    }
+    assert!(s.iter().all(|x| !x.labels.contains_key("node")), "{out}");
 }
