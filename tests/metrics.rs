@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::{BTreeMap, HashSet};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::nodes::Nodes;
 use common::topology::Cluster;
@@ -564,6 +564,9 @@ fn a_quorum_labels_each_node_and_hides_its_password() {
         }
         assert_eq!(value(&s, "redlock_held", &on("deploy")), 1.0);
         assert!(value(&s, "redlock_fence", &on("deploy")) > 0.0);
+        // Each node counted the one acquisition that ran on it.
+        assert_eq!(value(&s, "redlock_acquisitions_total", &on("deploy")), 1.0);
+        assert_eq!(value(&s, "redlock_acquisitions_total", &on("idle")), 0.0);
         assert_eq!(value(&s, "redlock_held", &on("idle")), 0.0);
         assert_eq!(value(&s, "redlock_node_up", &on("deploy")), 1.0);
     }
@@ -617,6 +620,74 @@ fn a_quorum_labels_each_node_and_hides_its_password() {
     assert_eq!(verdict(&s, "deploy", "held"), 0.0);
     assert!(out.stderr.contains("warning: no quorum"), "{out}");
     assert!(!out.stderr.contains(PASSWORD), "{out}");
+}
+
+/// Three acquisitions, two of them after a wait: `redlock_acquisitions_total` counts them, and
+/// `redlock_wait_seconds_sum` adds up the waits, which lie between what the test saw of them
+/// (from the moment each waiter was queued to the moment it could have the lock) and each
+/// waiter's whole run.
+#[test]
+fn counters_count_real_acquisitions_and_their_waits() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // 1: no wait. The lock then expires after 2s, which the first waiter waits for.
+    let t0 = Instant::now();
+    hold(&redis, "c", "2s");
+    let spawned = Instant::now();
+    let first = redis
+        .redlock()
+        .args(["acquire", "c", "--ttl", "60s", "--wait", "60s"])
+        .spawn_proc();
+    assert!(wait_for(
+        || queue(&redis, "c").len() == 1,
+        Duration::from_secs(30)
+    ));
+    let queued = Instant::now();
+    let out = first.finish(HANG).expect(0);
+    let token = out.stdout.trim().to_string();
+    let first_run = spawned.elapsed();
+    // 2: waited at least from `queued` to the expiry (2s after t0, at the earliest).
+    let at_least_first = (t0 + Duration::from_secs(2)).saturating_duration_since(queued);
+
+    // 3: waits until we release the lock.
+    let spawned = Instant::now();
+    let second = redis
+        .redlock()
+        .args(["acquire", "c", "--ttl", "60s", "--wait", "60s"])
+        .spawn_proc();
+    assert!(wait_for(
+        || queue(&redis, "c").len() == 1,
+        Duration::from_secs(30)
+    ));
+    let queued = Instant::now();
+    // Something that takes a while between: five status calls (not a sleep: real work).
+    for _ in 0..5 {
+        redis.redlock().args(["status", "c"]).run().expect(0);
+    }
+    let released = Instant::now();
+    release(&redis, "c", &token);
+    second.finish(HANG).expect(0);
+    let second_run = spawned.elapsed();
+    let at_least_second = released - queued;
+
+    let text = metrics(&mut redis.redlock(), &["c"]).expect(0).stdout;
+    let s = check(&text);
+    let c = [("lock", "c")];
+    assert_eq!(value(&s, "redlock_acquisitions_total", &c), 3.0, "{text}");
+    assert_eq!(value(&s, "redlock_wait_seconds_count", &c), 3.0, "{text}");
+    let sum = value(&s, "redlock_wait_seconds_sum", &c);
+    // Each wait is counted in whole milliseconds: allow 1ms each. The first waiter measures its
+    // wait when it sends the attempt that the server runs after the expiry: allow that attempt
+    // half a second in flight on a busy machine.
+    let lower = (at_least_first.saturating_sub(Duration::from_millis(500)) + at_least_second)
+        .as_secs_f64()
+        - 0.002;
+    let upper = (first_run + second_run).as_secs_f64() + 0.002;
+    assert!(
+        sum >= lower && sum <= upper,
+        "waited {sum}s in all, expected between {lower}s and {upper}s\n{text}"
+    );
 }
 
 /// On a Redis Cluster, the locks of every master, as on one server (no `node` label: each lock
