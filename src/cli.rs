@@ -297,9 +297,10 @@ pub enum Command {
 
     /// Show who holds locks: the named KEYs, or every lock under the prefix
     #[command(
-        after_help = "Example (cron, for node_exporter's textfile collector):\n  \
-        redlock status --format prometheus deploy backup > /var/lib/node_exporter/redlock.prom.$$ &&\n    \
-        mv /var/lib/node_exporter/redlock.prom.$$ /var/lib/node_exporter/redlock.prom"
+        after_help = "Example (cron, for node_exporter's textfile collector; write, then move):\n  \
+        d=/var/lib/node_exporter/textfile\n  \
+        redlock -q status --format prometheus deploy backup >$d/redlock.prom.$$ &&\n    \
+        mv $d/redlock.prom.$$ $d/redlock.prom"
     )]
     Status(StatusArgs),
 
