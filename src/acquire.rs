@@ -262,6 +262,7 @@ impl Waiter<'_> {
                 run_id: false,
                 prev: self.prev.as_deref(),
                 wait: Some(self.remaining()).filter(|r| *r != Duration::MAX),
+                waited: self.started.elapsed(),
                 tell: join && self.report.due(Instant::now() + TELL_AHEAD),
             };
             let attempt = match store.try_acquire(keys, &self.token, &req) {
@@ -286,7 +287,7 @@ impl Waiter<'_> {
                     self.queued = false;
                     if let Some(sig) = park.interrupted() {
                         store
-                            .release(keys, &Releaser::Holder(lock.token.clone()))
+                            .release(keys, &Releaser::holder(&lock.token))
                             .context("interrupted right after acquiring; releasing failed")?;
                         return Ok(Acquired::Interrupted(sig));
                     }

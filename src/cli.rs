@@ -246,6 +246,21 @@ pub struct GlobalArgs {
     )]
     pub meta_ttl: Duration,
 
+    /// Keep the last N events of each lock in its history (`redlock log`); 0 keeps none
+    ///
+    /// The history (the stream `PREFIX{NAME}:log`) is written by the scripts that take, release
+    /// and force a lock, and by `exec` when it loses one; it expires with the lock's record
+    /// (--meta-ttl). A lower N trims older entries at the next write; 0 writes none (existing
+    /// entries stay until they expire).
+    #[arg(
+        long,
+        value_name = "N",
+        env = "REDLOCK_LOG_MAX",
+        default_value_t = 1000,
+        global = true
+    )]
+    pub log_max: u64,
+
     /// Give up connecting to Redis after DUR
     #[arg(long, value_name = "DUR", default_value = "2s", value_parser = parse_duration, global = true)]
     pub connect_timeout: Duration,
@@ -281,7 +296,18 @@ pub enum Command {
     Extend(ExtendArgs),
 
     /// Show who holds locks: the named KEYs, or every lock under the prefix
+    #[command(
+        after_help = "Example (cron, for node_exporter's textfile collector; write, then move):\n  \
+        d=/var/lib/node_exporter/textfile\n  \
+        redlock -q status --format prometheus deploy backup >$d/redlock.prom.$$ &&\n    \
+        mv $d/redlock.prom.$$ $d/redlock.prom"
+    )]
     Status(StatusArgs),
+
+    /// Show a lock's history: who took it, when, how long they waited and held it, how it ended
+    #[command(after_help = "Examples:\n  redlock log deploy-prod --since 24h\n  \
+        redlock log deploy-prod --follow --json >> deploy-prod.events")]
+    Log(LogArgs),
 
     /// Take a lock, run a command while renewing it, release it when the command exits
     #[command(
@@ -406,8 +432,13 @@ pub struct StatusArgs {
     /// Locks to show (default: every lock under the prefix)
     pub keys: Vec<String>,
 
-    /// Print JSON instead of a table
-    #[arg(long)]
+    /// What to print: a table for people, JSON, or metrics in the Prometheus text format (exit
+    /// 0 whether the locks are held or free)
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = StatusFormat::Table)]
+    pub format: StatusFormat,
+
+    /// Print JSON instead of a table: short for --format json
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
 
     /// Show whole tokens instead of fingerprints
@@ -418,6 +449,50 @@ pub struct StatusArgs {
     /// the table: who, what, for how long, until when; JSON always has them, under "queue")
     #[arg(long)]
     pub queue: bool,
+}
+
+/// What `status` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatusFormat {
+    /// A table (and below it, the waiters and a quorum's nodes)
+    Table,
+    /// One JSON array, an object per lock
+    Json,
+    /// The Prometheus text format (0.0.4), for node_exporter's textfile collector
+    Prometheus,
+}
+
+impl StatusArgs {
+    /// The format asked for, `--json` included.
+    pub fn format(&self) -> StatusFormat {
+        if self.json {
+            StatusFormat::Json
+        } else {
+            self.format
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Name of the lock
+    pub key: String,
+
+    /// Only events of the last DUR (by the server's clock)
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub since: Option<Duration>,
+
+    /// At most the N most recent events (all that are kept, up to --log-max, by default)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: Option<u64>,
+
+    /// Then keep printing events as they are written, until interrupted (exit 130 on Ctrl-C)
+    #[arg(short, long)]
+    pub follow: bool,
+
+    /// One JSON object per event and line (JSON Lines) instead of text
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -13,10 +13,13 @@ use anyhow::{Context, Result};
 
 use crate::acquire::{self, Acquired, Wait};
 use crate::backend;
-use crate::cli::{AcquireArgs, ExtendArgs, LockArgs, ReleaseArgs, StatusArgs};
+use crate::cli::{
+    AcquireArgs, ExtendArgs, LockArgs, LogArgs, ReleaseArgs, StatusArgs, StatusFormat,
+};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
 use crate::exit;
+use crate::history::{self, Entry, Range};
 use crate::lock::{self, IfHeld, Keys, Lock, QuorumVerdict, Releaser, Verdict};
 use crate::messages;
 use crate::owner;
@@ -187,7 +190,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         .and_then(|()| stdout.flush())
     {
         // Nobody received the token, so nobody could ever release this lock: give it back.
-        store.release(&keys, &Releaser::Holder(lock.token.clone()))?;
+        store.release(&keys, &Releaser::holder(&lock.token))?;
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             messages::alert(format_args!(
                 "cannot print the token ({e}); released '{}' again",
@@ -256,7 +259,7 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
         let ppid = owner::parent_pid();
         Releaser::Force(owner::owner(ppid, Some(""), String::new), if_held(args)?)
     } else {
-        Releaser::Holder(token_arg(args.token.as_deref())?.to_string())
+        Releaser::holder(token_arg(args.token.as_deref())?)
     };
     let mut store = backend::open(config)?;
     match store.release(&keys, &by)? {
@@ -302,7 +305,7 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
         }
         other => {
             let token = match &by {
-                Releaser::Holder(token) => token.as_str(),
+                Releaser::Holder { token, .. } => token.as_str(),
                 Releaser::Force(..) => "",
             };
             Err(lock::not_owner(&other, token)).context(format!("cannot release '{}'", keys.name))
@@ -344,11 +347,17 @@ pub fn extend(config: &Config, args: &ExtendArgs) -> Result<u8> {
 }
 
 pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
-    let named: Vec<Keys> = args
+    let format = args.format();
+    let mut named: Vec<Keys> = args
         .keys
         .iter()
         .map(|k| Keys::new(&config.prefix, k))
         .collect::<Result<_>>()?;
+    if format == StatusFormat::Prometheus {
+        // A series twice in one scrape is an error to Prometheus: `status a a` lists `a` once.
+        let mut seen = std::collections::HashSet::new();
+        named.retain(|k| seen.insert(k.name.clone()));
+    }
     let mut store = backend::open(config)?;
     // Every lock: batched (see `Store::inspect_all`). Named ones: one call each, as few as typed.
     let found = if named.is_empty() {
@@ -369,35 +378,41 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
                 .and_then(|h| here.stale(&h.host, &h.pid, &h.pidns));
         }
         // A lock found by SCAN may have been released since: list only what is still held (by
-        // anyone, for a quorum: a split lock is worth seeing).
+        // anyone, for a quorum: a split lock is worth seeing). Metrics keep it: that it is free
+        // now is a value, and its counters go on.
         let visible =
             state.held() || matches!(state.quorum_verdict(), Some(v) if v != QuorumVerdict::Free);
-        if args.keys.is_empty() && !visible {
+        if args.keys.is_empty() && !visible && format != StatusFormat::Prometheus {
             continue;
         }
         states.push(state);
     }
-    let text = if args.json {
-        let all: Vec<_> = states
-            .iter()
-            .map(|s| crate::output::state_json(s, args.show_token))
-            .collect();
-        format!("{}\n", serde_json::Value::Array(all))
-    } else if states.is_empty() {
-        messages::notice(
-            config,
-            format_args!("no locks held under prefix '{}'", config.prefix),
-        );
-        String::new()
-    } else {
-        crate::output::status_table(&states, args.show_token)
-            + &crate::output::quorum_details(&states)
-            // Named locks list their waiters: "who is next" is what a look at one lock asks.
-            + &if args.queue || !args.keys.is_empty() {
-                crate::output::queue_details(&states)
-            } else {
-                String::new()
-            }
+    let text = match format {
+        StatusFormat::Prometheus => crate::metrics::exposition(&states, &node_labels(config)),
+        StatusFormat::Json => {
+            let all: Vec<_> = states
+                .iter()
+                .map(|s| crate::output::state_json(s, args.show_token))
+                .collect();
+            format!("{}\n", serde_json::Value::Array(all))
+        }
+        StatusFormat::Table if states.is_empty() => {
+            messages::notice(
+                config,
+                format_args!("no locks held under prefix '{}'", config.prefix),
+            );
+            String::new()
+        }
+        StatusFormat::Table => {
+            crate::output::status_table(&states, args.show_token)
+                + &crate::output::quorum_details(&states)
+                // Named locks list their waiters: "who is next" is what a look at one lock asks.
+                + &if args.queue || !args.keys.is_empty() {
+                    crate::output::queue_details(&states)
+                } else {
+                    String::new()
+                }
+        }
     };
     print_stdout(&text)?;
     let unknown: Vec<&str> = states
@@ -405,7 +420,17 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
         .filter(|s| s.quorum_verdict() == Some(QuorumVerdict::Unknown))
         .map(|s| s.keys.name.as_str())
         .collect();
-    if !unknown.is_empty() {
+    if !unknown.is_empty() && format == StatusFormat::Prometheus {
+        // The metrics carry it (`redlock_quorum_verdict{verdict="unknown"}`, `redlock_node_up`):
+        // written, they are what an alert needs, so the exit status stays 0.
+        messages::warning(
+            config,
+            format_args!(
+                "no quorum: too few servers answered to tell the state of {}",
+                unknown.join(", ")
+            ),
+        );
+    } else if !unknown.is_empty() {
         return Err(failure(
             Kind::Unavailable,
             format!(
@@ -414,8 +439,108 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
             ),
         ));
     }
+    // Metrics say whether each lock is held; the exit status says they were all written (a cron
+    // job's `status ... > f.tmp && mv f.tmp f.prom` must not keep an old file for a free lock).
     let all_held = states.iter().all(lock::State::held);
-    Ok(if all_held { exit::OK } else { exit::BUSY })
+    Ok(if all_held || format == StatusFormat::Prometheus {
+        exit::OK
+    } else {
+        exit::BUSY
+    })
+}
+
+/// The `node` labels of a quorum's metrics, in the order of its `--url`s (none for one server,
+/// a Cluster or Sentinel, whose locks each live on one master).
+fn node_labels(config: &Config) -> Vec<String> {
+    match &config.servers {
+        Servers::Quorum(endpoints) => endpoints
+            .iter()
+            .map(|e| crate::metrics::node_label(&e.public))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `redlock log`: the lock's history (on a quorum, the queue node's: the first URL), oldest first;
+/// with `--follow`, then every new entry as it is written, until a stop signal (exit 128+N).
+pub fn log(config: &Config, args: &LogArgs) -> Result<u8> {
+    let keys = Keys::new(&config.prefix, &args.key)?;
+    if args.follow {
+        // Nothing is held while following: a stop signal ends the process at once.
+        let (tx, _rx) = mpsc::channel::<()>();
+        signals::deliver(signals::STOP, tx, |s: signals::Signal| {
+            std::process::exit(i32::from(exit::signal(s.signo)))
+        })?;
+    }
+    let mut store = backend::open(config)?;
+    let Some(redis) = store.parking() else {
+        return Err(failure(
+            Kind::Unavailable,
+            "cannot reach the server that keeps the lock's history (the first --url)",
+        ));
+    };
+    let since_ms = match args.since {
+        Some(d) => Some(
+            history::server_ms(redis)?
+                .saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        ),
+        None => None,
+    };
+    let range = Range {
+        since_ms,
+        limit: args.limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+    };
+    let entries = history::read(redis, &keys, range)?;
+    if print_entries(&entries, &keys.name, args.json)?.is_break() {
+        return Ok(exit::OK);
+    }
+    if !args.follow {
+        if entries.is_empty() && !args.json {
+            messages::notice(
+                config,
+                format_args!("no history for '{}' (see --log-max)", keys.name),
+            );
+        }
+        return Ok(exit::OK);
+    }
+    let mut after = match entries.last() {
+        Some(e) => e.id.clone(),
+        None => history::last_id(redis, &keys)?,
+    };
+    // XREAD blocks for up to a second at a time: a silent server is noticed within the read
+    // timeout after that.
+    const BLOCK: std::time::Duration = std::time::Duration::from_secs(1);
+    redis.set_read_timeout(BLOCK + config.io_timeout)?;
+    loop {
+        let new = history::read_after(redis, &keys, &after, BLOCK)?;
+        if let Some(e) = new.last() {
+            after = e.id.clone();
+        }
+        if print_entries(&new, &keys.name, args.json)?.is_break() {
+            // `| head`: nobody reads any more.
+            return Ok(exit::OK);
+        }
+    }
+}
+
+/// Prints `entries`; `Break` when stdout is closed.
+fn print_entries(entries: &[Entry], name: &str, json: bool) -> Result<ControlFlow<()>> {
+    let text: String = entries
+        .iter()
+        .map(|e| {
+            if json {
+                format!("{}\n", e.json(name))
+            } else {
+                format!("{}\n", e.line(None))
+            }
+        })
+        .collect();
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ControlFlow::Break(())),
+        Err(e) => Err(failure(Kind::Io, format!("cannot write to stdout: {e}"))),
+        Ok(()) => Ok(ControlFlow::Continue(())),
+    }
 }
 
 /// Writes machine output; a closed stdout (`| head`) is not an error.

@@ -327,7 +327,7 @@ impl Nodes {
         };
         match by {
             _ if matched == 0 => None,
-            Releaser::Holder(_) if verdicts.len() - matched > n - q => {
+            Releaser::Holder { .. } if verdicts.len() - matched > n - q => {
                 let now = match others().next() {
                     Some(Some(h)) => format!("{} holds it now", h.who()),
                     Some(None) => "another token holds it now".to_string(),
@@ -462,8 +462,15 @@ impl Nodes {
     /// granted it or can no longer grant it, and a waiter also has the queue node's answer (it
     /// keeps our place in the queue).
     fn attempt(&mut self, keys: &Keys, token: &str, req: &Request) -> Answers<Attempt> {
-        let (n, q, ttl, join, wait, tell) =
-            (self.n(), self.q(), req.ttl, req.join, req.wait, req.tell);
+        let (n, q, ttl, join, wait, waited, tell) = (
+            self.n(),
+            self.q(),
+            req.ttl,
+            req.join,
+            req.wait,
+            req.waited,
+            req.tell,
+        );
         let is_grant = |a: &Option<Result<Attempt>>| matches!(a, Some(Ok(Attempt::Granted(_))));
         let (k, t, o) = (keys.clone(), token.to_string(), req.owner.clone());
         let p = req.prev.map(str::to_string);
@@ -478,6 +485,7 @@ impl Nodes {
                     run_id: true,
                     prev: p.as_deref(),
                     wait,
+                    waited,
                     // A waiter's status line shows the queue node's view.
                     tell: tell && i == 0,
                 };
@@ -1190,6 +1198,13 @@ fn verdict(
             .filter_map(|s| s.forced.clone())
             .max_by_key(|f| f.at_ms),
         quorum: None,
+        // Each node counts the acquisitions that ran on it (`status --format prometheus` shows
+        // each node's); these are the counters of the node that counted the most.
+        counters: answered
+            .iter()
+            .map(|s| s.counters)
+            .max_by_key(|c| c.acquisitions)
+            .unwrap_or_default(),
     };
     let (verdict, agree) = match best {
         Some((token, with)) if with.len() >= q => {
@@ -1487,6 +1502,7 @@ mod tests {
             stale: None,
             forced: None,
             quorum: None,
+            counters: Default::default(),
         }
     }
 

@@ -247,7 +247,7 @@ impl Monitor {
                     continue;
                 };
                 let argv = &args[(3 + numkeys).min(args.len())..];
-                // acquire.lua: token, ttl, host, pid, user, note, ... 16 in all (no other
+                // acquire.lua: token, ttl, host, pid, user, note, ... 18 in all (no other
                 // script has as many: at least 15, so that a new last argument keeps this).
                 if argv.len() >= 15 && argv[5] == note && !tokens.contains(&argv[0]) {
                     tokens.push(argv[0].clone());
