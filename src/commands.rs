@@ -344,6 +344,9 @@ pub fn extend(config: &Config, args: &ExtendArgs) -> Result<u8> {
 }
 
 pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
+    if args.watch {
+        return crate::watch::run(config, args);
+    }
     let named: Vec<Keys> = args
         .keys
         .iter()

@@ -21,7 +21,8 @@
 //! 7. `quorum`: a quorum of independent masters, the same trait over N servers
 //! 8. `acquire`, `backend`: taking a lock and waiting over any store; picking the store
 //! 9. `owner`, `output`, `wait`: who we are; what goes to stdout; parking a waiter on signals
-//! 10. `notify`, `complete`: hearing that our lock was taken; completing lock names in a shell
+//! 10. `notify`, `complete`, `watch`: hearing that our lock was taken; completing lock names in a
+//!     shell; following locks as they change (`status --watch`)
 //! 11. `commands`: `acquire`, `release`, `extend`, `status`
 //! 12. `exec`: the supervisor (it takes its lock as the `acquire` command does)
 
@@ -60,6 +61,7 @@ mod signals;
 mod spawn;
 mod store;
 mod wait;
+mod watch;
 
 pub use complete::answer_shell as answer_completion;
 pub use messages::{report_error, usage_error};

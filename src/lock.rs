@@ -1135,7 +1135,7 @@ pub fn scan_names(
     Ok(names)
 }
 
-fn glob_escape(s: &str) -> String {
+pub fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
