@@ -230,11 +230,17 @@ fn the_table_is_redrawn_in_a_terminal_and_the_terminal_restored() {
         seen.lock().unwrap()
     );
     assert!(
-        wait_for(shown("\x1b[HLOCK"), EVENT) || wait_for(shown("LOCK  STATE"), EVENT),
+        wait_for(shown("\x1b[?25l"), EVENT)
+            && wait_for(shown("\x1b[Hredlock status --watch: "), EVENT)
+            && wait_for(shown("\nLOCK  STATE"), EVENT),
         "{:?}",
         seen.lock().unwrap()
     );
-    assert!(wait_for(shown("held"), EVENT), "{:?}", seen.lock().unwrap());
+    assert!(
+        wait_for(shown("\nk     held  "), EVENT),
+        "{:?}",
+        seen.lock().unwrap()
+    );
     let before = seen.lock().unwrap().len();
     release(&redis, "k", &token);
     let gone = || seen.lock().unwrap()[before..].contains("no locks held under prefix 'redlock:'");
