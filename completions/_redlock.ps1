@@ -30,6 +30,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--sentinel', '--sentinel', [CompletionResultType]::ParameterName, 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Namespace for every Redis key redlock uses')
             [CompletionResult]::new('--meta-ttl', '--meta-ttl', [CompletionResultType]::ParameterName, 'Keep a lock''s record (fence counter, last holder) for DUR after its last use')
+            [CompletionResult]::new('--log-max', '--log-max', [CompletionResultType]::ParameterName, 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
             [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The URLs are seed nodes of a Redis Cluster (the lock''s keys share one hash slot)')
@@ -45,6 +46,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('release', 'release', [CompletionResultType]::ParameterValue, 'Release a lock held with TOKEN (never someone else''s)')
             [CompletionResult]::new('extend', 'extend', [CompletionResultType]::ParameterValue, 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds locks: the named KEYs, or every lock under the prefix')
+            [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Show a lock''s history: who took it, when, how long they waited and held it, how it ended')
             [CompletionResult]::new('exec', 'exec', [CompletionResultType]::ParameterValue, 'Take a lock, run a command while renewing it, release it when the command exits')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -67,6 +69,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--sentinel', '--sentinel', [CompletionResultType]::ParameterName, 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Namespace for every Redis key redlock uses')
             [CompletionResult]::new('--meta-ttl', '--meta-ttl', [CompletionResultType]::ParameterName, 'Keep a lock''s record (fence counter, last holder) for DUR after its last use')
+            [CompletionResult]::new('--log-max', '--log-max', [CompletionResultType]::ParameterName, 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
             [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl')
             [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Do not wait: fail at once if the lock is busy')
@@ -95,6 +98,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--sentinel', '--sentinel', [CompletionResultType]::ParameterName, 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Namespace for every Redis key redlock uses')
             [CompletionResult]::new('--meta-ttl', '--meta-ttl', [CompletionResultType]::ParameterName, 'Keep a lock''s record (fence counter, last holder) for DUR after its last use')
+            [CompletionResult]::new('--log-max', '--log-max', [CompletionResultType]::ParameterName, 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
             [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl')
             [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Delete the lock whoever holds it, and print the previous holder')
@@ -120,6 +124,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--sentinel', '--sentinel', [CompletionResultType]::ParameterName, 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Namespace for every Redis key redlock uses')
             [CompletionResult]::new('--meta-ttl', '--meta-ttl', [CompletionResultType]::ParameterName, 'Keep a lock''s record (fence counter, last holder) for DUR after its last use')
+            [CompletionResult]::new('--log-max', '--log-max', [CompletionResultType]::ParameterName, 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
             [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The URLs are seed nodes of a Redis Cluster (the lock''s keys share one hash slot)')
@@ -143,12 +148,42 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--sentinel', '--sentinel', [CompletionResultType]::ParameterName, 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Namespace for every Redis key redlock uses')
             [CompletionResult]::new('--meta-ttl', '--meta-ttl', [CompletionResultType]::ParameterName, 'Keep a lock''s record (fence counter, last holder) for DUR after its last use')
+            [CompletionResult]::new('--log-max', '--log-max', [CompletionResultType]::ParameterName, 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
             [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON instead of a table')
             [CompletionResult]::new('--show-token', '--show-token', [CompletionResultType]::ParameterName, 'Show whole tokens instead of fingerprints')
             [CompletionResult]::new('--queue', '--queue', [CompletionResultType]::ParameterName, 'List the waiters of every lock too (named locks always list theirs, in queue order, below the table: who, what, for how long, until when; JSON always has them, under "queue")')
             [CompletionResult]::new('--watch', '--watch', [CompletionResultType]::ParameterName, 'Keep watching until Ctrl-C: on a terminal, redraw the table on every change and each second; with --json, print one JSON object per change (JSON Lines); otherwise, one line per change')
+            [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The URLs are seed nodes of a Redis Cluster (the lock''s keys share one hash slot)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors (and whom `release --force` evicted)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors (and whom `release --force` evicted)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'redlock;log' {
+            [CompletionResult]::new('--since', '--since', [CompletionResultType]::ParameterName, 'Only events of the last DUR (by the server''s clock)')
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'At most the N most recent events (all that are kept, up to --log-max, by default)')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum')
+            [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD')
+            [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)')
+            [CompletionResult]::new('--tls-cert', '--tls-cert', [CompletionResultType]::ParameterName, 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)')
+            [CompletionResult]::new('--tls-key', '--tls-key', [CompletionResultType]::ParameterName, 'PEM file with the private key of --tls-cert')
+            [CompletionResult]::new('--sentinel', '--sentinel', [CompletionResultType]::ParameterName, 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command')
+            [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Namespace for every Redis key redlock uses')
+            [CompletionResult]::new('--meta-ttl', '--meta-ttl', [CompletionResultType]::ParameterName, 'Keep a lock''s record (fence counter, last holder) for DUR after its last use')
+            [CompletionResult]::new('--log-max', '--log-max', [CompletionResultType]::ParameterName, 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
+            [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl')
+            [CompletionResult]::new('-f', '-f', [CompletionResultType]::ParameterName, 'Then keep printing events as they are written, until interrupted (exit 130 on Ctrl-C)')
+            [CompletionResult]::new('--follow', '--follow', [CompletionResultType]::ParameterName, 'Then keep printing events as they are written, until interrupted (exit 130 on Ctrl-C)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'One JSON object per event and line (JSON Lines) instead of text')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The URLs are seed nodes of a Redis Cluster (the lock''s keys share one hash slot)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors (and whom `release --force` evicted)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors (and whom `release --force` evicted)')
@@ -182,6 +217,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--sentinel', '--sentinel', [CompletionResultType]::ParameterName, 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command')
             [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Namespace for every Redis key redlock uses')
             [CompletionResult]::new('--meta-ttl', '--meta-ttl', [CompletionResultType]::ParameterName, 'Keep a lock''s record (fence counter, last holder) for DUR after its last use')
+            [CompletionResult]::new('--log-max', '--log-max', [CompletionResultType]::ParameterName, 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
             [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl')
             [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Do not wait: fail at once if the lock is busy')
@@ -203,6 +239,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('release', 'release', [CompletionResultType]::ParameterValue, 'Release a lock held with TOKEN (never someone else''s)')
             [CompletionResult]::new('extend', 'extend', [CompletionResultType]::ParameterValue, 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds locks: the named KEYs, or every lock under the prefix')
+            [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Show a lock''s history: who took it, when, how long they waited and held it, how it ended')
             [CompletionResult]::new('exec', 'exec', [CompletionResultType]::ParameterValue, 'Take a lock, run a command while renewing it, release it when the command exits')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -217,6 +254,9 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             break
         }
         'redlock;help;status' {
+            break
+        }
+        'redlock;help;log' {
             break
         }
         'redlock;help;exec' {

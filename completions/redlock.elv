@@ -27,6 +27,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --sentinel 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command'
             cand --prefix 'Namespace for every Redis key redlock uses'
             cand --meta-ttl 'Keep a lock''s record (fence counter, last holder) for DUR after its last use'
+            cand --log-max 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none'
             cand --connect-timeout 'Give up connecting to Redis after DUR'
             cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl'
             cand --cluster 'The URLs are seed nodes of a Redis Cluster (the lock''s keys share one hash slot)'
@@ -42,6 +43,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand release 'Release a lock held with TOKEN (never someone else''s)'
             cand extend 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
             cand status 'Show who holds locks: the named KEYs, or every lock under the prefix'
+            cand log 'Show a lock''s history: who took it, when, how long they waited and held it, how it ended'
             cand exec 'Take a lock, run a command while renewing it, release it when the command exits'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -63,6 +65,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --sentinel 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command'
             cand --prefix 'Namespace for every Redis key redlock uses'
             cand --meta-ttl 'Keep a lock''s record (fence counter, last holder) for DUR after its last use'
+            cand --log-max 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none'
             cand --connect-timeout 'Give up connecting to Redis after DUR'
             cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl'
             cand -n 'Do not wait: fail at once if the lock is busy'
@@ -90,6 +93,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --sentinel 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command'
             cand --prefix 'Namespace for every Redis key redlock uses'
             cand --meta-ttl 'Keep a lock''s record (fence counter, last holder) for DUR after its last use'
+            cand --log-max 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none'
             cand --connect-timeout 'Give up connecting to Redis after DUR'
             cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl'
             cand --force 'Delete the lock whoever holds it, and print the previous holder'
@@ -114,6 +118,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --sentinel 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command'
             cand --prefix 'Namespace for every Redis key redlock uses'
             cand --meta-ttl 'Keep a lock''s record (fence counter, last holder) for DUR after its last use'
+            cand --log-max 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none'
             cand --connect-timeout 'Give up connecting to Redis after DUR'
             cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl'
             cand --cluster 'The URLs are seed nodes of a Redis Cluster (the lock''s keys share one hash slot)'
@@ -136,12 +141,41 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --sentinel 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command'
             cand --prefix 'Namespace for every Redis key redlock uses'
             cand --meta-ttl 'Keep a lock''s record (fence counter, last holder) for DUR after its last use'
+            cand --log-max 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none'
             cand --connect-timeout 'Give up connecting to Redis after DUR'
             cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl'
             cand --json 'Print JSON instead of a table'
             cand --show-token 'Show whole tokens instead of fingerprints'
             cand --queue 'List the waiters of every lock too (named locks always list theirs, in queue order, below the table: who, what, for how long, until when; JSON always has them, under "queue")'
             cand --watch 'Keep watching until Ctrl-C: on a terminal, redraw the table on every change and each second; with --json, print one JSON object per change (JSON Lines); otherwise, one line per change'
+            cand --cluster 'The URLs are seed nodes of a Redis Cluster (the lock''s keys share one hash slot)'
+            cand -q 'Print nothing on stderr except errors (and whom `release --force` evicted)'
+            cand --quiet 'Print nothing on stderr except errors (and whom `release --force` evicted)'
+            cand -v 'Log every Redis round trip to stderr'
+            cand --verbose 'Log every Redis round trip to stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'redlock;log'= {
+            cand --since 'Only events of the last DUR (by the server''s clock)'
+            cand --limit 'At most the N most recent events (all that are kept, up to --log-max, by default)'
+            cand -u 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum'
+            cand --url 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum'
+            cand --password-file 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD'
+            cand --tls-ca 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)'
+            cand --tls-cert 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)'
+            cand --tls-key 'PEM file with the private key of --tls-cert'
+            cand --sentinel 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command'
+            cand --prefix 'Namespace for every Redis key redlock uses'
+            cand --meta-ttl 'Keep a lock''s record (fence counter, last holder) for DUR after its last use'
+            cand --log-max 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none'
+            cand --connect-timeout 'Give up connecting to Redis after DUR'
+            cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl'
+            cand -f 'Then keep printing events as they are written, until interrupted (exit 130 on Ctrl-C)'
+            cand --follow 'Then keep printing events as they are written, until interrupted (exit 130 on Ctrl-C)'
+            cand --json 'One JSON object per event and line (JSON Lines) instead of text'
             cand --cluster 'The URLs are seed nodes of a Redis Cluster (the lock''s keys share one hash slot)'
             cand -q 'Print nothing on stderr except errors (and whom `release --force` evicted)'
             cand --quiet 'Print nothing on stderr except errors (and whom `release --force` evicted)'
@@ -174,6 +208,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --sentinel 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command'
             cand --prefix 'Namespace for every Redis key redlock uses'
             cand --meta-ttl 'Keep a lock''s record (fence counter, last holder) for DUR after its last use'
+            cand --log-max 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none'
             cand --connect-timeout 'Give up connecting to Redis after DUR'
             cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl'
             cand -n 'Do not wait: fail at once if the lock is busy'
@@ -194,6 +229,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand release 'Release a lock held with TOKEN (never someone else''s)'
             cand extend 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
             cand status 'Show who holds locks: the named KEYs, or every lock under the prefix'
+            cand log 'Show a lock''s history: who took it, when, how long they waited and held it, how it ended'
             cand exec 'Take a lock, run a command while renewing it, release it when the command exits'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -204,6 +240,8 @@ set edit:completion:arg-completer[redlock] = {|@words|
         &'redlock;help;extend'= {
         }
         &'redlock;help;status'= {
+        }
+        &'redlock;help;log'= {
         }
         &'redlock;help;exec'= {
         }

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_redlock_global_optspecs
-    string join \n u/url= password-file= tls-ca= tls-cert= tls-key= cluster sentinel= prefix= meta-ttl= connect-timeout= io-timeout= q/quiet v/verbose h/help V/version
+    string join \n u/url= password-file= tls-ca= tls-cert= tls-key= cluster sentinel= prefix= meta-ttl= log-max= connect-timeout= io-timeout= q/quiet v/verbose h/help V/version
 end
 
 function __fish_redlock_needs_command
@@ -32,6 +32,7 @@ complete -c redlock -n "__fish_redlock_needs_command" -l tls-key -d 'PEM file wi
 complete -c redlock -n "__fish_redlock_needs_command" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l prefix -d 'Namespace for every Redis key redlock uses' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
+complete -c redlock -n "__fish_redlock_needs_command" -l log-max -d 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_needs_command" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
@@ -43,6 +44,7 @@ complete -c redlock -n "__fish_redlock_needs_command" -f -a "acquire" -d 'Take a
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "release" -d 'Release a lock held with TOKEN (never someone else\'s)'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "extend" -d 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "status" -d 'Show who holds locks: the named KEYs, or every lock under the prefix'
+complete -c redlock -n "__fish_redlock_needs_command" -f -a "log" -d 'Show a lock\'s history: who took it, when, how long they waited and held it, how it ended'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "exec" -d 'Take a lock, run a command while renewing it, release it when the command exits'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l ttl -d 'Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every TTL/3) or extended (`redlock extend`)' -r
@@ -61,6 +63,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-key -d '
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l prefix -d 'Namespace for every Redis key redlock uses' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l log-max -d 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s n -l no-wait -d 'Do not wait: fail at once if the lock is busy'
@@ -80,6 +83,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand release" -l tls-key -d '
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l prefix -d 'Namespace for every Redis key redlock uses' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
+complete -c redlock -n "__fish_redlock_using_subcommand release" -l log-max -d 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand release" -l force -d 'Delete the lock whoever holds it, and print the previous holder'
@@ -97,6 +101,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand extend" -l tls-key -d 'P
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l prefix -d 'Namespace for every Redis key redlock uses' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
+complete -c redlock -n "__fish_redlock_using_subcommand extend" -l log-max -d 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
@@ -112,6 +117,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand status" -l tls-key -d 'P
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l prefix -d 'Namespace for every Redis key redlock uses' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
+complete -c redlock -n "__fish_redlock_using_subcommand status" -l log-max -d 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l json -d 'Print JSON instead of a table'
@@ -123,6 +129,26 @@ complete -c redlock -n "__fish_redlock_using_subcommand status" -s q -l quiet -d
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s V -l version -d 'Print version'
+complete -c redlock -n "__fish_redlock_using_subcommand log" -l since -d 'Only events of the last DUR (by the server\'s clock)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand log" -l limit -d 'At most the N most recent events (all that are kept, up to --log-max, by default)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand log" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
+complete -c redlock -n "__fish_redlock_using_subcommand log" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand log" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand log" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand log" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand log" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
+complete -c redlock -n "__fish_redlock_using_subcommand log" -l prefix -d 'Namespace for every Redis key redlock uses' -r
+complete -c redlock -n "__fish_redlock_using_subcommand log" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
+complete -c redlock -n "__fish_redlock_using_subcommand log" -l log-max -d 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none' -r
+complete -c redlock -n "__fish_redlock_using_subcommand log" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
+complete -c redlock -n "__fish_redlock_using_subcommand log" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
+complete -c redlock -n "__fish_redlock_using_subcommand log" -s f -l follow -d 'Then keep printing events as they are written, until interrupted (exit 130 on Ctrl-C)'
+complete -c redlock -n "__fish_redlock_using_subcommand log" -l json -d 'One JSON object per event and line (JSON Lines) instead of text'
+complete -c redlock -n "__fish_redlock_using_subcommand log" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
+complete -c redlock -n "__fish_redlock_using_subcommand log" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
+complete -c redlock -n "__fish_redlock_using_subcommand log" -s v -l verbose -d 'Log every Redis round trip to stderr'
+complete -c redlock -n "__fish_redlock_using_subcommand log" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c redlock -n "__fish_redlock_using_subcommand log" -s V -l version -d 'Print version'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l ttl -d 'Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every TTL/3) or extended (`redlock extend`)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served); after a second, stderr says who holds it and your place in line' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
@@ -142,6 +168,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-key -d 'PEM
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l prefix -d 'Namespace for every Redis key redlock uses' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l log-max -d 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s n -l no-wait -d 'Do not wait: fail at once if the lock is busy'
@@ -151,9 +178,10 @@ complete -c redlock -n "__fish_redlock_using_subcommand exec" -s q -l quiet -d '
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s V -l version -d 'Print version'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status exec help" -f -a "acquire" -d 'Take a lock and print its token (the lock stays held after redlock exits)'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status exec help" -f -a "release" -d 'Release a lock held with TOKEN (never someone else\'s)'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status exec help" -f -a "extend" -d 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status exec help" -f -a "status" -d 'Show who holds locks: the named KEYs, or every lock under the prefix'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status exec help" -f -a "exec" -d 'Take a lock, run a command while renewing it, release it when the command exits'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status exec help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log exec help" -f -a "acquire" -d 'Take a lock and print its token (the lock stays held after redlock exits)'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log exec help" -f -a "release" -d 'Release a lock held with TOKEN (never someone else\'s)'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log exec help" -f -a "extend" -d 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log exec help" -f -a "status" -d 'Show who holds locks: the named KEYs, or every lock under the prefix'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log exec help" -f -a "log" -d 'Show a lock\'s history: who took it, when, how long they waited and held it, how it ended'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log exec help" -f -a "exec" -d 'Take a lock, run a command while renewing it, release it when the command exits'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log exec help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

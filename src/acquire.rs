@@ -245,6 +245,7 @@ impl Waiter<'_> {
                 run_id: false,
                 prev: self.prev.as_deref(),
                 wait: Some(self.remaining()).filter(|r| *r != Duration::MAX),
+                waited: self.started.elapsed(),
             };
             let attempt = match store.try_acquire(keys, &self.token, &req) {
                 Ok(attempt) => attempt,
@@ -268,7 +269,7 @@ impl Waiter<'_> {
                     self.queued = false;
                     if let Some(sig) = park.interrupted() {
                         store
-                            .release(keys, &Releaser::Holder(lock.token.clone()))
+                            .release(keys, &Releaser::holder(&lock.token))
                             .context("interrupted right after acquiring; releasing failed")?;
                         return Ok(Acquired::Interrupted(sig));
                     }

@@ -246,6 +246,21 @@ pub struct GlobalArgs {
     )]
     pub meta_ttl: Duration,
 
+    /// Keep the last N events of each lock in its history (`redlock log`); 0 keeps none
+    ///
+    /// The history (the stream `PREFIX{NAME}:log`) is written by the scripts that take, release
+    /// and force a lock, and by `exec` when it loses one; it expires with the lock's record
+    /// (--meta-ttl). A lower N trims older entries at the next write; 0 writes none (existing
+    /// entries stay until they expire).
+    #[arg(
+        long,
+        value_name = "N",
+        env = "REDLOCK_LOG_MAX",
+        default_value_t = 1000,
+        global = true
+    )]
+    pub log_max: u64,
+
     /// Give up connecting to Redis after DUR
     #[arg(long, value_name = "DUR", default_value = "2s", value_parser = parse_duration, global = true)]
     pub connect_timeout: Duration,
@@ -282,6 +297,11 @@ pub enum Command {
 
     /// Show who holds locks: the named KEYs, or every lock under the prefix
     Status(StatusArgs),
+
+    /// Show a lock's history: who took it, when, how long they waited and held it, how it ended
+    #[command(after_help = "Examples:\n  redlock log deploy-prod --since 24h\n  \
+        redlock log deploy-prod --follow --json >> deploy-prod.events")]
+    Log(LogArgs),
 
     /// Take a lock, run a command while renewing it, release it when the command exits
     #[command(
@@ -424,6 +444,28 @@ pub struct StatusArgs {
     /// per change
     #[arg(long)]
     pub watch: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Name of the lock
+    pub key: String,
+
+    /// Only events of the last DUR (by the server's clock)
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub since: Option<Duration>,
+
+    /// At most the N most recent events (all that are kept, up to --log-max, by default)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: Option<u64>,
+
+    /// Then keep printing events as they are written, until interrupted (exit 130 on Ctrl-C)
+    #[arg(short, long)]
+    pub follow: bool,
+
+    /// One JSON object per event and line (JSON Lines) instead of text
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

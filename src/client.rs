@@ -130,6 +130,12 @@ impl Redis {
         self.config.meta_ttl
     }
 
+    /// How many entries each lock's history keeps (`--log-max`): the scripts that write it on this
+    /// connection trim it to that.
+    pub fn log_max(&self) -> u64 {
+        self.config.log_max
+    }
+
     /// Whether the last call failed on a connection the server had closed.
     pub fn was_dropped(&self) -> bool {
         self.dropped
@@ -163,6 +169,41 @@ impl Redis {
             Con::Plain(con) => cmd.query(con),
         };
         result.map_err(|e| self.error(what, e))
+    }
+
+    /// [`call`](Self::call) for a read that is safe to send twice (the status script). On a
+    /// Redis Cluster, a MOVED or ASK answer (the slot moved, or is moving, since the cluster
+    /// connection learnt where the slots are) is followed to the node it names, on a connection
+    /// of its own (with ASKING first for an ASK), at most [`REDIRECTS`] times: the cluster
+    /// connection itself follows none (see `cluster`), since a write must never be sent twice.
+    pub fn call_read<T>(
+        &mut self,
+        what: &str,
+        f: impl Fn(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let mut redirect = None;
+        let mut result = self.call(what, |con| {
+            let result = f(con);
+            redirect = redirection(&result);
+            result
+        });
+        let Servers::Cluster(seeds) = &self.config.servers else {
+            return result;
+        };
+        let seed = seeds[0].clone();
+        for _ in 0..REDIRECTS {
+            let Some((host, port, ask)) = redirect.take() else {
+                break;
+            };
+            let node = relocate(&seed, &host, port, None);
+            let mut node = Redis::open(&self.config, Target::Fixed(Box::new(node)))?;
+            result = node.call(what, |con| {
+                let result = if ask { f(&mut Asking(con)) } else { f(con) };
+                redirect = redirection(&result);
+                result
+            });
+        }
+        result
     }
 
     /// Whether the server is part of a Redis Cluster: the cluster connection, or one of its
@@ -350,6 +391,59 @@ impl Redis {
     /// Sets the read timeout back to `--io-timeout`.
     pub fn restore_read_timeout(&mut self) -> Result<()> {
         self.set_read_timeout(self.config.io_timeout)
+    }
+}
+
+/// How many MOVED or ASK answers [`Redis::call_read`] follows for one read: a slot moving while
+/// it reads takes two (an ASK, then a MOVED once the move is done).
+const REDIRECTS: usize = 3;
+
+/// Where a Redis Cluster's MOVED or ASK answer points (host, port), and whether it is an ASK.
+fn redirection<T>(result: &redis::RedisResult<T>) -> Option<(String, u16, bool)> {
+    let e = result.as_ref().err()?;
+    let (addr, _slot) = e.redirect_node()?;
+    let (host, port) = addr.rsplit_once(':')?;
+    let ask = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Ask);
+    Some((host.to_string(), port.parse().ok()?, ask))
+}
+
+/// A connection that sends ASKING before each request, for a node that is importing the slot of
+/// the keys (an ASK redirection): it serves them only to a client that says so, for the next
+/// command only (a script call sends up to three: EVALSHA, SCRIPT LOAD, EVALSHA).
+struct Asking<'a>(&'a mut dyn ConnectionLike);
+
+impl Asking<'_> {
+    const ASKING: &'static [u8] = b"*1\r\n$6\r\nASKING\r\n";
+}
+
+impl ConnectionLike for Asking<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        let mut replies = self.req_packed_commands(cmd, 0, 1)?;
+        replies.pop().ok_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "no reply"))
+        })
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        let packed = [Self::ASKING, cmd].concat();
+        self.0.req_packed_commands(&packed, offset + 1, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.0.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.0.is_open()
     }
 }
 
@@ -1043,6 +1137,35 @@ pub fn unexpected_reply(what: &str, detail: impl std::fmt::Display) -> anyhow::E
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_moved_or_ask_answer_names_the_node_to_read_from() {
+        let answer = |kind, detail: &str| -> redis::RedisResult<()> {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::Server(kind),
+                "redirected",
+                detail.to_string(),
+            )))
+        };
+        use redis::ServerErrorKind::{Ask, Moved, TryAgain};
+        let to = |host: &str, port, ask| Some((host.to_string(), port, ask));
+        assert_eq!(
+            redirection(&answer(Ask, "3999 127.0.0.1:6381")),
+            to("127.0.0.1", 6381, true)
+        );
+        assert_eq!(
+            redirection(&answer(Moved, "3999 ::1:6381")),
+            to("::1", 6381, false)
+        );
+        for not_one in [
+            answer(TryAgain, "3999 127.0.0.1:6381"),
+            answer(Moved, "3999 127.0.0.1"),
+            answer(Moved, "3999 127.0.0.1:99999"),
+            Ok(()),
+        ] {
+            assert_eq!(redirection(&not_one), None, "{not_one:?}");
+        }
+    }
 
     #[test]
     fn each_certificate_problem_gets_its_own_hint() {

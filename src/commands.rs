@@ -13,10 +13,11 @@ use anyhow::{Context, Result};
 
 use crate::acquire::{self, Acquired, Wait};
 use crate::backend;
-use crate::cli::{AcquireArgs, ExtendArgs, LockArgs, ReleaseArgs, StatusArgs};
+use crate::cli::{AcquireArgs, ExtendArgs, LockArgs, LogArgs, ReleaseArgs, StatusArgs};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
 use crate::exit;
+use crate::history::{self, Entry, Range};
 use crate::lock::{self, IfHeld, Keys, Lock, QuorumVerdict, Releaser, Verdict};
 use crate::messages;
 use crate::owner;
@@ -187,7 +188,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         .and_then(|()| stdout.flush())
     {
         // Nobody received the token, so nobody could ever release this lock: give it back.
-        store.release(&keys, &Releaser::Holder(lock.token.clone()))?;
+        store.release(&keys, &Releaser::holder(&lock.token))?;
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             messages::alert(format_args!(
                 "cannot print the token ({e}); released '{}' again",
@@ -256,7 +257,7 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
         let ppid = owner::parent_pid();
         Releaser::Force(owner::owner(ppid, Some(""), String::new), if_held(args)?)
     } else {
-        Releaser::Holder(token_arg(args.token.as_deref())?.to_string())
+        Releaser::holder(token_arg(args.token.as_deref())?)
     };
     let mut store = backend::open(config)?;
     match store.release(&keys, &by)? {
@@ -302,7 +303,7 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
         }
         other => {
             let token = match &by {
-                Releaser::Holder(token) => token.as_str(),
+                Releaser::Holder { token, .. } => token.as_str(),
                 Releaser::Force(..) => "",
             };
             Err(lock::not_owner(&other, token)).context(format!("cannot release '{}'", keys.name))
@@ -419,6 +420,88 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
     }
     let all_held = states.iter().all(lock::State::held);
     Ok(if all_held { exit::OK } else { exit::BUSY })
+}
+
+/// `redlock log`: the lock's history (on a quorum, the queue node's: the first URL), oldest first;
+/// with `--follow`, then every new entry as it is written, until a stop signal (exit 128+N).
+pub fn log(config: &Config, args: &LogArgs) -> Result<u8> {
+    let keys = Keys::new(&config.prefix, &args.key)?;
+    if args.follow {
+        // Nothing is held while following: a stop signal ends the process at once.
+        let (tx, _rx) = mpsc::channel::<()>();
+        signals::deliver(signals::STOP, tx, |s: signals::Signal| {
+            std::process::exit(i32::from(exit::signal(s.signo)))
+        })?;
+    }
+    let mut store = backend::open(config)?;
+    let Some(redis) = store.parking() else {
+        return Err(failure(
+            Kind::Unavailable,
+            "cannot reach the server that keeps the lock's history (the first --url)",
+        ));
+    };
+    let since_ms = match args.since {
+        Some(d) => Some(
+            history::server_ms(redis)?
+                .saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        ),
+        None => None,
+    };
+    let range = Range {
+        since_ms,
+        limit: args.limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+    };
+    let entries = history::read(redis, &keys, range)?;
+    if print_entries(&entries, &keys.name, args.json)?.is_break() {
+        return Ok(exit::OK);
+    }
+    if !args.follow {
+        if entries.is_empty() && !args.json {
+            messages::notice(
+                config,
+                format_args!("no history for '{}' (see --log-max)", keys.name),
+            );
+        }
+        return Ok(exit::OK);
+    }
+    let mut after = match entries.last() {
+        Some(e) => e.id.clone(),
+        None => history::last_id(redis, &keys)?,
+    };
+    // XREAD blocks for up to a second at a time: a silent server is noticed within the read
+    // timeout after that.
+    const BLOCK: std::time::Duration = std::time::Duration::from_secs(1);
+    redis.set_read_timeout(BLOCK + config.io_timeout)?;
+    loop {
+        let new = history::read_after(redis, &keys, &after, BLOCK)?;
+        if let Some(e) = new.last() {
+            after = e.id.clone();
+        }
+        if print_entries(&new, &keys.name, args.json)?.is_break() {
+            // `| head`: nobody reads any more.
+            return Ok(exit::OK);
+        }
+    }
+}
+
+/// Prints `entries`; `Break` when stdout is closed.
+fn print_entries(entries: &[Entry], name: &str, json: bool) -> Result<ControlFlow<()>> {
+    let text: String = entries
+        .iter()
+        .map(|e| {
+            if json {
+                format!("{}\n", e.json(name))
+            } else {
+                format!("{}\n", e.line(None))
+            }
+        })
+        .collect();
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ControlFlow::Break(())),
+        Err(e) => Err(failure(Kind::Io, format!("cannot write to stdout: {e}"))),
+        Ok(()) => Ok(ControlFlow::Continue(())),
+    }
 }
 
 /// Writes machine output; a closed stdout (`| head`) is not an error.

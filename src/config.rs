@@ -89,6 +89,8 @@ pub struct Config {
     pub io_timeout: Duration,
     /// How long a lock's meta hash outlives the lock and its queue (`--meta-ttl`).
     pub meta_ttl: Duration,
+    /// How many entries each lock's history keeps (`--log-max`; 0: no history).
+    pub log_max: u64,
     pub quiet: bool,
     pub verbose: bool,
     pub for_child: ForChild,
@@ -180,6 +182,7 @@ impl Config {
             connect_timeout: args.connect_timeout,
             io_timeout: args.io_timeout,
             meta_ttl: args.meta_ttl,
+            log_max: args.log_max,
             quiet: args.quiet,
             verbose: args.verbose,
             for_child,

@@ -196,10 +196,11 @@ fn conclude(
         lost_unseen,
         ..
     } = supervisor;
-    if lost.is_some() {
-        facts.lost = lost;
+    if let Some(why) = &lost {
         // Said when it happened. Another client may hold the lock now; there is nothing of ours
-        // to release.
+        // to release. The history and the watchers are told.
+        tell_lost(store, lock, why);
+        facts.lost = lost;
         return exit_status(child_code, true, args.on_lost);
     }
     // Released even when the deadline passed: the lock may still be ours, and the release
@@ -207,10 +208,11 @@ fn conclude(
     let mut why: Vec<String> = lost_unseen.into_iter().collect();
     // A lock known lost, or one whose release failed: nothing shows it was held to the end.
     let mut known = !why.is_empty();
-    match release(store, lock) {
+    match release(store, lock, Some(child_code)) {
         Released::Lost(lost) => {
             known = true;
             why.push(format!("at release, {lost}"));
+            tell_lost(store, lock, &why.join("; "));
         }
         Released::Unconfirmed(unconfirmed) => why.push(format!("at release, {unconfirmed}")),
         Released::Ours => {}
@@ -224,6 +226,15 @@ fn conclude(
     // unnoticed.
     messages::alert(unprotected(&lock.keys.name, known, &why, code == exit::OK));
     code
+}
+
+/// Tells the lock's history and watchers that `lock` was lost (`lost.lua`), on the queue node of
+/// a quorum. Best effort: the loss was said on stderr already, and a server that cannot be
+/// reached now cannot be told.
+fn tell_lost(store: &mut dyn Store, lock: &Lock, why: &str) {
+    if let Some(redis) = store.parking() {
+        let _ = lock::report_lost(redis, &lock.keys, &lock.token, lock.fence, why);
+    }
 }
 
 /// What `exec` says when lock `name` was not provably held for the command's whole run: `known`
@@ -280,7 +291,7 @@ fn release_after(
     result: Result<u8>,
     facts: &mut Facts,
 ) -> Result<u8> {
-    if let Released::Lost(why) | Released::Unconfirmed(why) = release(store, lock) {
+    if let Released::Lost(why) | Released::Unconfirmed(why) = release(store, lock, None) {
         messages::notice(
             config,
             format_args!("'{}' was no longer ours at release: {why}", lock.keys.name),
@@ -445,9 +456,12 @@ enum Released {
     Unconfirmed(String),
 }
 
-/// Releases the lock.
-fn release(store: &mut dyn Store, lock: &Lock) -> Released {
-    let by = Releaser::Holder(lock.token.clone());
+/// Releases the lock; `status`: the command's exit status, for the lock's history.
+fn release(store: &mut dyn Store, lock: &Lock, status: Option<u8>) -> Released {
+    let by = Releaser::Holder {
+        token: lock.token.clone(),
+        status,
+    };
     let released = store.release(&lock.keys, &by).or_else(|first| {
         // The main connection may have gone stale during a long run: try once on a fresh one.
         store

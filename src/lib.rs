@@ -17,13 +17,13 @@
 //! 3. `messages`: every line for humans on stderr, and what `-q` silences
 //! 4. `client`: a connection to one server (timeouts, TLS, auth, Redis errors mapped to ours)
 //! 5. `lock`: the lock model and the one-server protocol, one script call per operation
-//! 6. `store`: the `Store` trait and its one-server implementation
+//! 6. `store`, `history`: the `Store` trait and its one-server implementation; a lock's history
 //! 7. `quorum`: a quorum of independent masters, the same trait over N servers
 //! 8. `acquire`, `backend`: taking a lock and waiting over any store; picking the store
 //! 9. `owner`, `output`, `wait`: who we are; what goes to stdout; parking a waiter on signals
 //! 10. `notify`, `complete`, `watch`: hearing that our lock was taken; completing lock names in a
 //!     shell; following locks as they change (`status --watch`)
-//! 11. `commands`: `acquire`, `release`, `extend`, `status`
+//! 11. `commands`: `acquire`, `release`, `extend`, `status`, `log`
 //! 12. `exec`: the supervisor (it takes its lock as the `acquire` command does)
 
 /// `eprintln!` that never panics, for `messages` (the one module that writes lines for humans to
@@ -48,6 +48,7 @@ mod config;
 mod error;
 mod exec;
 pub mod exit;
+mod history;
 mod lock;
 mod messages;
 mod notify;
@@ -85,6 +86,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Release(args) => commands::release(&config, args),
         Command::Extend(args) => commands::extend(&config, args),
         Command::Status(args) => commands::status(&config, args),
+        Command::Log(args) => commands::log(&config, args),
         Command::Exec(args) => exec::run(&config, args),
     }
 }

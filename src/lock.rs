@@ -106,6 +106,18 @@ impl Keys {
         format!("{}:events", self.lock)
     }
 
+    /// The pub/sub channel where every change of the lock is told, as one JSON object (`event`
+    /// in `common.lua`), for `status --watch`.
+    #[allow(dead_code)] // status --watch is being written against it
+    pub fn watch(&self) -> String {
+        format!("{}:watch", self.lock)
+    }
+
+    /// The lock's history: a capped stream of the same events (`event` in `common.lua`).
+    pub fn log(&self) -> String {
+        format!("{}:log", self.lock)
+    }
+
     /// The keys in the order every script declares them.
     fn all(&self) -> [&str; 4] {
         [&self.lock, &self.meta, &self.queue, &self.leases]
@@ -463,12 +475,23 @@ pub struct Lock {
 /// Who releases a lock.
 #[derive(Debug, Clone)]
 pub enum Releaser {
-    /// The holder of this token: the lock is released only if the token holds it.
-    Holder(String),
+    /// The holder of this token: the lock is released only if the token holds it. `status`: the
+    /// exit status of the command it ran (`exec`), told in the lock's history.
+    Holder { token: String, status: Option<u8> },
     /// Anyone, whoever holds the lock (`release --force`); this owner is recorded in the meta
     /// hash as the one who forced it (see [`Forced`]). With a condition, only the holder it
     /// describes (`--if-fence`, `--if-token`); another holder makes it [`Verdict::HeldByOther`].
     Force(Owner, Option<IfHeld>),
+}
+
+impl Releaser {
+    /// The holder of `token`, releasing without a command's exit status to tell.
+    pub fn holder(token: &str) -> Releaser {
+        Releaser::Holder {
+            token: token.to_string(),
+            status: None,
+        }
+    }
 }
 
 /// Which holder a conditional `release --force` may evict: the one the operator saw in `status`.
@@ -556,6 +579,8 @@ pub struct Request<'a> {
     pub prev: Option<&'a str>,
     /// What is left of the wait (`None`: forever); a waiter's record says when it gives up.
     pub wait: Option<Duration>,
+    /// How long the client has waited so far: told with the acquisition, summed for metrics.
+    pub waited: Duration,
 }
 
 /// One atomic attempt to take the lock with `token`.
@@ -567,9 +592,11 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
         run_id: want_run_id,
         prev,
         wait,
+        waited,
     } = *req;
     let sent = Instant::now();
     let meta_ttl = millis(redis.meta_ttl());
+    let log_max = redis.log_max();
     let reply: Vec<Value> = redis.call_acquire(|script, con| {
         script
             .key(keys.all().as_slice())
@@ -590,6 +617,8 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
                 u64::try_from(w.as_millis()).unwrap_or(u64::MAX).to_string()
             }))
             .arg(&owner.pidns)
+            .arg(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX))
+            .arg(log_max)
             .invoke(con)
     })?;
     match reply.as_slice() {
@@ -669,6 +698,7 @@ pub fn leave_to(
     doubt: Doubt,
 ) -> Result<Option<String>> {
     let (quiet, to) = hand_over.args();
+    let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
     let next: Value = match doubt {
         Doubt::Sure => redis.call("leave", |con| {
             scripts::LEAVE
@@ -678,6 +708,8 @@ pub fn leave_to(
                 .arg(quiet)
                 .arg(to)
                 .arg(0)
+                .arg(log_max)
+                .arg(meta_ttl)
                 .invoke(con)
         })?,
         // The whole script, not its hash: this leave may run when nobody is left to answer a
@@ -692,10 +724,35 @@ pub fn leave_to(
                 .arg(quiet)
                 .arg(to)
                 .arg(millis(TOMBSTONE))
+                .arg(log_max)
+                .arg(meta_ttl)
                 .query(con)
         })?,
     };
     Ok(text(&next))
+}
+
+/// Tells the lock's history and its watchers that the holder of `token` (with `fence`) lost the
+/// lock, and why (see `lost.lua`). Changes nothing about the lock.
+pub fn report_lost(
+    redis: &mut Redis,
+    keys: &Keys,
+    token: &str,
+    fence: i64,
+    reason: &str,
+) -> Result<()> {
+    let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
+    redis.call("lost", |con| {
+        scripts::LOST
+            .key(keys.all().as_slice())
+            .arg(token)
+            .arg(fence)
+            .arg(reason)
+            .arg(log_max)
+            .arg(meta_ttl)
+            .invoke::<i64>(con)
+    })?;
+    Ok(())
 }
 
 /// Deletes the lock if the releaser's token holds it, handing it to the first waiter; with
@@ -708,11 +765,12 @@ pub fn release(
     by: &Releaser,
     hand_over: HandOver,
 ) -> Result<(Verdict, Option<String>)> {
-    let (token, forcer) = match by {
-        Releaser::Holder(token) => (token.as_str(), None),
-        Releaser::Force(owner, cond) => ("", Some((owner, cond))),
+    let (token, forcer, status) = match by {
+        Releaser::Holder { token, status } => (token.as_str(), None, *status),
+        Releaser::Force(owner, cond) => ("", Some((owner, cond)), None),
     };
     let (quiet, to) = hand_over.args();
+    let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
     let reply: Vec<Value> = redis.call("release", |con| {
         let mut call = scripts::RELEASE.key(keys.all().as_slice());
         call.arg(token)
@@ -720,12 +778,19 @@ pub fn release(
             .arg(millis(CLAIM_WINDOW))
             .arg(quiet)
             .arg(to);
-        if let Some((o, cond)) = forcer {
-            call.arg(&o.host).arg(o.pid).arg(&o.user);
-            if let Some((name, value)) = cond.as_ref().map(IfHeld::args) {
+        match forcer {
+            Some((o, cond)) => {
+                call.arg(&o.host).arg(o.pid).arg(&o.user);
+                let (name, value) = cond.as_ref().map_or(("", String::new()), IfHeld::args);
                 call.arg(name).arg(value);
             }
+            None => {
+                call.arg("").arg("").arg("").arg("").arg("");
+            }
         }
+        call.arg(log_max)
+            .arg(status.map_or(String::new(), |s| s.to_string()))
+            .arg(meta_ttl);
         call.invoke(con)
     })?;
     // A quorum's queue node names the next waiter even where our token was not (release.lua).
@@ -832,9 +897,10 @@ pub fn not_owner(verdict: &Verdict, token: &str) -> anyhow::Error {
     failure(Kind::NotOwner, format!("not the owner: {why}"))
 }
 
-/// Reads one lock's state.
+/// Reads one lock's state (on a Redis Cluster, following the key to its node if its slot moved:
+/// see [`Redis::call_read`]).
 pub fn inspect(redis: &mut Redis, keys: &Keys) -> Result<State> {
-    let reply: Vec<Value> = redis.call("status", |con| {
+    let reply: Vec<Value> = redis.call_read("status", |con| {
         scripts::STATUS.key(keys.all().as_slice()).invoke(con)
     })?;
     state_of(keys, &reply)

@@ -327,7 +327,7 @@ impl Nodes {
         };
         match by {
             _ if matched == 0 => None,
-            Releaser::Holder(_) if verdicts.len() - matched > n - q => {
+            Releaser::Holder { .. } if verdicts.len() - matched > n - q => {
                 let now = match others().next() {
                     Some(Some(h)) => format!("{} holds it now", h.who()),
                     Some(None) => "another token holds it now".to_string(),
@@ -462,7 +462,8 @@ impl Nodes {
     /// granted it or can no longer grant it, and a waiter also has the queue node's answer (it
     /// keeps our place in the queue).
     fn attempt(&mut self, keys: &Keys, token: &str, req: &Request) -> Answers<Attempt> {
-        let (n, q, ttl, join, wait) = (self.n(), self.q(), req.ttl, req.join, req.wait);
+        let (n, q, ttl, join, wait, waited) =
+            (self.n(), self.q(), req.ttl, req.join, req.wait, req.waited);
         let is_grant = |a: &Option<Result<Attempt>>| matches!(a, Some(Ok(Attempt::Granted(_))));
         let (k, t, o) = (keys.clone(), token.to_string(), req.owner.clone());
         let p = req.prev.map(str::to_string);
@@ -477,6 +478,7 @@ impl Nodes {
                     run_id: true,
                     prev: p.as_deref(),
                     wait,
+                    waited,
                 };
                 lock::try_acquire(con, &k, &t, &req)
             },

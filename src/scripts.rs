@@ -59,3 +59,4 @@ pub const LEAVE_SOURCE: &str = concat!(
 );
 pub static STATUS: LazyLock<Script> = script!("status.lua");
 pub static FENCE: LazyLock<Script> = script!("fence.lua");
+pub static LOST: LazyLock<Script> = script!("lost.lua");

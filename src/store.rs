@@ -83,7 +83,8 @@ impl Store for Redis {
         }
         // Each master's locks, read on that master's own connection, which pipelines without
         // routing. A key that moved since the scan (resharding) is refused there (MOVED), and
-        // asked for again through the cluster connection, which follows it.
+        // asked for again on its own through the cluster connection, following the MOVED or ASK
+        // the cluster answers (`lock::inspect`).
         let mut all = Vec::new();
         for mut master in self.cluster_masters()? {
             let keys = lock::scan(&mut master, prefix)?;

@@ -252,6 +252,10 @@ fn generated_files() -> Vec<(String, String)> {
                 status_sections,
                 &["redlock(1)", "redlock-acquire(1)", "redlock-release(1)"],
             ),
+            "log" => (
+                log_sections,
+                &["redlock(1)", "redlock-status(1)", "redlock-exec(1)"],
+            ),
             "exec" => (
                 exec_sections,
                 &[
@@ -1085,6 +1089,43 @@ fn status_sections(r: &mut Roff) {
         r,
         [roman("The same information as JSON:")],
         &["redlock status --json deploy-prod nightly-backup"],
+    );
+}
+
+fn log_sections(r: &mut Roff) {
+    exit_status(r, false);
+    para(
+        r,
+        [roman(
+            "With --follow, redlock runs until a signal stops it (128+N: 130 for Ctrl-C) or \
+             stdout is closed (0).",
+        )],
+    );
+
+    heading(r, "HISTORY");
+    para(
+        r,
+        [roman(
+            "Each lock keeps its last --log-max events (1000 by default) in the stream \
+             PREFIX{NAME}:log, written in the same atomic step as the change: acquired (who, \
+             fence, how long it waited), released (how long it was held; exec adds its \
+             command's exit status), expired (the holder never released; noticed by the next \
+             acquisition), forced (whose lock, by whom), lost (an exec that lost its lock). The \
+             history expires with the lock's record (--meta-ttl). On a quorum, each node keeps \
+             its own; redlock log reads the first URL's.",
+        )],
+    );
+
+    heading(r, "EXAMPLES");
+    example(
+        r,
+        [roman("Who held deploy-prod in the last day, and for how long:")],
+        &["redlock log deploy-prod --since 24h"],
+    );
+    example(
+        r,
+        [roman("Keep a machine-readable record of every change as it happens:")],
+        &["redlock log deploy-prod --follow --json >> deploy-prod.events"],
     );
 }
 

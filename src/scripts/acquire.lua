@@ -7,7 +7,10 @@
 --      place in the queue and a reservation made for it), meta_idle_ms (how long meta outlives
 --      the lock and the queue; see keep_meta), wait_ms (what is left of the client's wait; ''
 --      when it waits forever: recorded with the waiter, see `:wr` in common.lua), pidns (the
---      holder's pid namespace, recorded so that `status` judges its pid only in that namespace)
+--      holder's pid namespace, recorded so that `status` judges its pid only in that namespace),
+--      waited_ms (how long the client has waited so far: told with `acquired`, and summed in meta
+--      `waited_ms` beside the count `acquisitions`, for metrics), log_max (how many entries the
+--      lock's history keeps; see `event` in common.lua)
 --
 -- Returns {1, fence, acquired_ms, run_id} when taken, {0, pttl, queued, reserved} when busy (queued: 1 if we are in
 -- the queue now, 0 if not; reserved: 1 if the lock is some waiter's turn rather than held, see
@@ -33,7 +36,12 @@
 -- no reader sees a lock without its record, and a newcomer never overtakes the queue. Joining the
 -- queue in the same script as the failed attempt means a release that comes before we block on
 -- our wake list still finds us (and pushes to the list): no lost wake-ups.
+--
+-- Told (see `event` in common.lua): `acquired`; before it, `expired` when the previous holder's
+-- record was never dated by a release (its TTL ran out: nobody else deletes a lock key); and
+-- `queued` when a waiter joins the queue.
 local token, ttl = ARGV[1], ARGV[2]
+local log_max = ARGV[17]
 
 -- Given up already (leave.lua left a tombstone): this is an attempt that arrived after its
 -- client gave up on it. Do nothing: busy, not queued. One EXISTS per attempt.
@@ -49,10 +57,21 @@ local function take(queued)
   end
   local us = now_us()
   local now = math.floor(us / 1000)
+  local waited = math.max(tonumber(ARGV[16]) or 0, 0)
+  local before = redis.call('HMGET', META, 'fence', 'acquisitions', 'waited_ms', 'token',
+    'released_ms', 'acquired_ms', 'expires_ms', 'user', 'host', 'pid')
   local record = {'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
     'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ttl, 'expires_ms', now + ttl,
-    'pidns', ARGV[15] or ''}
-  local last = tonumber(redis.call('HGET', META, 'fence')) or 0
+    'pidns', ARGV[15] or '', 'acquisitions', int((tonumber(before[2]) or 0) + 1),
+    'waited_ms', int((tonumber(before[3]) or 0) + waited)}
+  local keep = tonumber(ttl) + (tonumber(ARGV[13]) or 0)
+  if before[4] and before[4] ~= token and before[4] ~= ARGV[12] and not before[5] then
+    local from, to = tonumber(before[6]) or now, tonumber(before[7]) or now
+    event('expired', before[4], {'fence', before[1] or '', 'user', before[8] or '',
+      'host', before[9] or '', 'pid', before[10] or '', 'held_ms', math.max(to - from, 0),
+      'expires_ms', to}, log_max, keep, now)
+  end
+  local last = tonumber(before[1]) or 0
   local fence = us
   if last >= 2^53 - 1 then
     -- Beyond what a Lua number holds exactly (set by hand): count on in Redis's integers.
@@ -73,6 +92,9 @@ local function take(queued)
       'turn_until', now + tonumber(ARGV[8]) + tonumber(ARGV[9]))
   end
   keep_meta(ARGV[13], tonumber(ttl))
+  event('acquired', token, {'fence', int(fence), 'user', ARGV[5], 'host', ARGV[3],
+    'pid', ARGV[4], 'note', ARGV[6], 'waited_ms', waited, 'ttl_ms', tonumber(ttl)}, log_max, keep,
+    now)
   return {1, fence, now, run_id(ARGV[11])}
 end
 
@@ -144,6 +166,12 @@ if not redis.call('ZSCORE', QUEUE, token) then
   local wait = tonumber(ARGV[14])
   redis.pcall('HSET', WAITERS, token, table.concat({int(now), wait and int(now + wait) or '',
     ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
+  local who = {'user', ARGV[5], 'host', ARGV[3], 'pid', ARGV[4], 'note', ARGV[6]}
+  if wait then
+    who[#who + 1] = 'deadline_ms'
+    who[#who + 1] = now + wait
+  end
+  event('queued', token, who, log_max, 0, now)
 end
 -- The lease covers the wait the client is about to do (the lock's TTL, at most block_cap_ms)
 -- plus a margin; the client renews it with every attempt.

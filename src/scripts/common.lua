@@ -14,7 +14,8 @@
 -- Wake lists KEYS[1] .. ':w:' .. token are derived from KEYS[1]: same hash tag, same slot. So is
 -- the pub/sub channel KEYS[1] .. ':events', where a lock taken away from its holder is announced,
 -- and the tombstones KEYS[1] .. ':gone:' .. token (a string with a PX expiry) of tokens given up
--- while an attempt of theirs may still be on its way (see leave.lua).
+-- while an attempt of theirs may still be on its way (see leave.lua). So are the channel
+-- KEYS[1] .. ':watch' and the stream KEYS[1] .. ':log', where every change is told (see `event`).
 local LOCK, META, QUEUE, LEASES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local WAITERS = LOCK .. ':wr'
 
@@ -66,13 +67,15 @@ local function gone_key(token)
   return LOCK .. ':gone:' .. token
 end
 
--- Take `token` out of the queue: its ticket, its lease and its record go together. The record
+-- Take `token` out of the queue: its ticket, its lease and its record go together (true if it was
+-- queued). The record
 -- is for display only: a `:wr` key that is not a hash (anyone can write one) must never stop the
 -- queue, so every command on it is a pcall (here and in acquire.lua and status.lua).
 local function drop_waiter(token)
-  redis.call('ZREM', QUEUE, token)
+  local queued = redis.call('ZREM', QUEUE, token)
   redis.call('HDEL', LEASES, token)
   redis.pcall('HDEL', WAITERS, token)
+  return queued == 1
 end
 
 -- The meta record describes the current holder only if its token is the lock key's value (a key
@@ -164,3 +167,37 @@ local function run_id(flag)
   return string.match(info, 'run_id:(%x+)') or false
 end
 
+
+-- The kinds of event kept in the lock's history; the others (queued, left) are only told to
+-- watchers.
+local HISTORY = {acquired = true, released = true, expired = true, forced = true, lost = true}
+
+-- Tell what just changed, in the step that changed it: published as one JSON object on the
+-- channel LOCK:watch (for `status --watch`; PUBLISH costs next to nothing without a subscriber),
+-- and, for the kinds in HISTORY, appended to the capped stream LOCK:log (for `redlock log`) with
+-- the same fields. `token`: the token concerned (only its fingerprint is told: a token can
+-- release the lock); `fields`: name, value, name, value... (strings or integers); `log_max`: how
+-- many entries the stream keeps (0 or not a number: no history); `keep_ms`: how long the stream
+-- outlives this write (the history of a lock nobody uses expires, as meta does); `at`: now (ms).
+-- Every call is a pcall: telling must never stop the change it tells of (a server out of
+-- memory refuses XADD; an ACL user may lack the channel; anyone may write a key of another type
+-- under the stream's name).
+local function event(kind, token, fields, log_max, keep_ms, at)
+  local fp = string.sub(token or '', 1, 8)
+  local told = {event = kind, token = fp, at_ms = at}
+  -- Numbers go to Redis as integers written out: Lua would write 1.7961336804629e+15.
+  local entry = {'event', kind, 'token', fp}
+  for i = 1, #fields, 2 do
+    local v = fields[i + 1]
+    told[fields[i]] = v
+    entry[#entry + 1] = fields[i]
+    entry[#entry + 1] = type(v) == 'number' and int(v) or v
+  end
+  redis.pcall('PUBLISH', LOCK .. ':watch', cjson.encode(told))
+  local max = tonumber(log_max) or 0
+  if HISTORY[kind] and max > 0 then
+    local log = LOCK .. ':log'
+    redis.pcall('XADD', log, 'MAXLEN', int(max), '*', unpack(entry))
+    redis.pcall('PEXPIRE', log, int(keep_ms))
+  end
+end

@@ -4,7 +4,8 @@
 -- ARGV token, claim_ms, 'quiet' (a quorum's queue node: do not wake the next waiter yet), waiter
 --      (a quorum's other nodes: reserve what we give back for this waiter, chosen by the queue
 --      node; see release.lua), tombstone_ms (> 0: we are not sure that every attempt we sent with
---      this token has reached the server; see below)
+--      this token has reached the server; see below), log_max, meta_idle_ms (see `event` in
+--      common.lua: a waiter that leaves is told as `left`; a lock given back as `released`)
 --
 -- Returns the waiter the lock was passed on to, or false.
 -- If the lock was just reserved for us, we will not claim it: pass it on to the next waiter at
@@ -22,15 +23,26 @@ local gone = tonumber(ARGV[5]) or 0
 if gone > 0 then
   redis.call('SET', gone_key(ARGV[1]), '1', 'PX', gone)
 end
-drop_waiter(ARGV[1])
+local queued = drop_waiter(ARGV[1])
 redis.call('DEL', wake_key(ARGV[1]))
 local current = redis.call('GET', LOCK)
 local next = false
 if current == '~' .. ARGV[1] or current == ARGV[1] then
   next = pass_on(ARGV[2], ARGV[3] == 'quiet', ARGV[4])
 end
-if redis.call('HGET', META, 'token') == ARGV[1] then
+local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence')
+if mine[1] == ARGV[1] then
   redis.call('HDEL', META, 'token', 'host', 'pid', 'user', 'note', 'acquired_ms', 'ttl_ms',
     'expires_ms', 'released_ms')
+end
+if queued or current == '~' .. ARGV[1] or mine[1] == ARGV[1] then
+  local at = now_ms()
+  if current == ARGV[1] and mine[1] == ARGV[1] then
+    -- Taken by an attempt whose reply we never read, and given back: its history closes.
+    event('released', ARGV[1], {'fence', mine[3] or '',
+      'held_ms', math.max(at - (tonumber(mine[2]) or at), 0)}, ARGV[6], tonumber(ARGV[7]) or 0, at)
+  else
+    event('left', ARGV[1], {}, ARGV[6], 0, at)
+  end
 end
 return next

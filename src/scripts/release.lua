@@ -5,7 +5,9 @@
 --      quorum's other nodes: reserve the lock for this waiter, chosen by the queue node); with
 --      'force' also the forcer's host, pid and user (recorded as forced_by), then a condition
 --      ('' none, 'fence' or 'token') and its value (`release --force --if-fence N` /
---      `--if-token FINGERPRINT`)
+--      `--if-token FINGERPRINT`) (all five '' when not forced), log_max (see `event` in
+--      common.lua), status (the exit status of `exec`'s command, told with `released`; '' for
+--      `release`), meta_idle_ms (how long the history outlives this release)
 --
 -- Returns {1, holder-record, next} released: the record names who held it (for --force; empty
 -- otherwise) and `next` is the waiter it was handed to, or false; {0} already free (expired or
@@ -30,6 +32,9 @@
 -- starts with that fingerprint. Otherwise it answers {-1, holder-record} and changes nothing, as
 -- for another token. Checked in the same step as the delete, so the lock cannot change hands
 -- between the check and the release (Terraform's `force-unlock LOCK_ID`).
+--
+-- Told (see `event` in common.lua): `released` by the holder (how long it held the lock, and the
+-- command's exit status for `exec`), `forced` (whose lock, by whom).
 --
 -- A quorum's queue node ('quiet') that does not hold our token (a holder's majority need not
 -- include it) still names the waiter whose turn is next, as {0|-1, holder-record, next}: the
@@ -60,8 +65,9 @@ if not current then
 end
 -- The lock changes first, the records after, with pcall: a server out of memory (maxmemory,
 -- noeviction) refuses HSET but not DEL, and a release must not fail for want of a date.
-local dated = (current == ARGV[1] or ARGV[2] == 'force')
-  and redis.call('HGET', META, 'token') == current
+local log_max, keep = ARGV[11], tonumber(ARGV[13]) or 0
+local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence')
+local dated = (current == ARGV[1] or ARGV[2] == 'force') and mine[1] == current
 local function date_release()
   if dated then
     redis.pcall('HSET', META, 'released_ms', now_ms())
@@ -70,6 +76,15 @@ end
 if current == ARGV[1] then
   local next = pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])
   date_release()
+  if dated then
+    local at = now_ms()
+    local told = {'fence', mine[3] or '', 'held_ms', math.max(at - (tonumber(mine[2]) or at), 0)}
+    if tonumber(ARGV[12]) then
+      told[#told + 1] = 'status'
+      told[#told + 1] = tonumber(ARGV[12])
+    end
+    event('released', current, told, log_max, keep, at)
+  end
   return {1, {}, next}
 end
 local function as_seen(current)
@@ -94,6 +109,12 @@ if ARGV[2] == 'force' then
     local by = (ARGV[8] or '?') .. '@' .. (ARGV[6] or '?') .. ' (pid ' .. (ARGV[7] or '?') .. ')'
     local at = now_ms()
     redis.pcall('HSET', META, 'forced_token', current, 'forced_by', by, 'forced_at', at)
+    local was = {}
+    for i = 1, #record, 2 do
+      was[record[i]] = record[i + 1]
+    end
+    event('forced', current, {'fence', was.fence or '', 'by', by, 'user', was.user or '',
+      'host', was.host or '', 'pid', was.pid or ''}, log_max, keep, at)
     -- Tell the holder now rather than at its next renewal (`exec` listens on this channel; see
     -- notify.rs). Fire-and-forget: a holder not listening at this instant learns it by renewing.
     -- pcall: an ACL user without the channel (Redis 7 gives new users none) still releases; its

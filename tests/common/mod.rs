@@ -479,12 +479,24 @@ impl RedisServer {
             .unwrap_or(-1)
     }
 
+    /// How many keys there are, the locks' histories not counted (see [`keys`](Self::keys)).
     pub fn dbsize(&self) -> i64 {
-        self.query(&["DBSIZE"])
+        self.keys().len() as i64
     }
 
-    /// Every key, sorted (with SCAN, so that it works where KEYS is disabled).
+    /// Every key but the locks' histories, sorted (with SCAN, so that it works where KEYS is
+    /// disabled). A history (`PREFIX{NAME}:log`) is kept on purpose after every acquisition, like
+    /// the record in `:meta`, and expires with it; the tests that list keys check what the
+    /// protocol leaves (a lock, a queue, a waiter's traces), and tests/history.rs checks the
+    /// history. [`keys_and_histories`](Self::keys_and_histories) lists everything.
     pub fn keys(&self) -> Vec<String> {
+        let mut keys = self.keys_and_histories();
+        keys.retain(|k| !k.ends_with("}:log"));
+        keys
+    }
+
+    /// Every key, sorted.
+    pub fn keys_and_histories(&self) -> Vec<String> {
         use redis::Commands;
         let mut con = self.cli();
         let mut keys: Vec<String> = con.scan::<String>().unwrap().map(Result::unwrap).collect();
@@ -622,7 +634,17 @@ impl fmt::Display for Output {
     }
 }
 
-/// A running process with its stdout and stderr collected in the background; killed on drop.
+/// A running process with its stdout and stderr collected in the background; killed on drop,
+/// with every process it started.
+///
+/// It leads a process group of its own ([`Run::spawn_proc`]), which the processes it starts join
+/// (a `redlock` under `sh -c`, the command under `redlock exec`): on drop, and when
+/// [`finish`](Self::finish) gives up, the whole group is killed, so that a test that panics
+/// leaves no `redlock` behind riding out its `--wait` against a server that is gone. Signals the
+/// tests send ([`signal`](Self::signal)) still go to the leader alone. The group's id is the
+/// leader's pid, which stays ours while the leader is not reaped: [`running`](Self::running)
+/// therefore looks without reaping, and the group is killed only before the leader is reaped
+/// (after [`finish`](Self::finish) reaped it, a process left in the group stays, as before).
 pub struct Proc {
     child: Child,
     stdout: Arc<Mutex<String>>,
@@ -670,9 +692,41 @@ impl Proc {
         signal(self.id(), sig);
     }
 
-    /// Whether the process has exited (without reaping it for good: `finish` still works).
+    /// Whether the process has exited (without reaping it: `finish` still works, and the group
+    /// can still be killed on drop).
     pub fn running(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
+        self.leader_exited() == Some(false)
+    }
+
+    /// Whether the leader has exited (`Some(true)`: a zombie, not reaped yet), is running
+    /// (`Some(false)`), or was reaped already (`None`).
+    fn leader_exited(&self) -> Option<bool> {
+        // SAFETY: waitid writes into the siginfo_t we own, zeroed first (si_pid stays 0 when
+        // the child has not exited); WNOWAIT leaves an exited child unreaped.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let rc = libc::waitid(
+                libc::P_PID,
+                self.child.id(),
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            );
+            (rc == 0).then(|| info.si_pid() != 0)
+        }
+    }
+
+    /// SIGKILLs the process and everything in its group, unless the leader was reaped already
+    /// (its pid, the group's id, may then belong to someone else), then reaps the leader.
+    fn kill_group(&mut self) {
+        if self.leader_exited().is_some() {
+            // SAFETY: killpg has no memory-safety preconditions. The group id is our unreaped
+            // child's pid, so it names our group (or no group at all: ESRCH, ignored).
+            unsafe {
+                libc::killpg(self.child.id() as libc::pid_t, libc::SIGKILL);
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Waits until stderr contains `needle`; panics with the output so far after `timeout`.
@@ -693,9 +747,8 @@ impl Proc {
     /// Waits for the exit (killing the process and panicking after `timeout`).
     #[track_caller]
     pub fn finish(mut self, timeout: Duration) -> Output {
-        let child = &mut self.child;
-        if !wait_for(|| child.try_wait().unwrap().is_some(), timeout) {
-            let _ = self.child.kill();
+        if !wait_for(|| self.leader_exited() != Some(false), timeout) {
+            self.kill_group();
             panic!(
                 "still running after {timeout:?}; killed\n--- stdout:\n{}--- stderr:\n{}---",
                 self.stdout(),
@@ -718,14 +771,14 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill_group();
     }
 }
 
 /// Running a [`Command`] as a test wants it.
 pub trait Run {
-    /// Starts it with stdin closed and stdout/stderr collected.
+    /// Starts it with stdin closed and stdout/stderr collected, leading a process group of its
+    /// own (see [`Proc`]).
     fn spawn_proc(&mut self) -> Proc;
     /// Runs it to the end (a hang fails the test after [`HANG`]).
     fn run(&mut self) -> Output;
@@ -735,6 +788,7 @@ impl Run for Command {
     fn spawn_proc(&mut self) -> Proc {
         let started = Instant::now();
         let mut child = self
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

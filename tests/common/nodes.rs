@@ -247,8 +247,8 @@ impl Monitor {
                     continue;
                 };
                 let argv = &args[(3 + numkeys).min(args.len())..];
-                // acquire.lua: token, ttl, host, pid, user, note, ... 15 in all.
-                if argv.len() == 15 && argv[5] == note && !tokens.contains(&argv[0]) {
+                // acquire.lua: token, ttl, host, pid, user, note, ... 17 in all.
+                if argv.len() == 17 && argv[5] == note && !tokens.contains(&argv[0]) {
                     tokens.push(argv[0].clone());
                 }
             }

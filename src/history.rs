@@ -1,0 +1,340 @@
+//! A lock's history: the capped stream `PREFIX{NAME}:log` that the scripts append to (`event` in
+//! `common.lua`), read back for `redlock log`.
+//!
+//! Each entry is one event (`acquired`, `released`, `expired`, `forced`, `lost`) with the fields
+//! the script wrote; its stream ID's first part is the server's clock in ms when it was written.
+//! Anyone who can write the prefix can write the stream, so every field read here is untrusted:
+//! escaped for display (printable.rs), the note redacted (redact.rs), numbers parsed, never
+//! trusted to fit. The stream lives on the lock's server (a quorum's queue node, the first URL).
+//!
+//! Layer 6 of the list in `lib.rs`.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use redis::Value;
+use serde_json::{Map, Value as Json, json};
+
+use crate::client::{Redis, unexpected_reply};
+use crate::lock::{Keys, human_ms, rfc3339};
+use crate::printable::printable;
+use crate::redact::redact;
+
+/// One event of the history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The stream ID (`MS-SEQ`): where `--follow` goes on from.
+    pub id: String,
+    /// When it was written (the server's clock, ms): the ID's first part.
+    pub at_ms: i64,
+    /// The fields in the order written, `event` and `token` first; escaped, the note redacted.
+    pub fields: Vec<(String, String)>,
+}
+
+impl Entry {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The kind of event (`acquired`, ...), `?` when missing.
+    pub fn kind(&self) -> &str {
+        self.get("event").unwrap_or("?")
+    }
+
+    fn millis(&self, name: &str) -> Option<Duration> {
+        self.get(name)?
+            .parse::<u64>()
+            .ok()
+            .map(Duration::from_millis)
+    }
+
+    fn who(&self) -> Option<String> {
+        let (user, host) = (self.get("user")?, self.get("host")?);
+        Some(match self.get("pid") {
+            Some(pid) if !pid.is_empty() => format!("{user}@{host} (pid {pid})"),
+            _ => format!("{user}@{host}"),
+        })
+    }
+
+    /// One line for humans: time, event, token fingerprint, then what the event says.
+    pub fn line(&self, name: Option<&str>) -> String {
+        let mut parts = vec![rfc3339(self.at_ms)];
+        if let Some(name) = name {
+            parts.push(format!("'{}'", printable(name)));
+        }
+        parts.push(format!("{:<8}", self.kind()));
+        parts.push(self.get("token").unwrap_or("?").to_string());
+        let mut said = Vec::new();
+        if let Some(fence) = self.get("fence").filter(|f| !f.is_empty()) {
+            said.push(format!("fence {fence}"));
+        }
+        match self.kind() {
+            "acquired" => {
+                if let Some(who) = self.who() {
+                    said.push(format!("by {who}"));
+                }
+                if let Some(w) = self.millis("waited_ms").filter(|w| !w.is_zero()) {
+                    said.push(format!("after waiting {}", human_ms(w)));
+                }
+                if let Some(note) = self.get("note").filter(|n| !n.is_empty()) {
+                    said.push(format!("running '{note}'"));
+                }
+            }
+            "released" => {
+                if let Some(h) = self.millis("held_ms") {
+                    said.push(format!("held {}", human_ms(h)));
+                }
+                if let Some(status) = self.get("status") {
+                    said.push(format!("command exited {status}"));
+                }
+            }
+            "expired" => {
+                if let Some(who) = self.who() {
+                    said.push(format!("held by {who}"));
+                }
+                if let Some(h) = self.millis("held_ms") {
+                    said.push(format!("for {}", human_ms(h)));
+                }
+                if let Some(at) = self.get("expires_ms").and_then(|t| t.parse().ok()) {
+                    said.push(format!("never released; expired at {}", rfc3339(at)));
+                }
+            }
+            "forced" => {
+                if let Some(who) = self.who() {
+                    said.push(format!("held by {who}"));
+                }
+                if let Some(by) = self.get("by") {
+                    said.push(format!("released by {by}"));
+                }
+            }
+            "lost" => {
+                if let Some(why) = self.get("reason") {
+                    said.push(why.to_string());
+                }
+            }
+            _ => {}
+        }
+        if !said.is_empty() {
+            parts.push(said.join(", "));
+        }
+        parts.join("  ")
+    }
+
+    /// The entry as one JSON object: `time` (RFC 3339), `at_ms`, `id`, `lock` and the fields
+    /// (numbers as numbers where they fit; fences stay strings: they can exceed 2^53).
+    pub fn json(&self, name: &str) -> Json {
+        let mut m = Map::new();
+        m.insert("time".into(), json!(rfc3339(self.at_ms)));
+        m.insert("at_ms".into(), json!(self.at_ms));
+        m.insert("id".into(), json!(self.id));
+        m.insert("lock".into(), json!(name));
+        for (k, v) in &self.fields {
+            let numeric = matches!(
+                k.as_str(),
+                "waited_ms" | "ttl_ms" | "held_ms" | "status" | "expires_ms"
+            );
+            let value = match v.parse::<i64>() {
+                Ok(n) if numeric => json!(n),
+                _ => json!(v),
+            };
+            m.insert(k.clone(), value);
+        }
+        Json::Object(m)
+    }
+}
+
+/// Where reading starts and how much.
+#[derive(Debug, Clone, Copy)]
+pub struct Range {
+    /// Only entries written at or after this time (server ms).
+    pub since_ms: Option<i64>,
+    /// At most this many, the most recent.
+    pub limit: Option<usize>,
+}
+
+/// The server's clock in ms (for `--since`: the stream's IDs are the server's time).
+pub fn server_ms(redis: &mut Redis) -> Result<i64> {
+    let (secs, micros): (i64, i64) = redis.call("time", |con| redis::cmd("TIME").query(con))?;
+    Ok(secs * 1000 + micros / 1000)
+}
+
+/// The entries of `keys`' history in `range`, oldest first.
+pub fn read(redis: &mut Redis, keys: &Keys, range: Range) -> Result<Vec<Entry>> {
+    let log = keys.log();
+    let start = range
+        .since_ms
+        .map_or_else(|| "-".to_string(), |ms| ms.max(0).to_string());
+    let reply: Value = redis.call("history", |con| {
+        let mut cmd = redis::cmd("XREVRANGE");
+        cmd.arg(&log).arg("+").arg(&start);
+        if let Some(n) = range.limit {
+            cmd.arg("COUNT").arg(n);
+        }
+        cmd.query(con)
+    })?;
+    let mut entries = entries(&reply)?;
+    entries.reverse();
+    Ok(entries)
+}
+
+/// Entries written after `after` (a stream ID), waiting up to `block` for the first one; empty
+/// when none came.
+pub fn read_after(
+    redis: &mut Redis,
+    keys: &Keys,
+    after: &str,
+    block: Duration,
+) -> Result<Vec<Entry>> {
+    let log = keys.log();
+    let ms = u64::try_from(block.as_millis()).unwrap_or(u64::MAX).max(1);
+    let reply: Value = redis.call_waiting("history", |con| {
+        redis::cmd("XREAD")
+            .arg("COUNT")
+            .arg(1000)
+            .arg("BLOCK")
+            .arg(ms)
+            .arg("STREAMS")
+            .arg(&log)
+            .arg(after)
+            .query(con)
+    })?;
+    match reply {
+        Value::Nil => Ok(Vec::new()),
+        // [[key, entries]] (RESP2), or a map key -> entries (RESP3).
+        Value::Array(streams) => match streams.as_slice() {
+            [Value::Array(pair)] if pair.len() == 2 => entries(&pair[1]),
+            _ => Err(unexpected_reply("history", format!("{streams:?}"))),
+        },
+        Value::Map(streams) => match streams.as_slice() {
+            [(_, found)] => entries(found),
+            _ => Err(unexpected_reply("history", format!("{streams:?}"))),
+        },
+        other => Err(unexpected_reply("history", format!("{other:?}"))),
+    }
+}
+
+/// The ID of the last entry, or `0-0` when there is none (XREAD then returns everything new).
+pub fn last_id(redis: &mut Redis, keys: &Keys) -> Result<String> {
+    let log = keys.log();
+    let reply: Value = redis.call("history", |con| {
+        redis::cmd("XREVRANGE")
+            .arg(&log)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1)
+            .query(con)
+    })?;
+    Ok(entries(&reply)?
+        .pop()
+        .map_or_else(|| "0-0".to_string(), |e| e.id))
+}
+
+/// Parses `[[id, [field, value, ...]], ...]`.
+fn entries(v: &Value) -> Result<Vec<Entry>> {
+    let Value::Array(items) = v else {
+        if matches!(v, Value::Nil) {
+            return Ok(Vec::new());
+        }
+        return Err(unexpected_reply("history", format!("{v:?}")));
+    };
+    items.iter().map(entry).collect()
+}
+
+fn entry(v: &Value) -> Result<Entry> {
+    let bad = || unexpected_reply("history", format!("{v:?}"));
+    let Value::Array(pair) = v else {
+        return Err(bad());
+    };
+    let [id, Value::Array(flat)] = pair.as_slice() else {
+        return Err(bad());
+    };
+    let id = text(id).ok_or_else(bad)?;
+    let at_ms = id
+        .split('-')
+        .next()
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or(0);
+    let fields = flat
+        .chunks(2)
+        .filter_map(|kv| match kv {
+            [k, v] => {
+                let (k, v) = (text(k)?, text(v)?);
+                let v = if k == "note" { redact(&v) } else { v };
+                Some((printable(&k).into_owned(), printable(&v).into_owned()))
+            }
+            _ => None,
+        })
+        .collect();
+    Ok(Entry {
+        id: printable(&id).into_owned(),
+        at_ms,
+        fields,
+    })
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn raw(id: &str, kv: &[(&str, &str)]) -> Value {
+        let flat = kv.iter().flat_map(|(k, v)| [bulk(k), bulk(v)]).collect();
+        Value::Array(vec![bulk(id), Value::Array(flat)])
+    }
+
+    #[test]
+    fn an_entry_is_escaped_and_its_note_redacted() {
+        let v = Value::Array(vec![raw(
+            "1796152167492-1",
+            &[
+                ("event", "acquired"),
+                ("token", "7764a7f6"),
+                ("fence", "1796152167492237"),
+                ("user", "ci\u{1b}[2J"),
+                ("host", "runner"),
+                ("pid", "42"),
+                ("note", "deploy --password hunter2"),
+                ("waited_ms", "41000"),
+            ],
+        )]);
+        let e = entries(&v).unwrap().remove(0);
+        assert_eq!(e.at_ms, 1_796_152_167_492);
+        let line = e.line(None);
+        assert!(!line.contains('\u{1b}'), "{line}");
+        assert!(!line.contains("hunter2"), "{line}");
+        assert!(line.contains("after waiting 41s"), "{line}");
+        let j = e.json("k");
+        assert_eq!(j["waited_ms"], 41000);
+        assert_eq!(j["fence"], "1796152167492237");
+        assert_eq!(j["lock"], "k");
+    }
+
+    #[test]
+    fn a_malformed_stream_is_an_error_not_a_panic() {
+        assert!(entries(&Value::Int(3)).is_err());
+        assert!(entries(&Value::Array(vec![Value::Int(1)])).is_err());
+        let odd = Value::Array(vec![Value::Array(vec![
+            bulk("x"),
+            Value::Array(vec![bulk("event")]),
+        ])]);
+        let e = entries(&odd).unwrap().remove(0);
+        assert_eq!((e.at_ms, e.kind()), (0, "?"));
+        assert!(e.line(Some("k")).contains('?'));
+    }
+}

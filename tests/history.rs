@@ -1,0 +1,368 @@
+//! `redlock log`: every lock keeps a capped history (the stream `PREFIX{NAME}:log`) written by the
+//! scripts that take, release and force it, and by `exec` when it loses it; `log` reads it back
+//! (text or JSON Lines), by time or count, and follows it. The meta hash counts acquisitions and
+//! their waits (for metrics).
+
+mod common;
+
+use std::time::Duration;
+
+use common::nodes::Nodes;
+use common::*;
+use serde_json::Value;
+
+fn log_key(name: &str) -> String {
+    format!("{}:log", lock_key(name))
+}
+
+/// `redlock log NAME --json ARGS...`, parsed (one object per line).
+fn events(redis: &RedisServer, name: &str, args: &[&str]) -> Vec<Value> {
+    let out = redis
+        .redlock()
+        .args(["log", name, "--json"])
+        .args(args)
+        .run()
+        .expect(0);
+    parse_lines(&out.stdout)
+}
+
+fn parse_lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect()
+}
+
+fn kinds(events: &[Value]) -> Vec<&str> {
+    events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_scripted_sequence_is_told_in_order_with_its_durations() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // 1. acquire + release by hand.
+    let token = hold(&redis, "k", "60s");
+    release(&redis, "k", &token);
+    // 2. exec, whose command exits 3.
+    redis
+        .redlock()
+        .args([
+            "exec",
+            "k",
+            "--note",
+            "job --password hunter2",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .run()
+        .expect(3);
+    // 3. a holder that never releases: its TTL runs out, the next acquisition notices.
+    let short = redis
+        .redlock()
+        .args(["acquire", "k", "--ttl", "300ms"])
+        .run()
+        .ok();
+    assert!(wait_for(
+        || redis.get(&lock_key("k")).is_none(),
+        Duration::from_secs(30)
+    ));
+    // 4. a holder whose lock is forced away, with a waiter queued behind it that then waits.
+    let forced = hold(&redis, "k", "60s");
+    let waiter = redis
+        .redlock()
+        .args(["exec", "k", "--wait", "60s", "--", "true"])
+        .spawn_proc();
+    assert!(wait_for(
+        || queue(&redis, "k").len() == 1,
+        Duration::from_secs(30)
+    ));
+    redis
+        .redlock()
+        .args(["release", "k", "--force"])
+        .run()
+        .expect(0);
+    waiter.finish(HANG).expect(0);
+
+    let got = events(&redis, "k", &[]);
+    assert_eq!(
+        kinds(&got),
+        [
+            "acquired", "released", // 1
+            "acquired", "released", // 2
+            "acquired", // 3
+            "expired", "acquired", "forced", // the expiry noticed by 4's hold; 4
+            "acquired", "released", // the waiter
+        ],
+        "{got:#?}"
+    );
+    let fp = |t: &str| t[..8].to_string();
+    assert_eq!(got[0]["token"], fp(&token));
+    assert_eq!(got[1]["token"], fp(&token));
+    assert!(
+        got[1].get("status").is_none(),
+        "release has no command status"
+    );
+    assert_eq!(got[3]["status"], 3, "exec's command status: {:?}", got[3]);
+    // The note is redacted before it reaches Redis.
+    assert_eq!(got[2]["note"], "job --password ***");
+    let raw: redis::Value = redis.query(&["XRANGE", &log_key("k"), "-", "+"]);
+    assert!(!format!("{raw:?}").contains("hunter2"));
+    // The expiry names the short holder and how long it held (its TTL).
+    assert_eq!(got[5]["token"], fp(&short));
+    assert_eq!(got[5]["held_ms"], 300, "{:?}", got[5]);
+    assert_eq!(got[5]["fence"], got[4]["fence"]);
+    assert_eq!(got[7]["token"], fp(&forced));
+    assert!(got[7]["by"].as_str().unwrap().contains('@'), "{:?}", got[7]);
+    // The waiter waited until the forced release; the fences increase.
+    assert!(got[8]["waited_ms"].as_i64().unwrap() > 0, "{:?}", got[8]);
+    let fences: Vec<u128> = got
+        .iter()
+        .filter(|e| e["event"] == "acquired")
+        .map(|e| e["fence"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    // Times are the server's, in order.
+    let at: Vec<i64> = got.iter().map(|e| e["at_ms"].as_i64().unwrap()).collect();
+    assert!(at.windows(2).all(|w| w[0] <= w[1]), "{at:?}");
+
+    // Counters for metrics: 5 acquisitions, the waits summed.
+    let meta = redis.meta("k");
+    assert_eq!(meta["acquisitions"], "5", "{meta:?}");
+    assert_eq!(
+        meta["waited_ms"].parse::<i64>().unwrap(),
+        got.iter()
+            .filter_map(|e| e.get("waited_ms").and_then(Value::as_i64))
+            .sum::<i64>()
+    );
+
+    // The text form says the same in one line each.
+    let text = redis.redlock().args(["log", "k"]).run().ok();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), got.len(), "{text}");
+    assert!(
+        lines[3].contains("released") && lines[3].contains("command exited 3"),
+        "{text}"
+    );
+    assert!(
+        lines[5].contains("expired") && lines[5].contains("never released"),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2"));
+}
+
+#[test]
+fn limit_since_and_log_max_bound_what_is_kept_and_shown() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    for _ in 0..5 {
+        redis
+            .redlock()
+            .args(["exec", "k", "--log-max", "4", "--", "true"])
+            .run()
+            .expect(0);
+    }
+    // Trimmed exactly at each write: the last 4 of 10 entries.
+    let n: i64 = redis.query(&["XLEN", &log_key("k")]);
+    assert_eq!(n, 4);
+    let all = events(&redis, "k", &[]);
+    assert_eq!(
+        kinds(&all),
+        ["acquired", "released", "acquired", "released"]
+    );
+    let last = events(&redis, "k", &["--limit", "1"]);
+    assert_eq!(last, all[3..]);
+    // --since counts back from the server's clock.
+    let since = events(&redis, "k", &["--since", "1h"]);
+    assert_eq!(since, all);
+    // Entries an hour old and 10 ms old, written by hand (IDs are the server's ms).
+    let now = redis.now_ms();
+    let old = log_key("s");
+    redis.query::<()>(&[
+        "XADD",
+        &old,
+        &format!("{}-0", now - 3_600_000),
+        "event",
+        "lost",
+    ]);
+    redis.query::<()>(&["XADD", &old, &format!("{}-0", now - 10), "event", "forced"]);
+    assert_eq!(kinds(&events(&redis, "s", &["--since", "1m"])), ["forced"]);
+    assert_eq!(
+        kinds(&events(&redis, "s", &["--since", "2h"])),
+        ["lost", "forced"]
+    );
+    assert_eq!(
+        kinds(&events(&redis, "s", &["--limit", "5"])),
+        ["lost", "forced"]
+    );
+
+    // 0 writes no history at all.
+    let before: i64 = redis.query(&["XLEN", &log_key("k")]);
+    redis
+        .redlock()
+        .env("REDLOCK_LOG_MAX", "0")
+        .args(["exec", "k", "--", "true"])
+        .run()
+        .expect(0);
+    let after: i64 = redis.query(&["XLEN", &log_key("k")]);
+    assert_eq!(before, after);
+    // A lock without history: nothing on stdout, a notice on stderr, exit 0.
+    let out = redis.redlock().args(["log", "other"]).run().expect(0);
+    assert_eq!(out.stdout, "");
+    assert!(out.stderr.contains("no history for 'other'"), "{out}");
+}
+
+#[test]
+fn the_history_expires_with_the_record() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis
+        .redlock()
+        .args(["exec", "k", "--meta-ttl", "1h", "--", "true"])
+        .run()
+        .expect(0);
+    let pttl = redis.pttl(&log_key("k"));
+    assert!(pttl > 0 && pttl <= 3_600_000, "{pttl}");
+}
+
+#[test]
+fn follow_prints_new_events_and_stops_on_sigint() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = hold(&redis, "k", "60s");
+    let follow = redis
+        .redlock()
+        .args(["log", "k", "--follow", "--json"])
+        .spawn_proc();
+    let stdout = || follow_lines(&follow);
+    assert!(
+        wait_for(|| stdout().len() == 1, HANG),
+        "{}",
+        follow.stdout()
+    );
+    // Written after the first read: --follow goes on from the last entry it printed.
+    release(&redis, "k", &token);
+    assert!(
+        wait_for(|| stdout().len() == 2, HANG),
+        "{}",
+        follow.stdout()
+    );
+    assert_eq!(stdout()[1]["event"], "released");
+    redis
+        .redlock()
+        .args(["exec", "k", "--", "true"])
+        .run()
+        .expect(0);
+    assert!(
+        wait_for(|| stdout().len() == 4, HANG),
+        "{}",
+        follow.stdout()
+    );
+    follow.signal(libc::SIGINT);
+    let out = follow.finish(HANG);
+    assert_eq!(out.code(), 130, "{out}");
+}
+
+fn follow_lines(p: &Proc) -> Vec<Value> {
+    let out = p.stdout();
+    // Only complete lines.
+    let complete = &out[..out.rfind('\n').map_or(0, |i| i + 1)];
+    parse_lines(complete)
+}
+
+#[test]
+fn an_exec_that_loses_its_lock_says_so_in_the_history() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let exec = redis
+        .redlock()
+        .args(["exec", "k", "--", "sh", "-c"])
+        .arg(format!("touch {}; exec sleep 60", started.display()))
+        .spawn_proc();
+    assert!(wait_for(|| started.exists(), HANG), "{}", exec.stderr());
+    wait_subscribed(&[&redis], "k");
+    redis
+        .redlock()
+        .args(["release", "k", "--force"])
+        .run()
+        .expect(0);
+    let out = exec.finish(HANG);
+    assert_eq!(out.code(), 75, "{out}");
+    let got = events(&redis, "k", &[]);
+    assert_eq!(kinds(&got), ["acquired", "forced", "lost"], "{got:#?}");
+    assert_eq!(got[2]["token"], got[0]["token"]);
+    assert_eq!(got[2]["fence"], got[0]["fence"]);
+    assert!(
+        got[2]["reason"].as_str().unwrap().contains("force"),
+        "{:?}",
+        got[2]
+    );
+}
+
+#[test]
+fn a_quorum_keeps_the_history_on_its_queue_node() {
+    let Some(nodes) = Nodes::start(3) else {
+        return;
+    };
+    nodes
+        .redlock()
+        .args(["exec", "k", "--", "sh", "-c", "exit 4"])
+        .run()
+        .expect(4);
+    let out = nodes.redlock().args(["log", "k", "--json"]).run().ok();
+    let got = parse_lines(&out);
+    assert_eq!(kinds(&got), ["acquired", "released"], "{out}");
+    assert_eq!(got[1]["status"], 4);
+    // Every node wrote its own; `log` reads the first URL's.
+    for node in nodes.servers() {
+        let n: i64 = node.query(&["XLEN", &log_key("k")]);
+        assert_eq!(n, 2, "{}", node.url());
+    }
+}
+
+#[test]
+fn a_planted_history_is_shown_escaped_and_never_crashes_log() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let key = log_key("k");
+    redis.query::<()>(&[
+        "XADD",
+        &key,
+        "*",
+        "event",
+        "acquired\u{1b}[2J",
+        "user",
+        "x\ny",
+        "held_ms",
+        "-5",
+    ]);
+    redis.query::<()>(&["XADD", &key, "*", "odd", "x"]);
+    let out = redis.redlock().args(["log", "k"]).run().ok();
+    assert!(!out.contains('\u{1b}'), "{out:?}");
+    assert_eq!(out.lines().count(), 2, "{out:?}");
+    redis.redlock().args(["log", "k", "--json"]).run().expect(0);
+    // Another type under the stream's name: an error, not a panic; locks still work.
+    redis.query::<()>(&["DEL", &key]);
+    redis.query::<()>(&["SET", &key, "x"]);
+    let out = redis.redlock().args(["log", "k"]).run();
+    assert_ne!(out.code(), 0, "{out}");
+    assert_one_error_line(&out);
+    redis
+        .redlock()
+        .args(["exec", "k", "--", "true"])
+        .run()
+        .expect(0);
+}
