@@ -95,7 +95,7 @@ enum Subscription {
 
 /// The channel on which `keys`' changes are published.
 fn channel_of(keys: &Keys) -> String {
-    format!("{}:watch", keys.lock)
+    keys.watch()
 }
 
 /// The pattern that matches the channel of every lock under `prefix`, and no other.
@@ -340,8 +340,8 @@ impl Watcher<'_> {
         let token = field("token").to_string();
         match kind {
             "acquired" => {
-                let at = event.get("at_ms").and_then(Value::as_i64);
-                let ttl = event.get("ttl_ms").and_then(Value::as_i64);
+                let at = integer(event.get("at_ms"));
+                let ttl = integer(event.get("ttl_ms"));
                 self.seen.insert(
                     name.to_string(),
                     Seen {
@@ -459,6 +459,10 @@ impl Watcher<'_> {
     /// when that holder's hold ran out and nobody said so.
     fn observe(&mut self, state: &State) -> Option<Map<String, Value>> {
         let name = state.keys.name.clone();
+        if state.handing_over() {
+            // Reserved for the first waiter: nobody holds it; its `acquired` will say who does.
+            return None;
+        }
         if state.held() {
             let token = state.token.as_deref()?;
             let fp = fingerprint(token);
@@ -486,23 +490,31 @@ impl Watcher<'_> {
             return None;
         }
         let seen = self.seen.get_mut(&name).filter(|s| !s.ended)?;
-        let expired_at = match state.last.as_deref() {
+        let at = match state.last.as_deref() {
             // The meta hash knows this hold: its end is what the record says (a release or a
             // forced release publishes its own event).
             Some(last) if fingerprint(&last.token) == seen.fingerprint => {
                 match (last.ended(), state.forced_of(&last.token)) {
-                    (Some((Ended::Expired, at)), None) => Some(at),
-                    _ => None,
+                    (Some((Ended::Expired, at)), None) => at,
+                    _ => {
+                        seen.ended = true;
+                        return None;
+                    }
                 }
             }
-            // Someone else held it since: their scripts said what became of this one.
-            Some(_) => None,
-            // No record (meta expired, or a holder other than redlock): expired if its time ran
-            // out by the server's clock.
-            None => seen.expires_ms.filter(|&at| at <= state.now_ms),
+            // A later holder's record: their scripts said what became of this one.
+            Some(last) if last.acquired_ms > seen.acquired_ms => {
+                seen.ended = true;
+                return None;
+            }
+            // An earlier holder's: this read is older than the hold we heard of (on a quorum, a
+            // node the acquisition has not reached yet). The next read tells.
+            Some(_) => return None,
+            // No record (meta expired, or a holder other than redlock): expired once its time
+            // ran out by the server's clock.
+            None => seen.expires_ms.filter(|&at| at <= state.now_ms)?,
         };
         seen.ended = true;
-        let at = expired_at?;
         let seen = seen.clone();
         if !self.remember_expiry(&name, &seen.fingerprint) {
             return None;
@@ -676,6 +688,13 @@ fn parse_event(lock: &str, payload: &[u8]) -> Option<Map<String, Value>> {
     Some(event)
 }
 
+/// A JSON number as an integer (Lua's cjson may write a large one in floating point).
+fn integer(v: Option<&Value>) -> Option<i64> {
+    let v = v?;
+    v.as_i64()
+        .or_else(|| v.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
+}
+
 /// One change as a line for humans: `TIME LOCK EVENT details`.
 fn describe(event: &Map<String, Value>) -> String {
     let text = |k: &str| match event.get(k) {
@@ -684,12 +703,8 @@ fn describe(event: &Map<String, Value>) -> String {
         Some(Value::Bool(b)) => b.to_string(),
         _ => String::new(),
     };
-    let ms = |k: &str| {
-        event
-            .get(k)
-            .and_then(Value::as_u64)
-            .map(|ms| human_ms(Duration::from_millis(ms)))
-    };
+    let ms =
+        |k: &str| integer(event.get(k)).map(|ms| human_ms(Duration::from_millis(ms.max(0) as u64)));
     let who = || format!("{}@{} (pid {})", text("user"), text("host"), text("pid"));
     let note = || match text("note") {
         n if n.is_empty() => String::new(),
@@ -709,7 +724,7 @@ fn describe(event: &Map<String, Value>) -> String {
         "queued" => format!(
             "{}, token {token}…, {}{}",
             who(),
-            match event.get("deadline_ms").and_then(Value::as_i64) {
+            match integer(event.get("deadline_ms")) {
                 Some(at) => format!("gives up at {}", rfc3339(at)),
                 None => "waits forever".to_string(),
             },

@@ -1119,12 +1119,16 @@ fn log_sections(r: &mut Roff) {
     heading(r, "EXAMPLES");
     example(
         r,
-        [roman("Who held deploy-prod in the last day, and for how long:")],
+        [roman(
+            "Who held deploy-prod in the last day, and for how long:",
+        )],
         &["redlock log deploy-prod --since 24h"],
     );
     example(
         r,
-        [roman("Keep a machine-readable record of every change as it happens:")],
+        [roman(
+            "Keep a machine-readable record of every change as it happens:",
+        )],
         &["redlock log deploy-prod --follow --json >> deploy-prod.events"],
     );
 }

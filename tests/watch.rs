@@ -27,27 +27,33 @@ fn patterns(redis: &RedisServer) -> i64 {
 /// Starts `redlock status --watch ARGS` and waits until it is subscribed (a watcher of every lock
 /// subscribes to a pattern; one of named locks to the channel of the first).
 fn watcher(redis: &RedisServer, args: &[&str]) -> Proc {
-    let mut proc = redis
-        .redlock()
-        .args(["status", "--watch"])
-        .args(args)
-        .spawn_proc();
-    let named = args.iter().find(|a| !a.starts_with('-'));
-    let subscribed = || match named {
+    let named = args
+        .iter()
+        .find(|a| !a.starts_with('-'))
+        .map(|n| n.to_string());
+    let mut cmd = redis.redlock();
+    cmd.args(["status", "--watch"]).args(args);
+    watching(cmd, || match &named {
         None => patterns(redis) == 1,
         Some(name) => {
             let channel = format!("{}:watch", lock_key(name));
             let counts: Vec<redis::Value> = redis.query(&["PUBSUB", "NUMSUB", &channel]);
             matches!(counts.get(1), Some(redis::Value::Int(1)))
         }
-    };
+    })
+}
+
+/// Starts `cmd` (a watcher) and waits until `subscribed` says the server counts its
+/// subscription, and it said so.
+fn watching(mut cmd: std::process::Command, subscribed: impl FnMut() -> bool) -> Proc {
+    let mut proc = cmd.spawn_proc();
     if !wait_for(subscribed, EVENT) {
         panic!(
             "the watcher did not subscribe\n--- stderr:\n{}",
             proc.stderr()
         );
     }
-    // Subscribed and listed as such: the notice follows the confirmation.
+    // The notice follows the confirmation.
     proc.wait_for_stderr("listening for changes", EVENT);
     proc
 }
@@ -96,10 +102,9 @@ fn a_silent_expiry_is_reported_once() {
     // Nothing more for the same hold: a later acquisition (whose script may say `expired` too)
     // adds no second one.
     let next = hold(&redis, "k", "30s");
-    let _ = wait_for(
-        || events(&watch).iter().any(|e| e["token"] == next[..8]),
-        Duration::from_secs(3),
-    );
+    wait_event(&watch, |e| {
+        e["event"] == "acquired" && e["token"] == next[..8]
+    });
     watch.signal(libc::SIGINT);
     let out = watch.finish(EVENT).expect(130);
     let expired = out
@@ -243,7 +248,12 @@ fn the_table_is_redrawn_in_a_terminal_and_the_terminal_restored() {
     );
     let before = seen.lock().unwrap().len();
     release(&redis, "k", &token);
-    let gone = || seen.lock().unwrap()[before..].contains("no locks held under prefix 'redlock:'");
+    // Gone from the table, and listed below it as a change.
+    let gone = || {
+        let seen = seen.lock().unwrap();
+        seen[before..].contains("no locks held under prefix 'redlock:'")
+            && seen[before..].contains(&format!(" k released token {}…", &token[..8]))
+    };
     assert!(wait_for(gone, EVENT), "{:?}", seen.lock().unwrap());
     common::signal(child.id(), libc::SIGINT);
     assert!(
@@ -268,4 +278,182 @@ fn the_table_is_redrawn_in_a_terminal_and_the_terminal_restored() {
         .unwrap();
     // Nothing on stderr: it would be drawn over.
     assert_eq!(stderr, "");
+}
+
+/// The kinds of events, in order, with their tokens' fingerprints.
+fn sequence(events: &[Value]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap().to_string(),
+                e["token"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn fp(token: &str) -> String {
+    token[..8].to_string()
+}
+
+/// A scripted sequence: a holder, a waiter (`exec`) queued behind it, a release that hands the
+/// lock over, the waiter's command ending, a holder that never releases, and the next
+/// acquisition: each change once, in order, with its fields (the expiry seen by the watcher, not
+/// repeated when the next acquisition's script tells it too).
+#[test]
+fn json_lines_tell_a_scripted_sequence_in_order() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let watch = watcher(&redis, &["--json"]);
+    let a = redis
+        .redlock()
+        .args([
+            "acquire",
+            "k",
+            "--ttl",
+            "60s",
+            "--note",
+            "deploy password=hunter2",
+        ])
+        .run()
+        .ok();
+    let waiter = redis
+        .redlock()
+        .args(["exec", "k", "--wait", "60s", "--", "sh", "-c", "exit 3"])
+        .spawn_proc();
+    wait_event(&watch, |e| e["event"] == "queued");
+    release(&redis, "k", &a);
+    waiter.finish(EVENT).expect(3);
+    let c = hold(&redis, "k", "1s");
+    wait_event(&watch, |e| e["event"] == "expired");
+    let d = hold(&redis, "k", "60s");
+    let seen = wait_event(&watch, |e| e["event"] == "acquired" && e["token"] == fp(&d));
+    let b = seen
+        .iter()
+        .find(|e| e["event"] == "queued")
+        .map(|e| e["token"].as_str().unwrap().to_string())
+        .unwrap();
+    let expected: Vec<(String, String)> = [
+        ("acquired", fp(&a)),
+        ("queued", b.clone()),
+        ("released", fp(&a)),
+        ("acquired", b.clone()),
+        ("released", b.clone()),
+        ("acquired", fp(&c)),
+        ("expired", fp(&c)),
+        ("acquired", fp(&d)),
+    ]
+    .into_iter()
+    .map(|(k, t)| (k.to_string(), t))
+    .collect();
+    assert_eq!(sequence(&seen), expected, "{seen:#?}");
+    for e in &seen {
+        assert_eq!(e["lock"], "k", "{e}");
+        assert!(e["time"].as_str().unwrap().ends_with('Z'), "{e}");
+        assert!(e["at_ms"].as_i64().is_some(), "{e}");
+    }
+    // The note was redacted by the client, and is shown so.
+    assert!(!watch.stdout().contains("hunter2"), "{}", watch.stdout());
+    assert_eq!(seen[0]["ttl_ms"], 60000);
+    assert_eq!(
+        seen[3]["waited_ms"].as_i64().map(|w| w > 0),
+        Some(true),
+        "{}",
+        seen[3]
+    );
+    assert_eq!(seen[4]["status"], 3, "{}", seen[4]);
+    assert_eq!(seen[6]["held_ms"], 1000, "{}", seen[6]);
+    watch.signal(libc::SIGINT);
+    let out = watch.finish(EVENT).expect(130);
+    assert_eq!(
+        out.stdout.matches(r#""event":"expired""#).count(),
+        1,
+        "{out}"
+    );
+}
+
+/// On a quorum the changes come from the queue node (the first URL) and the expiry from the
+/// refresh of every node.
+#[test]
+fn a_quorum_is_watched_on_its_queue_node() {
+    let Some(nodes) = common::nodes::Nodes::start(3) else {
+        return;
+    };
+    let queue_node = nodes.servers().next().unwrap();
+    let mut cmd = nodes.redlock();
+    cmd.args(["status", "--watch", "--json", "k"]);
+    let watch = watching(cmd, || {
+        let counts: Vec<redis::Value> =
+            queue_node.query(&["PUBSUB", "NUMSUB", &format!("{}:watch", lock_key("k"))]);
+        matches!(counts.get(1), Some(redis::Value::Int(1)))
+    });
+    let a = nodes
+        .redlock()
+        .args(["acquire", "k", "--ttl", "60s"])
+        .run()
+        .ok();
+    nodes.redlock().args(["release", "k", &a]).run().expect(0);
+    let c = nodes
+        .redlock()
+        .args(["acquire", "k", "--ttl", "1s"])
+        .run()
+        .ok();
+    let seen = wait_event(&watch, |e| e["event"] == "expired");
+    let expected: Vec<(String, String)> = [
+        ("acquired", fp(&a)),
+        ("released", fp(&a)),
+        ("acquired", fp(&c)),
+        ("expired", fp(&c)),
+    ]
+    .into_iter()
+    .map(|(k, t)| (k.to_string(), t))
+    .collect();
+    assert_eq!(sequence(&seen), expected, "{seen:#?}");
+    watch.signal(libc::SIGTERM);
+    watch.finish(EVENT).expect(143);
+}
+
+/// On a Cluster one subscription (on the first seed) hears the locks of every master: a lock's
+/// script publishes on its own master, and the Cluster passes it on.
+#[test]
+fn a_cluster_is_watched_from_one_node() {
+    let Some(cluster) = common::topology::Cluster::start() else {
+        return;
+    };
+    let names = cluster.names_on_each_node("watch");
+    let seed = &cluster.nodes()[0];
+    let mut cmd = cluster.redlock();
+    cmd.args(["status", "--watch", "--json"]);
+    let watch = watching(cmd, || seed.query::<i64>(&["PUBSUB", "NUMPAT"]) == 1);
+    let mut tokens = Vec::new();
+    for name in &names {
+        tokens.push(
+            cluster
+                .redlock()
+                .args(["acquire", name, "--ttl", "60s"])
+                .run()
+                .ok(),
+        );
+    }
+    let last = fp(tokens.last().unwrap());
+    let seen = wait_event(&watch, |e| e["token"] == last);
+    let got: Vec<(String, String)> = seen
+        .iter()
+        .map(|e| {
+            (
+                e["lock"].as_str().unwrap().to_string(),
+                e["token"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = names
+        .iter()
+        .zip(&tokens)
+        .map(|(n, t)| (n.clone(), fp(t)))
+        .collect();
+    assert_eq!(got, want, "{seen:#?}");
+    watch.signal(libc::SIGINT);
+    watch.finish(EVENT).expect(130);
 }
