@@ -457,3 +457,71 @@ fn a_cluster_is_watched_from_one_node() {
     watch.signal(libc::SIGINT);
     watch.finish(EVENT).expect(130);
 }
+
+/// A server that refuses the subscription (an ACL user without the channels) is an error with
+/// the auth exit status, at once: trying again could not help.
+#[test]
+fn a_refused_subscription_is_an_error() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis.query::<()>(&[
+        "ACL",
+        "SETUSER",
+        "nosub",
+        "on",
+        ">nosubpw",
+        "~*",
+        "+@all",
+        "resetchannels",
+    ]);
+    let url = format!("redis://nosub:nosubpw@127.0.0.1:{}", redis.port());
+    let out = redlock()
+        .args(["--url", &url, "status", "--watch", "--json"])
+        .run()
+        .expect(77);
+    assert!(
+        out.stderr.contains("refused the subscription: NOPERM"),
+        "{out}"
+    );
+    assert!(!out.stderr.contains("panicked"), "{out}");
+}
+
+/// A reader that stopped reading (`| head -1`) ends the watch, with 0: not an error.
+#[test]
+fn a_closed_stdout_ends_the_watch_quietly() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rc = dir.path().join("rc");
+    let script = format!(
+        "{{ redlock status --watch --json k; echo $? > '{}'; }} | head -1",
+        rc.display()
+    );
+    let proc = redis.sh(&script).spawn_proc();
+    let channel = format!("{}:watch", lock_key("k"));
+    let subscribed = || {
+        let counts: Vec<redis::Value> = redis.query(&["PUBSUB", "NUMSUB", &channel]);
+        matches!(counts.get(1), Some(redis::Value::Int(1)))
+    };
+    assert!(wait_for(subscribed, EVENT), "{}", proc.stderr());
+    // The first change is read by head, which then exits; a later one finds the pipe closed.
+    let ended = wait_for(
+        || {
+            let token = hold(&redis, "k", "60s");
+            release(&redis, "k", &token);
+            rc.exists()
+        },
+        EVENT,
+    );
+    let out = proc.finish(EVENT);
+    assert!(ended, "{out}");
+    assert_eq!(std::fs::read_to_string(&rc).unwrap().trim(), "0", "{out}");
+    assert_eq!(out.stdout.lines().count(), 1, "{out}");
+    assert_eq!(
+        out.stderr.matches("redlock: ").count(),
+        1,
+        "only the notice: {out}"
+    );
+}
