@@ -525,3 +525,33 @@ fn a_closed_stdout_ends_the_watch_quietly() {
         "only the notice: {out}"
     );
 }
+
+/// Through Sentinel: the watcher subscribes on the master the sentinel names, and when that
+/// master dies it asks the sentinel again and subscribes on the promoted replica.
+#[test]
+fn sentinel_a_watcher_follows_the_master_after_a_failover() {
+    let Some(mut group) = common::topology::Replicated::start() else {
+        return;
+    };
+    let channel = format!("{}:watch", lock_key("k"));
+    let subscribed_on = |server: &RedisServer| {
+        let counts: Vec<redis::Value> = server.query(&["PUBSUB", "NUMSUB", &channel]);
+        matches!(counts.get(1), Some(redis::Value::Int(1)))
+    };
+    let mut cmd = group.redlock();
+    cmd.args(["status", "--watch", "--json", "k"]);
+    let mut watch = watching(cmd, || subscribed_on(group.first_master()));
+    group.kill_master();
+    watch.wait_for_stderr("listening for changes to 'k' again", EVENT);
+    assert!(subscribed_on(group.first_replica()), "{}", watch.stderr());
+    let token = group
+        .redlock()
+        .args(["acquire", "k", "--ttl", "60s"])
+        .run()
+        .ok();
+    wait_event(&watch, |e| {
+        e["event"] == "acquired" && e["token"] == fp(&token)
+    });
+    watch.signal(libc::SIGINT);
+    watch.finish(EVENT).expect(130);
+}
