@@ -555,3 +555,19 @@ fn sentinel_a_watcher_follows_the_master_after_a_failover() {
     watch.signal(libc::SIGINT);
     watch.finish(EVENT).expect(130);
 }
+
+/// A server that is down or never answers when the watch starts: one error line and exit 69,
+/// within the timeouts, never a hang.
+#[test]
+fn a_watch_that_cannot_start_says_why_and_exits() {
+    for port in [closed_port(), silent_port()] {
+        let url = format!("redis://127.0.0.1:{port}");
+        let out = redlock()
+            .args(["--url", &url, "--connect-timeout=1s", "--io-timeout=1s"])
+            .args(["status", "--watch", "--json"])
+            .run()
+            .expect(69);
+        assert_one_error_line(&out);
+        assert_eq!(out.stdout, "", "{out}");
+    }
+}
