@@ -153,11 +153,12 @@ pub fn run(config: &Config, args: &StatusArgs) -> Result<u8> {
         listening: Listening::Not(None),
         reading: None,
     };
+    // Subscribing first: a change made while the first read is on its way waits in the channel.
+    listen(config, subscription, tx)?;
     // The first read must succeed, as for `status`: a watcher that never saw anything tells
     // nothing.
     watcher.read()?;
     let _screen = (mode == Mode::Screen).then(Screen::enter);
-    listen(config, subscription, tx)?;
     watcher.render()?;
     match watcher.follow(&rx) {
         Ok(code) => Ok(code),
