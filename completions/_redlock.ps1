@@ -139,6 +139,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             break
         }
         'redlock;status' {
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'What to print: a table for people, JSON, or metrics in the Prometheus text format (exit 0 whether the locks are held or free)')
             [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum')
             [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum')
             [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD')
@@ -151,7 +152,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--log-max', '--log-max', [CompletionResultType]::ParameterName, 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
             [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl')
-            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON instead of a table')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON instead of a table: short for --format json')
             [CompletionResult]::new('--show-token', '--show-token', [CompletionResultType]::ParameterName, 'Show whole tokens instead of fingerprints')
             [CompletionResult]::new('--queue', '--queue', [CompletionResultType]::ParameterName, 'List the waiters of every lock too (named locks always list theirs, in queue order, below the table: who, what, for how long, until when; JSON always has them, under "queue")')
             [CompletionResult]::new('--watch', '--watch', [CompletionResultType]::ParameterName, 'Keep watching until Ctrl-C: on a terminal, redraw the table on every change and each second; with --json, print one JSON object per change (JSON Lines); otherwise, one line per change')

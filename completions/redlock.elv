@@ -132,6 +132,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --version 'Print version'
         }
         &'redlock;status'= {
+            cand --format 'What to print: a table for people, JSON, or metrics in the Prometheus text format (exit 0 whether the locks are held or free)'
             cand -u 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum'
             cand --url 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum'
             cand --password-file 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD'
@@ -144,7 +145,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --log-max 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none'
             cand --connect-timeout 'Give up connecting to Redis after DUR'
             cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl'
-            cand --json 'Print JSON instead of a table'
+            cand --json 'Print JSON instead of a table: short for --format json'
             cand --show-token 'Show whole tokens instead of fingerprints'
             cand --queue 'List the waiters of every lock too (named locks always list theirs, in queue order, below the table: who, what, for how long, until when; JSON always has them, under "queue")'
             cand --watch 'Keep watching until Ctrl-C: on a terminal, redraw the table on every change and each second; with --json, print one JSON object per change (JSON Lines); otherwise, one line per change'

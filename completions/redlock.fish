@@ -109,6 +109,9 @@ complete -c redlock -n "__fish_redlock_using_subcommand extend" -s q -l quiet -d
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand extend" -s V -l version -d 'Print version'
+complete -c redlock -n "__fish_redlock_using_subcommand status" -l format -d 'What to print: a table for people, JSON, or metrics in the Prometheus text format (exit 0 whether the locks are held or free)' -r -f -a "table\t'A table (and below it, the waiters and a quorum\'s nodes)'
+json\t'One JSON array, an object per lock'
+prometheus\t'The Prometheus text format (0.0.4), for node_exporter\'s textfile collector'"
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
@@ -120,7 +123,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand status" -l meta-ttl -d '
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l log-max -d 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
-complete -c redlock -n "__fish_redlock_using_subcommand status" -l json -d 'Print JSON instead of a table'
+complete -c redlock -n "__fish_redlock_using_subcommand status" -l json -d 'Print JSON instead of a table: short for --format json'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l show-token -d 'Show whole tokens instead of fingerprints'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l queue -d 'List the waiters of every lock too (named locks always list theirs, in queue order, below the table: who, what, for how long, until when; JSON always has them, under "queue")'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l watch -d 'Keep watching until Ctrl-C: on a terminal, redraw the table on every change and each second; with --json, print one JSON object per change (JSON Lines); otherwise, one line per change'

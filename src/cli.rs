@@ -296,6 +296,12 @@ pub enum Command {
     Extend(ExtendArgs),
 
     /// Show who holds locks: the named KEYs, or every lock under the prefix
+    #[command(
+        after_help = "Example (cron, for node_exporter's textfile collector; write, then move):\n  \
+        d=/var/lib/node_exporter/textfile\n  \
+        redlock -q status --format prometheus deploy backup >$d/redlock.prom.$$ &&\n    \
+        mv $d/redlock.prom.$$ $d/redlock.prom"
+    )]
     Status(StatusArgs),
 
     /// Show a lock's history: who took it, when, how long they waited and held it, how it ended
@@ -426,8 +432,13 @@ pub struct StatusArgs {
     /// Locks to show (default: every lock under the prefix)
     pub keys: Vec<String>,
 
-    /// Print JSON instead of a table
-    #[arg(long)]
+    /// What to print: a table for people, JSON, or metrics in the Prometheus text format (exit
+    /// 0 whether the locks are held or free)
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = StatusFormat::Table)]
+    pub format: StatusFormat,
+
+    /// Print JSON instead of a table: short for --format json
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
 
     /// Show whole tokens instead of fingerprints
@@ -444,6 +455,28 @@ pub struct StatusArgs {
     /// per change
     #[arg(long)]
     pub watch: bool,
+}
+
+/// What `status` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatusFormat {
+    /// A table (and below it, the waiters and a quorum's nodes)
+    Table,
+    /// One JSON array, an object per lock
+    Json,
+    /// The Prometheus text format (0.0.4), for node_exporter's textfile collector
+    Prometheus,
+}
+
+impl StatusArgs {
+    /// The format asked for, `--json` included.
+    pub fn format(&self) -> StatusFormat {
+        if self.json {
+            StatusFormat::Json
+        } else {
+            self.format
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -13,7 +13,9 @@ use anyhow::{Context, Result};
 
 use crate::acquire::{self, Acquired, Wait};
 use crate::backend;
-use crate::cli::{AcquireArgs, ExtendArgs, LockArgs, LogArgs, ReleaseArgs, StatusArgs};
+use crate::cli::{
+    AcquireArgs, ExtendArgs, LockArgs, LogArgs, ReleaseArgs, StatusArgs, StatusFormat,
+};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
 use crate::exit;
@@ -348,11 +350,17 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
     if args.watch {
         return crate::watch::run(config, args);
     }
-    let named: Vec<Keys> = args
+    let format = args.format();
+    let mut named: Vec<Keys> = args
         .keys
         .iter()
         .map(|k| Keys::new(&config.prefix, k))
         .collect::<Result<_>>()?;
+    if format == StatusFormat::Prometheus {
+        // A series twice in one scrape is an error to Prometheus: `status a a` lists `a` once.
+        let mut seen = std::collections::HashSet::new();
+        named.retain(|k| seen.insert(k.name.clone()));
+    }
     let mut store = backend::open(config)?;
     // Every lock: batched (see `Store::inspect_all`). Named ones: one call each, as few as typed.
     let found = if named.is_empty() {
@@ -373,35 +381,41 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
                 .and_then(|h| here.stale(&h.host, &h.pid, &h.pidns));
         }
         // A lock found by SCAN may have been released since: list only what is still held (by
-        // anyone, for a quorum: a split lock is worth seeing).
+        // anyone, for a quorum: a split lock is worth seeing). Metrics keep it: that it is free
+        // now is a value, and its counters go on.
         let visible =
             state.held() || matches!(state.quorum_verdict(), Some(v) if v != QuorumVerdict::Free);
-        if args.keys.is_empty() && !visible {
+        if args.keys.is_empty() && !visible && format != StatusFormat::Prometheus {
             continue;
         }
         states.push(state);
     }
-    let text = if args.json {
-        let all: Vec<_> = states
-            .iter()
-            .map(|s| crate::output::state_json(s, args.show_token))
-            .collect();
-        format!("{}\n", serde_json::Value::Array(all))
-    } else if states.is_empty() {
-        messages::notice(
-            config,
-            format_args!("no locks held under prefix '{}'", config.prefix),
-        );
-        String::new()
-    } else {
-        crate::output::status_table(&states, args.show_token)
-            + &crate::output::quorum_details(&states)
-            // Named locks list their waiters: "who is next" is what a look at one lock asks.
-            + &if args.queue || !args.keys.is_empty() {
-                crate::output::queue_details(&states)
-            } else {
-                String::new()
-            }
+    let text = match format {
+        StatusFormat::Prometheus => crate::metrics::exposition(&states, &node_labels(config)),
+        StatusFormat::Json => {
+            let all: Vec<_> = states
+                .iter()
+                .map(|s| crate::output::state_json(s, args.show_token))
+                .collect();
+            format!("{}\n", serde_json::Value::Array(all))
+        }
+        StatusFormat::Table if states.is_empty() => {
+            messages::notice(
+                config,
+                format_args!("no locks held under prefix '{}'", config.prefix),
+            );
+            String::new()
+        }
+        StatusFormat::Table => {
+            crate::output::status_table(&states, args.show_token)
+                + &crate::output::quorum_details(&states)
+                // Named locks list their waiters: "who is next" is what a look at one lock asks.
+                + &if args.queue || !args.keys.is_empty() {
+                    crate::output::queue_details(&states)
+                } else {
+                    String::new()
+                }
+        }
     };
     print_stdout(&text)?;
     let unknown: Vec<&str> = states
@@ -409,7 +423,17 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
         .filter(|s| s.quorum_verdict() == Some(QuorumVerdict::Unknown))
         .map(|s| s.keys.name.as_str())
         .collect();
-    if !unknown.is_empty() {
+    if !unknown.is_empty() && format == StatusFormat::Prometheus {
+        // The metrics carry it (`redlock_quorum_verdict{verdict="unknown"}`, `redlock_node_up`):
+        // written, they are what an alert needs, so the exit status stays 0.
+        messages::warning(
+            config,
+            format_args!(
+                "no quorum: too few servers answered to tell the state of {}",
+                unknown.join(", ")
+            ),
+        );
+    } else if !unknown.is_empty() {
         return Err(failure(
             Kind::Unavailable,
             format!(
@@ -418,8 +442,26 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
             ),
         ));
     }
+    // Metrics say whether each lock is held; the exit status says they were all written (a cron
+    // job's `status ... > f.tmp && mv f.tmp f.prom` must not keep an old file for a free lock).
     let all_held = states.iter().all(lock::State::held);
-    Ok(if all_held { exit::OK } else { exit::BUSY })
+    Ok(if all_held || format == StatusFormat::Prometheus {
+        exit::OK
+    } else {
+        exit::BUSY
+    })
+}
+
+/// The `node` labels of a quorum's metrics, in the order of its `--url`s (none for one server,
+/// a Cluster or Sentinel, whose locks each live on one master).
+fn node_labels(config: &Config) -> Vec<String> {
+    match &config.servers {
+        Servers::Quorum(endpoints) => endpoints
+            .iter()
+            .map(|e| crate::metrics::node_label(&e.public))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// `redlock log`: the lock's history (on a quorum, the queue node's: the first URL), oldest first;

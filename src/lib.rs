@@ -20,7 +20,8 @@
 //! 6. `store`, `history`: the `Store` trait and its one-server implementation; a lock's history
 //! 7. `quorum`: a quorum of independent masters, the same trait over N servers
 //! 8. `acquire`, `backend`: taking a lock and waiting over any store; picking the store
-//! 9. `owner`, `output`, `wait`: who we are; what goes to stdout; parking a waiter on signals
+//! 9. `metrics`, `owner`, `output`, `wait`: `status` as Prometheus metrics; who we are; what
+//!    goes to stdout; parking a waiter on signals
 //! 10. `notify`, `complete`, `watch`: hearing that our lock was taken; completing lock names in a
 //!     shell; following locks as they change (`status --watch`)
 //! 11. `commands`: `acquire`, `release`, `extend`, `status`, `log`
@@ -51,6 +52,7 @@ pub mod exit;
 mod history;
 mod lock;
 mod messages;
+mod metrics;
 mod notify;
 mod output;
 mod owner;

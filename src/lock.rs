@@ -346,6 +346,21 @@ pub struct State {
     pub forced: Option<Box<Forced>>,
     /// A quorum: how the nodes voted, and each node's own view.
     pub quorum: Option<QuorumView>,
+    /// What the meta hash counts of this lock's acquisitions (see [`Counters`]).
+    pub counters: Counters,
+}
+
+/// Every acquisition's count and waits, which `acquire.lua` adds to the meta hash (fields
+/// `acquisitions` and `waited_ms`) for `status --format prometheus`. They live as long as the
+/// meta hash: when it expires after `--meta-ttl` of idleness they start again from 0, a counter
+/// reset that Prometheus expects. Absent (older versions, or a new lock) is 0; so is a value that
+/// is not a count: any client can write the hash.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Successful acquisitions.
+    pub acquisitions: u64,
+    /// The time those acquisitions waited before they got the lock, added up, in milliseconds.
+    pub waited_ms: u64,
 }
 
 /// How a quorum's nodes see one lock.
@@ -1145,6 +1160,7 @@ fn state_of(keys: &Keys, reply: &[Value]) -> Result<State> {
         stale: None,
         forced,
         quorum: None,
+        counters: counters(&map),
     })
 }
 
@@ -1243,6 +1259,16 @@ fn forced_record(map: &HashMap<String, String>) -> Option<Forced> {
         by: map.get("forced_by").cloned().unwrap_or_default(),
         at_ms: map.get("forced_at")?.parse().ok()?,
     })
+}
+
+/// The acquisition counters in the meta hash (see [`meta_map`]); 0 for what is absent or not a
+/// count.
+fn counters(map: &HashMap<String, String>) -> Counters {
+    let count = |field: &str| map.get(field).and_then(|v| v.parse().ok()).unwrap_or(0);
+    Counters {
+        acquisitions: count("acquisitions"),
+        waited_ms: count("waited_ms"),
+    }
 }
 
 /// Parses HGETALL of the meta hash into (fence counter, holder record if any).
@@ -1352,6 +1378,33 @@ mod tests {
             why.contains("force-released by ops@h (pid 9) at 1970-01-01T00:00:01Z"),
             "{why}"
         );
+    }
+
+    /// The counters `acquire.lua` keeps: absent is 0, and so is what a client planted that is
+    /// not a count (negative, fractional, text), without hiding the other counter.
+    #[test]
+    fn acquisition_counters_are_read_from_meta() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let meta =
+            |pairs: &[&str]| meta_map(&Value::Array(pairs.iter().map(|s| bulk(s)).collect()));
+        assert_eq!(
+            counters(&meta(&["acquisitions", "3", "waited_ms", "1500"])),
+            Counters {
+                acquisitions: 3,
+                waited_ms: 1500
+            }
+        );
+        assert_eq!(counters(&meta(&["fence", "7"])), Counters::default());
+        for junk in ["-1", "1.5", "many", ""] {
+            assert_eq!(
+                counters(&meta(&["acquisitions", junk, "waited_ms", "20"])),
+                Counters {
+                    acquisitions: 0,
+                    waited_ms: 20
+                },
+                "{junk:?}"
+            );
+        }
     }
 
     #[test]

@@ -1180,6 +1180,13 @@ fn verdict(
             .filter_map(|s| s.forced.clone())
             .max_by_key(|f| f.at_ms),
         quorum: None,
+        // Each node counts the acquisitions that ran on it (`status --format prometheus` shows
+        // each node's); these are the counters of the node that counted the most.
+        counters: answered
+            .iter()
+            .map(|s| s.counters)
+            .max_by_key(|c| c.acquisitions)
+            .unwrap_or_default(),
     };
     let (verdict, agree) = match best {
         Some((token, with)) if with.len() >= q => {
@@ -1476,6 +1483,7 @@ mod tests {
             stale: None,
             forced: None,
             quorum: None,
+            counters: Default::default(),
         }
     }
 

@@ -349,6 +349,7 @@ mod tests {
             stale: None,
             forced: None,
             quorum: None,
+            counters: Default::default(),
         }
     }
 

@@ -1090,6 +1090,19 @@ fn status_sections(r: &mut Roff) {
         [roman("The same information as JSON:")],
         &["redlock status --json deploy-prod nightly-backup"],
     );
+    example(
+        r,
+        [roman(
+            "Metrics in the Prometheus text format for node_exporter's textfile collector, from \
+             cron (exit status 0 whether the locks are held or free; written to a temporary file, \
+             then moved, so that the collector never reads half of it):",
+        )],
+        &[
+            "d=/var/lib/node_exporter/textfile",
+            "redlock -q status --format prometheus deploy-prod nightly-backup >$d/redlock.prom.$$ &&",
+            "  mv $d/redlock.prom.$$ $d/redlock.prom",
+        ],
+    );
 }
 
 fn log_sections(r: &mut Roff) {

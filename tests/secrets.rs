@@ -15,8 +15,8 @@ use common::*;
 /// The password of the test servers: distinctive, so that any copy of it is found.
 const PW: &str = "Hunter2Secret";
 
-/// Every value on the server, as one text: strings, hashes, sorted sets, lists and sets, with
-/// their field names.
+/// Every value on the server, as one text: strings, hashes, sorted sets, lists, sets and streams,
+/// with their field names.
 fn dump(redis: &RedisServer) -> String {
     let mut text = String::new();
     for key in redis.query::<Vec<String>>(&["KEYS", "*"]) {
@@ -27,6 +27,11 @@ fn dump(redis: &RedisServer) -> String {
             "zset" => redis.query(&["ZRANGE", &key, "0", "-1", "WITHSCORES"]),
             "list" => redis.query(&["LRANGE", &key, "0", "-1"]),
             "set" => redis.query(&["SMEMBERS", &key]),
+            // A lock's history: every entry's fields and values.
+            "stream" => {
+                let entries: redis::Value = redis.query(&["XRANGE", &key, "-", "+"]);
+                vec![format!("{entries:?}")]
+            }
             other => panic!("{key} has type {other}"),
         };
         text.push_str(&format!("{key} = {values:?}\n"));

@@ -495,12 +495,14 @@ impl RedisServer {
         keys
     }
 
-    /// Every key, sorted.
+    /// Every key, sorted, each once (SCAN may return a key twice while the server resizes its
+    /// table).
     pub fn keys_and_histories(&self) -> Vec<String> {
         use redis::Commands;
         let mut con = self.cli();
         let mut keys: Vec<String> = con.scan::<String>().unwrap().map(Result::unwrap).collect();
         keys.sort();
+        keys.dedup();
         keys
     }
 
