@@ -34,10 +34,10 @@ use anyhow::Result;
 use serde_json::{Map, Value};
 
 use crate::backend;
-use crate::cli::StatusArgs;
+use crate::cli::{StatusArgs, StatusFormat};
 use crate::client;
 use crate::config::Config;
-use crate::error::{Kind, failure, kind_of, redis_kind};
+use crate::error::{Kind, failure, kind_of, redis_kind, usage};
 use crate::exit;
 use crate::lock::{self, Ended, Keys, State, fingerprint, human_ms, rfc3339};
 use crate::messages;
@@ -112,21 +112,26 @@ fn lock_of(prefix: &str, channel: &str) -> Option<Keys> {
     Keys::new(prefix, name).ok()
 }
 
-/// Runs `status --watch`; returns only on a signal (128 + its number), a closed stdout (0) or an
-/// error.
+/// Runs `status --watch`: `--format table` (the default) is the view on a terminal and lines
+/// elsewhere, `--format json` (or `--json`) JSON Lines. Returns only on a signal (128 + its
+/// number), a closed stdout (0) or an error.
 pub fn run(config: &Config, args: &StatusArgs) -> Result<u8> {
+    let mode = match args.format() {
+        StatusFormat::Json => Mode::Json,
+        StatusFormat::Table if std::io::stdout().is_terminal() => Mode::Screen,
+        StatusFormat::Table => Mode::Lines,
+        StatusFormat::Prometheus => {
+            return Err(usage(
+                "--watch cannot be used with --format prometheus (metrics are a snapshot for a \
+                 scrape: run `status --format prometheus` from cron instead)",
+            ));
+        }
+    };
     let named: Vec<Keys> = args
         .keys
         .iter()
         .map(|k| Keys::new(&config.prefix, k))
         .collect::<Result<_>>()?;
-    let mode = if args.json {
-        Mode::Json
-    } else if std::io::stdout().is_terminal() {
-        Mode::Screen
-    } else {
-        Mode::Lines
-    };
     let (tx, rx) = mpsc::channel();
     let mut wanted = signals::STOP.to_vec();
     if mode == Mode::Screen {

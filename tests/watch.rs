@@ -383,7 +383,8 @@ fn a_quorum_is_watched_on_its_queue_node() {
     };
     let queue_node = nodes.servers().next().unwrap();
     let mut cmd = nodes.redlock();
-    cmd.args(["status", "--watch", "--json", "k"]);
+    // `--format json` is `--json`.
+    cmd.args(["status", "--watch", "--format", "json", "k"]);
     let watch = watching(cmd, || {
         let counts: Vec<redis::Value> =
             queue_node.query(&["PUBSUB", "NUMSUB", &format!("{}:watch", lock_key("k"))]);
@@ -573,4 +574,21 @@ fn a_watch_that_cannot_start_says_why_and_exits() {
         assert_one_error_line(&out);
         assert_eq!(out.stdout, "", "{out}");
     }
+}
+
+/// Metrics are a snapshot for a scrape: `--watch` with `--format prometheus` is a usage error.
+#[test]
+fn watch_refuses_the_prometheus_format() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = redis
+        .redlock()
+        .args(["status", "--watch", "--format", "prometheus"])
+        .run()
+        .expect(2);
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains("--format prometheus"), "{out}");
+    assert_eq!(out.stdout, "", "{out}");
+    assert_eq!(patterns(&redis), 0, "{out}");
 }
