@@ -58,6 +58,10 @@ const RETRY_CAP: Duration = Duration::from_secs(5);
 const RECENT: usize = 10;
 /// How many expiries the watcher remembers having reported, so as not to report one twice.
 const REMEMBERED: usize = 1024;
+/// How many locks that vanished from the listing one read looks up by name (see [`Watcher::read`]).
+const MISSING_PER_READ: usize = 100;
+/// How many holders the watcher remembers; past that, those whose hold is over are forgotten.
+const SEEN_MAX: usize = 10_000;
 
 /// What the main loop waits for.
 enum Msg {
@@ -441,6 +445,8 @@ impl Watcher<'_> {
             .iter()
             .filter(|(name, s)| !s.ended && !states.iter().any(|st| &st.keys.name == *name))
             .filter_map(|(name, _)| Keys::new(&self.config.prefix, name).ok())
+            // Bounded: anyone may publish `acquired` for locks that do not exist.
+            .take(MISSING_PER_READ)
             .collect();
         let mut gone = Vec::new();
         for keys in &missing {
@@ -450,6 +456,9 @@ impl Watcher<'_> {
             if let Some(event) = self.observe(state) {
                 self.emit(&event)?;
             }
+        }
+        if self.seen.len() > SEEN_MAX {
+            self.seen.retain(|_, s| !s.ended);
         }
         if self.named.is_empty() {
             // As `status` lists them: what is held (or, on a quorum, split or unknown).
@@ -517,8 +526,15 @@ impl Watcher<'_> {
             // node the acquisition has not reached yet). The next read tells.
             Some(_) => return None,
             // No record (meta expired, or a holder other than redlock): expired once its time
-            // ran out by the server's clock.
-            None => seen.expires_ms.filter(|&at| at <= state.now_ms)?,
+            // ran out by the server's clock; without a TTL to go by, nothing can be told.
+            None => match seen.expires_ms {
+                Some(at) if at <= state.now_ms => at,
+                Some(_) => return None,
+                None => {
+                    seen.ended = true;
+                    return None;
+                }
+            },
         };
         seen.ended = true;
         let seen = seen.clone();
