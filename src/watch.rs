@@ -306,10 +306,13 @@ impl Watcher<'_> {
                 *changed = true;
             }
             Msg::Deaf(why, pause) => {
-                self.say(format!(
-                    "not listening for changes ({why}); trying again in {}",
-                    human_ms(pause)
-                ));
+                // Said when it starts failing or fails otherwise, not at every try.
+                if !matches!(&self.listening, Listening::Not(Some(before)) if *before == why) {
+                    self.say(format!(
+                        "not listening for changes ({why}); trying again in {}",
+                        human_ms(pause)
+                    ));
+                }
                 self.listening = Listening::Not(Some(why));
                 *changed = true;
             }
@@ -413,10 +416,17 @@ impl Watcher<'_> {
                     .map_or(RETRY, |(_, p)| (*p * 2).min(RETRY_CAP))
                     .max(REFRESH);
                 let why = format!("{e:#}");
-                self.say(format!(
-                    "cannot read the locks ({why}); trying again in {}",
-                    human_ms(pause)
-                ));
+                // Said when it starts failing or fails otherwise, not at every try.
+                if self
+                    .reading
+                    .as_ref()
+                    .is_none_or(|(before, _)| *before != why)
+                {
+                    self.say(format!(
+                        "cannot read the locks ({why}); trying again in {}",
+                        human_ms(pause)
+                    ));
+                }
                 self.reading = Some((why, pause));
                 Ok(pause)
             }
