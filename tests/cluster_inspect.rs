@@ -1,5 +1,6 @@
 //! Inspection on a Redis Cluster: `status` naming the waiters, `status` without keys while a slot
-//! is being moved between masters, `release --force --if-fence/--if-token`, `exec --report`.
+//! is being moved between masters, `release --force --if-fence/--if-token`, `exec --report`,
+//! `redlock log`.
 //!
 //! The seed URL is node 0 and the locks live on other masters, so every command must find its
 //! lock through the cluster. The tests that only read and write their own locks share one cluster
@@ -263,6 +264,58 @@ fn exec_reports_the_fence_of_its_run() {
 }
 
 /// `CLUSTER MYID` of a node.
+/// A lock's history is kept on its own master and read through the seed, `--follow` included.
+#[test]
+fn log_reads_the_history_on_the_locks_master() {
+    let Some(cluster) = shared() else {
+        return;
+    };
+    let (name, master) = name_off_the_seed(&cluster, "history");
+    cluster
+        .redlock()
+        .args(["exec", &name, "--", "sh", "-c", "exit 5"])
+        .run()
+        .expect(5);
+    let n: i64 = master.query(&["XLEN", &format!("{}:log", lock_key(&name))]);
+    assert_eq!(n, 2);
+    let follow = cluster
+        .redlock()
+        .args(["log", &name, "--json", "--follow"])
+        .spawn_proc();
+    let lines = |p: &Proc| p.stdout().matches('\n').count();
+    assert!(
+        wait_for(|| lines(&follow) == 2, HANG),
+        "{}",
+        follow.stderr()
+    );
+    let token = acquire(&cluster, &name);
+    assert!(
+        wait_for(|| lines(&follow) == 3, HANG),
+        "{}",
+        follow.stderr()
+    );
+    follow.signal(libc::SIGTERM);
+    let out = follow.finish(HANG);
+    assert_eq!(out.code(), 143, "{out}");
+    let events: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["acquired", "released", "acquired"], "{out}");
+    assert_eq!(events[1]["status"], 5);
+    assert_eq!(events[2]["token"], token[..8]);
+    cluster
+        .redlock()
+        .args(["release", &name, &token])
+        .run()
+        .expect(0);
+}
+
 fn id(node: &RedisServer) -> String {
     node.query(&["CLUSTER", "MYID"])
 }
