@@ -347,6 +347,9 @@ pub fn extend(config: &Config, args: &ExtendArgs) -> Result<u8> {
 }
 
 pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
+    if args.watch {
+        return crate::watch::run(config, args);
+    }
     let format = args.format();
     let mut named: Vec<Keys> = args
         .keys
