@@ -226,7 +226,11 @@ impl Bench {
                 cmd.stderr(log.stdio());
                 let run = start(&mut cmd, "w4-history exec").unwrap_or_else(|e| panic!("{e}"));
                 let (status, _) = run.wait().unwrap_or_else(|e| panic!("{e}"));
-                assert!(status.success(), "{}", log.failed("w4-history exec", status));
+                assert!(
+                    status.success(),
+                    "{}",
+                    log.failed("w4-history exec", status)
+                );
             }
             let stream = format!("{}:log", redlock_key(key));
             let bytes = self.admin.memory_usage(&stream);
