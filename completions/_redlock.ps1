@@ -155,6 +155,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON instead of a table: short for --format json')
             [CompletionResult]::new('--show-token', '--show-token', [CompletionResultType]::ParameterName, 'Show whole tokens instead of fingerprints')
             [CompletionResult]::new('--queue', '--queue', [CompletionResultType]::ParameterName, 'List the waiters of every lock too (named locks always list theirs, in queue order, below the table: who, what, for how long, until when; JSON always has them, under "queue")')
+            [CompletionResult]::new('--watch', '--watch', [CompletionResultType]::ParameterName, 'Keep watching until Ctrl-C: on a terminal, redraw the table on every change and each second; with --json, print one JSON object per change (JSON Lines); otherwise, one line per change')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The URLs are seed nodes of a Redis Cluster (the lock''s keys share one hash slot)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors (and whom `release --force` evicted)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors (and whom `release --force` evicted)')

@@ -660,7 +660,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__status)
-            opts="-u -q -v -h -V --format --json --show-token --queue --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --log-max --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-u -q -v -h -V --format --json --show-token --queue --watch --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --log-max --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

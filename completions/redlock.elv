@@ -148,6 +148,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --json 'Print JSON instead of a table: short for --format json'
             cand --show-token 'Show whole tokens instead of fingerprints'
             cand --queue 'List the waiters of every lock too (named locks always list theirs, in queue order, below the table: who, what, for how long, until when; JSON always has them, under "queue")'
+            cand --watch 'Keep watching until Ctrl-C: on a terminal, redraw the table on every change and each second; with --json, print one JSON object per change (JSON Lines); otherwise, one line per change'
             cand --cluster 'The URLs are seed nodes of a Redis Cluster (the lock''s keys share one hash slot)'
             cand -q 'Print nothing on stderr except errors (and whom `release --force` evicted)'
             cand --quiet 'Print nothing on stderr except errors (and whom `release --force` evicted)'

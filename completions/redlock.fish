@@ -126,6 +126,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand status" -l io-timeout -d
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l json -d 'Print JSON instead of a table: short for --format json'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l show-token -d 'Show whole tokens instead of fingerprints'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l queue -d 'List the waiters of every lock too (named locks always list theirs, in queue order, below the table: who, what, for how long, until when; JSON always has them, under "queue")'
+complete -c redlock -n "__fish_redlock_using_subcommand status" -l watch -d 'Keep watching until Ctrl-C: on a terminal, redraw the table on every change and each second; with --json, print one JSON object per change (JSON Lines); otherwise, one line per change'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
 complete -c redlock -n "__fish_redlock_using_subcommand status" -s v -l verbose -d 'Log every Redis round trip to stderr'

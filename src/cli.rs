@@ -449,6 +449,12 @@ pub struct StatusArgs {
     /// the table: who, what, for how long, until when; JSON always has them, under "queue")
     #[arg(long)]
     pub queue: bool,
+
+    /// Keep watching until Ctrl-C: on a terminal, redraw the table on every change and each
+    /// second; with --json, print one JSON object per change (JSON Lines); otherwise, one line
+    /// per change
+    #[arg(long)]
+    pub watch: bool,
 }
 
 /// What `status` prints.

@@ -20,7 +20,7 @@ use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
 use crate::exit;
 use crate::history::{self, Entry, Range};
-use crate::lock::{self, IfHeld, Keys, Lock, QuorumVerdict, Releaser, Verdict};
+use crate::lock::{self, IfHeld, Keys, Lock, QuorumVerdict, Releaser, State, Verdict};
 use crate::messages;
 use crate::owner;
 use crate::signals;
@@ -347,7 +347,45 @@ pub fn extend(config: &Config, args: &ExtendArgs) -> Result<u8> {
 }
 
 pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
+    if args.watch {
+        return crate::watch::run(config, args);
+    }
     let format = args.format();
+    let states = status_states(config, args, format)?;
+    let text = match format {
+        StatusFormat::Prometheus => crate::metrics::exposition(&states, &node_labels(config)),
+        StatusFormat::Json => {
+            let all: Vec<_> = states
+                .iter()
+                .map(|s| crate::output::state_json(s, args.show_token))
+                .collect();
+            format!("{}\n", serde_json::Value::Array(all))
+        }
+        StatusFormat::Table if states.is_empty() => {
+            messages::notice(
+                config,
+                format_args!("no locks held under prefix '{}'", config.prefix),
+            );
+            String::new()
+        }
+        StatusFormat::Table => {
+            crate::output::status_table(&states, args.show_token)
+                + &crate::output::quorum_details(&states)
+                // Named locks list their waiters: "who is next" is what a look at one lock asks.
+                + &if args.queue || !args.keys.is_empty() {
+                    crate::output::queue_details(&states)
+                } else {
+                    String::new()
+                }
+        }
+    };
+    print_stdout(&text)?;
+    status_outcome(config, &states, format)
+}
+
+/// The locks `status` shows: the named ones, or every lock held under the prefix (metrics keep
+/// those released since the scan), with `stale` judged for holders on this host.
+fn status_states(config: &Config, args: &StatusArgs, format: StatusFormat) -> Result<Vec<State>> {
     let mut named: Vec<Keys> = args
         .keys
         .iter()
@@ -387,34 +425,12 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
         }
         states.push(state);
     }
-    let text = match format {
-        StatusFormat::Prometheus => crate::metrics::exposition(&states, &node_labels(config)),
-        StatusFormat::Json => {
-            let all: Vec<_> = states
-                .iter()
-                .map(|s| crate::output::state_json(s, args.show_token))
-                .collect();
-            format!("{}\n", serde_json::Value::Array(all))
-        }
-        StatusFormat::Table if states.is_empty() => {
-            messages::notice(
-                config,
-                format_args!("no locks held under prefix '{}'", config.prefix),
-            );
-            String::new()
-        }
-        StatusFormat::Table => {
-            crate::output::status_table(&states, args.show_token)
-                + &crate::output::quorum_details(&states)
-                // Named locks list their waiters: "who is next" is what a look at one lock asks.
-                + &if args.queue || !args.keys.is_empty() {
-                    crate::output::queue_details(&states)
-                } else {
-                    String::new()
-                }
-        }
-    };
-    print_stdout(&text)?;
+    Ok(states)
+}
+
+/// `status`'s exit status once its output is written: 0 when every lock shown is held, 1 when
+/// one is free; no quorum for a lock is an error. Metrics say all of that themselves: 0.
+fn status_outcome(config: &Config, states: &[State], format: StatusFormat) -> Result<u8> {
     let unknown: Vec<&str> = states
         .iter()
         .filter(|s| s.quorum_verdict() == Some(QuorumVerdict::Unknown))

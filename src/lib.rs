@@ -22,7 +22,8 @@
 //! 8. `acquire`, `backend`: taking a lock and waiting over any store; picking the store
 //! 9. `metrics`, `owner`, `output`, `wait`: `status` as Prometheus metrics; who we are; what
 //!    goes to stdout; parking a waiter on signals
-//! 10. `notify`, `complete`: hearing that our lock was taken; completing lock names in a shell
+//! 10. `notify`, `complete`, `watch`: hearing that our lock was taken; completing lock names in a
+//!     shell; following locks as they change (`status --watch`)
 //! 11. `commands`: `acquire`, `release`, `extend`, `status`, `log`
 //! 12. `exec`: the supervisor (it takes its lock as the `acquire` command does)
 
@@ -63,6 +64,7 @@ mod signals;
 mod spawn;
 mod store;
 mod wait;
+mod watch;
 
 pub use complete::answer_shell as answer_completion;
 pub use messages::{report_error, usage_error};

@@ -108,7 +108,6 @@ impl Keys {
 
     /// The pub/sub channel where every change of the lock is told, as one JSON object (`event`
     /// in `common.lua`), for `status --watch`.
-    #[allow(dead_code)] // status --watch is being written against it
     pub fn watch(&self) -> String {
         format!("{}:watch", self.lock)
     }
@@ -1231,7 +1230,7 @@ pub fn scan_names(
     Ok(names)
 }
 
-fn glob_escape(s: &str) -> String {
+pub fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {

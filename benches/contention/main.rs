@@ -113,8 +113,10 @@
 //!   before `SLOWLOG GET`). It includes each process's connection, the server's timers and the
 //!   slow log, which every tool pays alike. Target: redlock ≤ the polling lock.
 //! - Redis memory (a step after workload 4): `MEMORY USAGE` of a held lock's keys (`redlock
-//!   acquire`: the lock, its meta hash) and of what one queued `redlock exec` adds (queue,
-//!   leases, waiter records, meta's growth); the polling lock's is its one string key.
+//!   acquire`: the lock, its meta hash, its history with the one `acquired` event) and of what
+//!   one queued `redlock exec` adds (queue, leases, waiter records, meta's growth); then what
+//!   one event of a lock's history costs (a stream of 200 events written by 100 `exec` runs,
+//!   divided by 200); the polling lock's is its one string key.
 //! - Peak RSS: the largest `VmHWM` of the lock process itself (`redlock exec`, `flock`, the polling
 //!   lock's `sh`), sampled from `/proc` every 2 ms while its command sleeps 0.3 s, over 5 runs. Not
 //!   `ru_maxrss`, which for a child spawned with vfork includes the parent's (the bench's) peak.

@@ -56,13 +56,15 @@ pub fn idle(bench: &mut Bench, r: &mut Report) {
     );
     let seed = bench.polling_memory();
     let (held, waiter) = bench.lock_memory();
+    let per_event = bench.history_memory();
     r.row(
         w,
-        "Redis memory: a held lock / + per waiter (MEMORY USAGE; one waiter, separate step)",
+        "Redis memory: a held lock / + per waiter / + per history event (MEMORY USAGE; one \
+         waiter, separate steps)",
         [
             "–".to_string(),
-            format!("{seed} B / + 0 B"),
-            format!("{held} B / + {waiter} B"),
+            format!("{seed} B / + 0 B / –"),
+            format!("{held} B / + {waiter} B / + {per_event} B"),
         ],
         String::new(),
     );
@@ -140,7 +142,8 @@ impl Bench {
         watched("w4-memory", || {
             let log = self.log("w4-memory");
             let lock = redlock_key(MEMORY_KEY);
-            let held_keys = [lock.clone(), format!("{lock}:meta")];
+            // A held lock has its history too, with the one `acquired` event.
+            let held_keys = [lock.clone(), format!("{lock}:meta"), format!("{lock}:log")];
             let waiter_keys = [
                 format!("{lock}:q"),
                 format!("{lock}:leases"),
@@ -206,6 +209,34 @@ impl Bench {
                 list(&held_keys, &with_waiter)
             );
             (total_alone, added)
+        })
+    }
+
+    /// What one event of a lock's history costs: `HISTORY_RUNS` runs of `redlock exec KEY --
+    /// true` (an `acquired` and a `released` each, as `exec` writes them), then `MEMORY USAGE` of
+    /// the stream (every entry sampled) divided by its length.
+    fn history_memory(&mut self) -> u64 {
+        const HISTORY_RUNS: usize = 100;
+        watched("w4-history", || {
+            let log = self.log("w4-history");
+            let key = "w4hist";
+            for _ in 0..HISTORY_RUNS {
+                check_failed();
+                let mut cmd = self.env.redlock(&["exec", key, "--", "true"]);
+                cmd.stderr(log.stdio());
+                let run = start(&mut cmd, "w4-history exec").unwrap_or_else(|e| panic!("{e}"));
+                let (status, _) = run.wait().unwrap_or_else(|e| panic!("{e}"));
+                assert!(
+                    status.success(),
+                    "{}",
+                    log.failed("w4-history exec", status)
+                );
+            }
+            let stream = format!("{}:log", redlock_key(key));
+            let bytes = self.admin.memory_usage(&stream);
+            let entries = (2 * HISTORY_RUNS) as u64;
+            eprintln!("contention: w4-history: {entries} events in {bytes} B");
+            bytes / entries
         })
     }
 }

@@ -1,0 +1,956 @@
+//! `redlock status --watch [KEY...]`: following locks as they change, until a signal.
+//!
+//! Changes arrive by pub/sub: every lock script publishes one JSON object on the lock's channel
+//! `PREFIX{NAME}:watch` in the same atomic step as the change (see `src/scripts/`). A thread of
+//! its own ([`listen`]) subscribes to the named locks' channels, or with no KEY to the pattern
+//! `PREFIX{*}:watch` (the prefix glob-escaped), so that locks created later show up too. It
+//! subscribes where `exec`'s notifications are heard ([`client::subscriber`]): the server,
+//! Sentinel's master (asked again on every reconnect), a quorum's queue node (the first URL), or
+//! one node of a Cluster (which passes a PUBLISH on to every node). Its reads time out every
+//! [`PING_EVERY`] of silence, and a PING then proves the server alive within `--io-timeout`; a
+//! lost or silent subscription is made again with backoff, and the user is told.
+//!
+//! The main thread owns the output and a store of its own, from which it reads every watched lock
+//! once a second ([`REFRESH`]): for the countdowns on a terminal, for a quorum's per-node view,
+//! and to notice what nobody publishes. A lock whose holder vanishes without a `released` (its
+//! TTL ran out, and no acquisition has come since to say so) is reported as `expired` by the
+//! watcher itself, from the holder record the meta hash keeps; the `expired` that the next
+//! acquisition's script publishes for the same token is then not shown a second time.
+//!
+//! Three outputs ([`Mode`]): on a terminal, the status table redrawn in place on the alternate
+//! screen with the latest changes below it (the terminal is restored on every way out); with
+//! `--json`, one JSON object per change, flushed per line; otherwise (a log file, a pipe) one
+//! line per change. Everything in an event came from Redis, which anyone may write to: strings
+//! are escaped for the terminal ([`printable`]) and notes redacted, in every mode.
+//!
+//! Layer 10 of the list in `lib.rs`.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{IsTerminal, Write as _};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Result;
+use serde_json::{Map, Value};
+
+use crate::backend;
+use crate::cli::{StatusArgs, StatusFormat};
+use crate::client;
+use crate::config::Config;
+use crate::error::{Kind, failure, kind_of, redis_kind, usage};
+use crate::exit;
+use crate::lock::{self, Ended, Keys, State, fingerprint, human_ms, rfc3339};
+use crate::messages;
+use crate::printable::printable;
+use crate::redact::redact;
+use crate::signals::{self, Signal};
+use crate::store::Store;
+
+/// How often the watched locks are read again.
+const REFRESH: Duration = Duration::from_secs(1);
+/// How long a subscription may stay silent before a PING checks that the server is there.
+const PING_EVERY: Duration = Duration::from_secs(1);
+/// The first pause before subscribing (or reading) again after a failure; doubles up to
+/// [`RETRY_CAP`].
+const RETRY: Duration = Duration::from_millis(200);
+const RETRY_CAP: Duration = Duration::from_secs(5);
+/// How many changes the terminal view lists below the table.
+const RECENT: usize = 10;
+/// How many expiries the watcher remembers having reported, so as not to report one twice.
+const REMEMBERED: usize = 1024;
+/// How many locks that vanished from the listing one read looks up by name (see [`Watcher::read`]).
+const MISSING_PER_READ: usize = 100;
+/// How many holders the watcher remembers; past that, those whose hold is over are forgotten.
+const SEEN_MAX: usize = 10_000;
+
+/// What the main loop waits for.
+enum Msg {
+    Signal(Signal),
+    /// The subscription is made (again).
+    Listening,
+    /// The subscription failed or was lost; the next try is after this pause.
+    Deaf(String, Duration),
+    /// The server refused the subscription: trying again cannot help.
+    Refused(anyhow::Error),
+    /// A message on a watched channel.
+    Event {
+        channel: String,
+        payload: Vec<u8>,
+    },
+}
+
+/// Where the changes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// stdout is a terminal: the table, redrawn in place.
+    Screen,
+    /// `--json`: JSON Lines.
+    Json,
+    /// Anything else: one line per change.
+    Lines,
+}
+
+/// What the listener subscribes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Subscription {
+    Channels(Vec<String>),
+    Pattern(String),
+}
+
+/// The channel on which `keys`' changes are published.
+fn channel_of(keys: &Keys) -> String {
+    keys.watch()
+}
+
+/// The pattern that matches the channel of every lock under `prefix`, and no other.
+fn pattern_of(prefix: &str) -> String {
+    format!("{}{{*}}:watch", lock::glob_escape(prefix))
+}
+
+/// The lock a channel belongs to, if it is a lock's watch channel under `prefix`.
+fn lock_of(prefix: &str, channel: &str) -> Option<Keys> {
+    let name = channel
+        .strip_prefix(prefix)?
+        .strip_prefix('{')?
+        .strip_suffix("}:watch")?;
+    Keys::new(prefix, name).ok()
+}
+
+/// Runs `status --watch`: `--format table` (the default) is the view on a terminal and lines
+/// elsewhere, `--format json` (or `--json`) JSON Lines. Returns only on a signal (128 + its
+/// number), a closed stdout (0) or an error.
+pub fn run(config: &Config, args: &StatusArgs) -> Result<u8> {
+    let mode = match args.format() {
+        StatusFormat::Json => Mode::Json,
+        StatusFormat::Table if std::io::stdout().is_terminal() => Mode::Screen,
+        StatusFormat::Table => Mode::Lines,
+        StatusFormat::Prometheus => {
+            return Err(usage(
+                "--watch cannot be used with --format prometheus (metrics are a snapshot for a \
+                 scrape: run `status --format prometheus` from cron instead)",
+            ));
+        }
+    };
+    let named: Vec<Keys> = args
+        .keys
+        .iter()
+        .map(|k| Keys::new(&config.prefix, k))
+        .collect::<Result<_>>()?;
+    let (tx, rx) = mpsc::channel();
+    let mut wanted = signals::STOP.to_vec();
+    if mode == Mode::Screen {
+        wanted.push(libc::SIGWINCH);
+    }
+    // Before any other thread starts, so that they all inherit the blocked mask.
+    signals::deliver(&wanted, tx.clone(), Msg::Signal)?;
+    let store = backend::open(config)?;
+    let subscription = if named.is_empty() {
+        Subscription::Pattern(pattern_of(&config.prefix))
+    } else {
+        Subscription::Channels(named.iter().map(channel_of).collect())
+    };
+    let mut watcher = Watcher {
+        config,
+        args,
+        named,
+        mode,
+        store: Some(store),
+        states: Vec::new(),
+        seen: HashMap::new(),
+        reported: VecDeque::new(),
+        recent: VecDeque::new(),
+        listening: Listening::Not(None),
+        reading: None,
+    };
+    // Subscribing first: a change made while the first read is on its way waits in the channel.
+    listen(config, subscription, tx)?;
+    // The first read must succeed, as for `status`: a watcher that never saw anything tells
+    // nothing.
+    watcher.read()?;
+    let _screen = (mode == Mode::Screen).then(Screen::enter);
+    watcher.render()?;
+    match watcher.follow(&rx) {
+        Ok(code) => Ok(code),
+        Err(e) if is_broken_pipe(&e) => Ok(exit::OK),
+        Err(e) => Err(e),
+    }
+}
+
+/// The terminal's alternate screen, with the cursor hidden and lines cut rather than wrapped;
+/// dropping it gives the terminal back as it was (the command's output vanishes with it, as
+/// `watch`'s does). `panic = "abort"` skips it, but nothing here panics.
+struct Screen;
+
+impl Screen {
+    fn enter() -> Screen {
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "\x1b[?1049h\x1b[?25l\x1b[?7l").and_then(|()| out.flush());
+        Screen
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "\x1b[?7h\x1b[?25h\x1b[?1049l").and_then(|()| out.flush());
+    }
+}
+
+/// Whether the subscription is made.
+enum Listening {
+    Yes,
+    /// Not (yet, or any more): why, if it failed.
+    Not(Option<String>),
+}
+
+/// A holder the watcher has seen, from a refresh or an `acquired` event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    fingerprint: String,
+    fence: String,
+    user: String,
+    host: String,
+    pid: String,
+    acquired_ms: Option<i64>,
+    /// When it expires if nobody renews it (the server's clock).
+    expires_ms: Option<i64>,
+    /// Its end (released, forced, expired) was reported or is known to be on its way.
+    ended: bool,
+}
+
+struct Watcher<'a> {
+    config: &'a Config,
+    args: &'a StatusArgs,
+    /// The locks named on the command line (none: every lock under the prefix).
+    named: Vec<Keys>,
+    mode: Mode,
+    /// `None` after a read failed: connected again at the next refresh.
+    store: Option<Box<dyn Store>>,
+    /// The last read, for the terminal's table.
+    states: Vec<State>,
+    /// The last holder seen of each lock, by name.
+    seen: HashMap<String, Seen>,
+    /// The expiries already reported, as (lock, fingerprint), oldest first.
+    reported: VecDeque<(String, String)>,
+    /// The latest changes as lines, for the terminal, oldest first.
+    recent: VecDeque<String>,
+    listening: Listening,
+    /// Why the last read failed, and when to read again; `None` while reads succeed.
+    reading: Option<(String, Duration)>,
+}
+
+impl Watcher<'_> {
+    /// Waits for changes, signals and refreshes until a signal ends it.
+    fn follow(&mut self, rx: &mpsc::Receiver<Msg>) -> Result<u8> {
+        let mut next = Instant::now() + REFRESH;
+        loop {
+            let msg = match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                Ok(msg) => Some(msg),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(failure(
+                        Kind::Protocol,
+                        "internal error: the listener is gone",
+                    ));
+                }
+            };
+            let mut changed = false;
+            if let Some(msg) = msg {
+                if let Some(code) = self.handle(msg, &mut changed)? {
+                    return Ok(code);
+                }
+                // Everything already waiting, before one redraw (bounded: a flood of changes
+                // still lets the refresh and the screen through).
+                for _ in 0..100 {
+                    let Ok(msg) = rx.try_recv() else { break };
+                    if let Some(code) = self.handle(msg, &mut changed)? {
+                        return Ok(code);
+                    }
+                }
+            }
+            if Instant::now() >= next {
+                next = Instant::now() + self.tick()?;
+                changed = true;
+            } else if changed && self.mode == Mode::Screen {
+                // A change is shown with the lock as it is now.
+                self.tick()?;
+            }
+            if changed {
+                self.render()?;
+            }
+        }
+    }
+
+    /// Handles one message; `Some(code)` ends the watch.
+    fn handle(&mut self, msg: Msg, changed: &mut bool) -> Result<Option<u8>> {
+        match msg {
+            Msg::Signal(s) if s.signo == libc::SIGWINCH => *changed = true,
+            Msg::Signal(s) => return Ok(Some(exit::signal(s.signo))),
+            Msg::Refused(e) => return Err(e),
+            Msg::Listening => {
+                let again = matches!(self.listening, Listening::Not(Some(_)));
+                self.listening = Listening::Yes;
+                let what = match &self.named[..] {
+                    [] => format!("every lock under prefix '{}'", self.config.prefix),
+                    keys => keys
+                        .iter()
+                        .map(|k| format!("'{}'", k.name))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                };
+                self.say(if again {
+                    format!("listening for changes to {what} again")
+                } else {
+                    format!("listening for changes to {what}")
+                });
+                *changed = true;
+            }
+            Msg::Deaf(why, pause) => {
+                // Said when it starts failing or fails otherwise, not at every try.
+                if !matches!(&self.listening, Listening::Not(Some(before)) if *before == why) {
+                    self.say(format!(
+                        "not listening for changes ({why}); trying again in {}",
+                        human_ms(pause)
+                    ));
+                }
+                self.listening = Listening::Not(Some(why));
+                *changed = true;
+            }
+            Msg::Event { channel, payload } => {
+                let Some(keys) = self.keys_of(&channel) else {
+                    return Ok(None);
+                };
+                let Some(event) = parse_event(&keys.name, &payload) else {
+                    messages::log(self.config, || {
+                        format!("ignored a message on {}", printable(&channel))
+                    });
+                    return Ok(None);
+                };
+                if self.heard(&keys.name, &event) {
+                    self.emit(&event)?;
+                    *changed = true;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The lock a message's channel belongs to, if it is one we watch.
+    fn keys_of(&self, channel: &str) -> Option<Keys> {
+        if self.named.is_empty() {
+            return lock_of(&self.config.prefix, channel);
+        }
+        self.named
+            .iter()
+            .find(|k| channel_of(k) == channel)
+            .cloned()
+    }
+
+    /// Takes in a published event; whether to show it (an expiry already reported is not).
+    fn heard(&mut self, name: &str, event: &Map<String, Value>) -> bool {
+        let field = |k: &str| event.get(k).and_then(Value::as_str).unwrap_or_default();
+        let kind = field("event");
+        let token = field("token").to_string();
+        match kind {
+            "acquired" => {
+                let at = integer(event.get("at_ms"));
+                let ttl = integer(event.get("ttl_ms"));
+                self.seen.insert(
+                    name.to_string(),
+                    Seen {
+                        fingerprint: token,
+                        fence: field("fence").to_string(),
+                        user: field("user").to_string(),
+                        host: field("host").to_string(),
+                        pid: field("pid").to_string(),
+                        acquired_ms: at,
+                        expires_ms: at.zip(ttl).map(|(a, t)| a + t),
+                        ended: false,
+                    },
+                );
+                true
+            }
+            "released" | "forced" | "expired" => {
+                if let Some(seen) = self.seen.get_mut(name)
+                    && seen.fingerprint == token
+                {
+                    seen.ended = true;
+                }
+                if kind == "expired" {
+                    return self.remember_expiry(name, &token);
+                }
+                true
+            }
+            _ => true,
+        }
+    }
+
+    /// Records that the expiry of `token`'s hold of `name` was reported; false if it already was.
+    fn remember_expiry(&mut self, name: &str, token: &str) -> bool {
+        let entry = (name.to_string(), token.to_string());
+        if self.reported.contains(&entry) {
+            return false;
+        }
+        if self.reported.len() == REMEMBERED {
+            self.reported.pop_front();
+        }
+        self.reported.push_back(entry);
+        true
+    }
+
+    /// Reads every watched lock again; returns when to do it next (later after a failure).
+    fn tick(&mut self) -> Result<Duration> {
+        match self.read() {
+            Ok(()) => {
+                if self.reading.take().is_some() {
+                    self.say("reading the locks again".to_string());
+                }
+                Ok(REFRESH)
+            }
+            Err(e) if kind_of(&e) == Kind::Unavailable => {
+                // The connection may be in any state: the next read connects afresh.
+                self.store = None;
+                let pause = self
+                    .reading
+                    .as_ref()
+                    .map_or(RETRY, |(_, p)| (*p * 2).min(RETRY_CAP))
+                    .max(REFRESH);
+                let why = format!("{e:#}");
+                // Said when it starts failing or fails otherwise, not at every try.
+                if self
+                    .reading
+                    .as_ref()
+                    .is_none_or(|(before, _)| *before != why)
+                {
+                    self.say(format!(
+                        "cannot read the locks ({why}); trying again in {}",
+                        human_ms(pause)
+                    ));
+                }
+                self.reading = Some((why, pause));
+                Ok(pause)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads the watched locks, reporting holders that vanished without a word as expired.
+    fn read(&mut self) -> Result<()> {
+        let store = match &mut self.store {
+            Some(store) => store,
+            None => self.store.insert(backend::open(self.config)?),
+        };
+        let mut states = if self.named.is_empty() {
+            store.inspect_all(&self.config.prefix)?
+        } else {
+            self.named
+                .iter()
+                .map(|k| store.inspect(k))
+                .collect::<Result<Vec<_>>>()?
+        };
+        // A lock that is gone from the listing (free, its key deleted or expired) is read by
+        // name if someone was seen holding it: its meta hash tells how the hold ended.
+        let missing: Vec<Keys> = self
+            .seen
+            .iter()
+            .filter(|(name, s)| !s.ended && !states.iter().any(|st| &st.keys.name == *name))
+            .filter_map(|(name, _)| Keys::new(&self.config.prefix, name).ok())
+            // Bounded: anyone may publish `acquired` for locks that do not exist.
+            .take(MISSING_PER_READ)
+            .collect();
+        let mut gone = Vec::new();
+        for keys in &missing {
+            gone.push(store.inspect(keys)?);
+        }
+        for state in states.iter().chain(&gone) {
+            if let Some(event) = self.observe(state) {
+                self.emit(&event)?;
+            }
+        }
+        if self.seen.len() > SEEN_MAX {
+            self.seen.retain(|_, s| !s.ended);
+        }
+        if self.named.is_empty() {
+            // As `status` lists them: what is held (or, on a quorum, split or unknown).
+            states.retain(|s| {
+                s.held() || matches!(s.quorum_verdict(), Some(v) if v != lock::QuorumVerdict::Free)
+            });
+        }
+        self.states = states;
+        Ok(())
+    }
+
+    /// Compares a lock as read with the holder seen before it: an `expired` event of our own
+    /// when that holder's hold ran out and nobody said so.
+    fn observe(&mut self, state: &State) -> Option<Map<String, Value>> {
+        let name = state.keys.name.clone();
+        if state.handing_over() {
+            // Reserved for the first waiter: nobody holds it; its `acquired` will say who does.
+            return None;
+        }
+        if state.held() {
+            let token = state.token.as_deref()?;
+            let fp = fingerprint(token);
+            if self.seen.get(&name).is_none_or(|s| s.fingerprint != fp) {
+                let h = state.holder.as_ref();
+                self.seen.insert(
+                    name,
+                    Seen {
+                        fingerprint: fp,
+                        fence: state.fence.to_string(),
+                        user: h.map(|h| h.user.clone()).unwrap_or_default(),
+                        host: h.map(|h| h.host.clone()).unwrap_or_default(),
+                        pid: h.map(|h| h.pid.clone()).unwrap_or_default(),
+                        acquired_ms: h.and_then(|h| h.acquired_ms),
+                        expires_ms: (state.pttl_ms >= 0).then_some(state.now_ms + state.pttl_ms),
+                        ended: false,
+                    },
+                );
+            } else if let Some(s) = self.seen.get_mut(&name)
+                && state.pttl_ms >= 0
+            {
+                // Renewed since: it expires later.
+                s.expires_ms = Some(state.now_ms + state.pttl_ms);
+            }
+            return None;
+        }
+        let seen = self.seen.get_mut(&name).filter(|s| !s.ended)?;
+        let at = match state.last.as_deref() {
+            // The meta hash knows this hold: its end is what the record says (a release or a
+            // forced release publishes its own event).
+            Some(last) if fingerprint(&last.token) == seen.fingerprint => {
+                match (last.ended(), state.forced_of(&last.token)) {
+                    (Some((Ended::Expired, at)), None) => at,
+                    _ => {
+                        seen.ended = true;
+                        return None;
+                    }
+                }
+            }
+            // A later holder's record: their scripts said what became of this one.
+            Some(last) if last.acquired_ms > seen.acquired_ms => {
+                seen.ended = true;
+                return None;
+            }
+            // An earlier holder's: this read is older than the hold we heard of (on a quorum, a
+            // node the acquisition has not reached yet). The next read tells.
+            Some(_) => return None,
+            // No record (meta expired, or a holder other than redlock): expired once its time
+            // ran out by the server's clock; without a TTL to go by, nothing can be told.
+            None => match seen.expires_ms {
+                Some(at) if at <= state.now_ms => at,
+                Some(_) => return None,
+                None => {
+                    seen.ended = true;
+                    return None;
+                }
+            },
+        };
+        seen.ended = true;
+        let seen = seen.clone();
+        if !self.remember_expiry(&name, &seen.fingerprint) {
+            return None;
+        }
+        let mut event = Map::new();
+        event.insert("event".into(), "expired".into());
+        event.insert("at_ms".into(), at.into());
+        event.insert("token".into(), seen.fingerprint.into());
+        event.insert("fence".into(), seen.fence.into());
+        event.insert("user".into(), seen.user.into());
+        event.insert("host".into(), seen.host.into());
+        event.insert("pid".into(), seen.pid.into());
+        if let Some(from) = seen.acquired_ms {
+            event.insert("held_ms".into(), (at - from).max(0).into());
+        }
+        event.insert("lock".into(), name.into());
+        event.insert("time".into(), rfc3339(at).into());
+        Some(event)
+    }
+
+    /// Shows one change as the mode wants it.
+    fn emit(&mut self, event: &Map<String, Value>) -> Result<()> {
+        match self.mode {
+            Mode::Json => write_stdout(&format!("{}\n", Value::Object(event.clone()))),
+            Mode::Lines => write_stdout(&format!("{}\n", describe(event))),
+            Mode::Screen => {
+                if self.recent.len() == RECENT {
+                    self.recent.pop_front();
+                }
+                self.recent.push_back(describe(event));
+                Ok(())
+            }
+        }
+    }
+
+    /// Tells the user about the connection: a notice, or on the terminal a line of the view
+    /// (a line on stderr would be drawn over).
+    fn say(&mut self, text: String) {
+        if self.mode == Mode::Screen {
+            if self.recent.len() == RECENT {
+                self.recent.pop_front();
+            }
+            self.recent
+                .push_back(format!("{} {text}", rfc3339(now_ms())));
+        } else {
+            messages::notice(self.config, text);
+        }
+    }
+
+    /// Draws the view on the terminal (only there: the other modes print changes as they come).
+    fn render(&self) -> Result<()> {
+        if self.mode != Mode::Screen {
+            return Ok(());
+        }
+        let mut text = format!(
+            "redlock status --watch: {} (Ctrl-C to stop)\n",
+            rfc3339(now_ms())
+        );
+        match (&self.listening, &self.reading) {
+            (_, Some((why, _))) => text.push_str(&format!("cannot read the locks: {why}\n")),
+            (Listening::Not(Some(why)), None) => {
+                text.push_str(&format!("not listening for changes: {why}\n"));
+            }
+            _ => {}
+        }
+        text.push('\n');
+        if self.states.is_empty() {
+            text.push_str(&format!(
+                "no locks held under prefix '{}'\n",
+                self.config.prefix
+            ));
+        } else {
+            text.push_str(&crate::output::status_table(
+                &self.states,
+                self.args.show_token,
+            ));
+            text.push_str(&crate::output::quorum_details(&self.states));
+            if self.args.queue || !self.named.is_empty() {
+                text.push_str(&crate::output::queue_details(&self.states));
+            }
+        }
+        if !self.recent.is_empty() {
+            text.push_str("\nchanges:\n");
+            for line in self.recent.iter().rev() {
+                text.push_str(&format!("  {line}\n"));
+            }
+        }
+        let rows = terminal_rows().saturating_sub(1).max(1);
+        let mut frame = String::from("\x1b[H");
+        for line in text.lines().take(rows) {
+            frame.push_str(line);
+            frame.push_str("\x1b[K\r\n");
+        }
+        frame.push_str("\x1b[J");
+        write_stdout(&frame)
+    }
+}
+
+/// The server-independent clock, for the view's header and the connection lines.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The terminal's height in rows (24 when it does not say).
+fn terminal_rows() -> usize {
+    // SAFETY: TIOCGWINSZ writes a winsize into the zeroed struct we own; a failure leaves it
+    // zeroed.
+    let ws = unsafe {
+        let mut ws: libc::winsize = std::mem::zeroed();
+        libc::ioctl(1, libc::TIOCGWINSZ, &mut ws);
+        ws
+    };
+    match ws.ws_row {
+        0 => 24,
+        n => usize::from(n),
+    }
+}
+
+/// Writes to stdout and flushes (JSON Lines are read as they come).
+fn write_stdout(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| anyhow::Error::new(e).context("cannot write to stdout"))
+        .map_err(|e| {
+            if is_broken_pipe(&e) {
+                e
+            } else {
+                failure(Kind::Io, format!("{e:#}"))
+            }
+        })
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// A published message as an event of `lock`: a JSON object with a string `event`, each string
+/// escaped for the terminal (and the note redacted), values other than strings, numbers and
+/// booleans left out, and `lock` and `time` (RFC 3339, from `at_ms`) added. `None` for anything
+/// else.
+fn parse_event(lock: &str, payload: &[u8]) -> Option<Map<String, Value>> {
+    let Ok(Value::Object(raw)) = serde_json::from_slice::<Value>(payload) else {
+        return None;
+    };
+    raw.get("event").and_then(Value::as_str)?;
+    let mut event = Map::new();
+    for (key, value) in raw {
+        let value = match value {
+            Value::String(s) if key == "note" => Value::String(printable(&redact(&s)).into_owned()),
+            Value::String(s) => Value::String(printable(&s).into_owned()),
+            v @ (Value::Number(_) | Value::Bool(_)) => v,
+            _ => continue,
+        };
+        if key == "lock" || key == "time" {
+            continue;
+        }
+        event.insert(printable(&key).into_owned(), value);
+    }
+    let at = event
+        .get("at_ms")
+        .and_then(Value::as_i64)
+        .unwrap_or_else(now_ms);
+    event.insert("lock".into(), lock.into());
+    event.insert("time".into(), rfc3339(at).into());
+    Some(event)
+}
+
+/// A JSON number as an integer (Lua's cjson may write a large one in floating point).
+fn integer(v: Option<&Value>) -> Option<i64> {
+    let v = v?;
+    v.as_i64()
+        .or_else(|| v.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
+}
+
+/// One change as a line for humans: `TIME LOCK EVENT details`.
+fn describe(event: &Map<String, Value>) -> String {
+    let text = |k: &str| match event.get(k) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(Value::Bool(b)) => b.to_string(),
+        _ => String::new(),
+    };
+    let ms =
+        |k: &str| integer(event.get(k)).map(|ms| human_ms(Duration::from_millis(ms.max(0) as u64)));
+    let who = || format!("{}@{} (pid {})", text("user"), text("host"), text("pid"));
+    let note = || match text("note") {
+        n if n.is_empty() => String::new(),
+        n => format!(", note: {n}"),
+    };
+    let kind = text("event");
+    let token = text("token");
+    let details = match kind.as_str() {
+        "acquired" => format!(
+            "by {}, fence {}, token {token}…, waited {}, ttl {}{}",
+            who(),
+            text("fence"),
+            ms("waited_ms").unwrap_or_else(|| "?".into()),
+            ms("ttl_ms").unwrap_or_else(|| "?".into()),
+            note()
+        ),
+        "queued" => format!(
+            "{}, token {token}…, {}{}",
+            who(),
+            match integer(event.get("deadline_ms")) {
+                Some(at) => format!("gives up at {}", rfc3339(at)),
+                None => "waits forever".to_string(),
+            },
+            note()
+        ),
+        "left" => format!("token {token}… left the queue"),
+        "released" => format!(
+            "token {token}…, fence {}, held {}{}",
+            text("fence"),
+            ms("held_ms").unwrap_or_else(|| "?".into()),
+            match event.get("status") {
+                Some(Value::Number(n)) => format!(", command exited with {n}"),
+                _ => String::new(),
+            }
+        ),
+        "expired" => format!(
+            "{}, fence {}, token {token}…, after {} (never released)",
+            who(),
+            text("fence"),
+            ms("held_ms").unwrap_or_else(|| "?".into())
+        ),
+        "forced" => format!(
+            "by {}: took it from {}, fence {}, token {token}…",
+            text("by"),
+            who(),
+            text("fence")
+        ),
+        "lost" => format!(
+            "token {token}…, fence {}: {}",
+            text("fence"),
+            text("reason")
+        ),
+        _ => format!("token {token}…"),
+    };
+    format!("{} {} {kind} {details}", text("time"), text("lock"))
+}
+
+/// Subscribes on a thread of its own and passes on every message, subscribing again (with
+/// backoff) when the subscription fails or falls silent, until `tx` is closed.
+fn listen(config: &Config, subscription: Subscription, tx: Sender<Msg>) -> Result<()> {
+    let config = config.clone();
+    let spawned = std::thread::Builder::new()
+        .name("watch".into())
+        .spawn(move || {
+            let mut pause = RETRY;
+            loop {
+                let (e, listened) = match subscribe(&config, &subscription, &tx) {
+                    Ok(()) => return,
+                    Err(failed) => failed,
+                };
+                if listened {
+                    pause = RETRY;
+                }
+                // Refused (an ACL user without the channel) or not understood: trying again
+                // cannot help.
+                if !matches!(kind_of(&e), Kind::Unavailable | Kind::Io) {
+                    let _ = tx.send(Msg::Refused(e));
+                    return;
+                }
+                if tx.send(Msg::Deaf(format!("{e:#}"), pause)).is_err() {
+                    return;
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(RETRY_CAP);
+            }
+        });
+    // Without it the watch would show nothing.
+    spawned
+        .map(drop)
+        .map_err(|e| failure(Kind::Io, format!("cannot start the listening thread: {e}")))
+}
+
+/// Subscribes once and passes on what arrives: `Ok` when nobody listens any more, else the
+/// error and whether the subscription had been made.
+fn subscribe(
+    config: &Config,
+    subscription: &Subscription,
+    tx: &Sender<Msg>,
+) -> Result<(), (anyhow::Error, bool)> {
+    let failed = |e: anyhow::Error| (e, false);
+    let mut con = client::subscriber(config).map_err(failed)?;
+    let (command, count) = match subscription {
+        Subscription::Channels(channels) => (
+            redis::cmd("SUBSCRIBE").arg(channels).clone(),
+            channels.len(),
+        ),
+        Subscription::Pattern(pattern) => (redis::cmd("PSUBSCRIBE").arg(pattern).clone(), 1),
+    };
+    // Not `PubSub::subscribe`: it discards the reply, and a refusal (`-NOPERM`) comes as one.
+    con.send_packed_command(&command.get_packed_command())
+        .map_err(|e| failed(e.into()))?;
+    for _ in 0..count {
+        let reply = con.recv_response().map_err(|e| failed(e.into()))?;
+        if let Err(e) = reply.extract_error() {
+            let why = [e.code(), e.detail()]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>();
+            return Err(failed(failure(
+                redis_kind(&e),
+                format!("the server refused the subscription: {}", why.join(" ")),
+            )));
+        }
+    }
+    if tx.send(Msg::Listening).is_err() {
+        return Ok(());
+    }
+    let lost = |e: redis::RedisError| (anyhow::Error::from(e), true);
+    let mut pubsub = con.as_pubsub();
+    pubsub.set_read_timeout(Some(PING_EVERY)).map_err(lost)?;
+    loop {
+        match pubsub.get_message() {
+            Ok(msg) => {
+                let event = Msg::Event {
+                    channel: msg.get_channel_name().to_string(),
+                    payload: msg.get_payload_bytes().to_vec(),
+                };
+                if tx.send(event).is_err() {
+                    return Ok(());
+                }
+            }
+            Err(e) if e.is_timeout() => {
+                // Quiet is normal; a server that does not answer a PING is not there.
+                pubsub
+                    .set_read_timeout(Some(config.io_timeout))
+                    .map_err(lost)?;
+                pubsub.ping::<redis::Value>().map_err(|e| {
+                    (
+                        failure(
+                            Kind::Unavailable,
+                            format!("no answer to PING: {}", crate::error::redis_text(&e)),
+                        ),
+                        true,
+                    )
+                })?;
+                pubsub.set_read_timeout(Some(PING_EVERY)).map_err(lost)?;
+            }
+            Err(e) => {
+                return Err((
+                    failure(
+                        Kind::Unavailable,
+                        format!("subscription lost: {}", crate::error::redis_text(&e)),
+                    ),
+                    true,
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_and_patterns_name_locks_under_the_prefix_only() {
+        let keys = Keys::new("redlock:", "deploy").unwrap();
+        assert_eq!(channel_of(&keys), "redlock:{deploy}:watch");
+        assert_eq!(pattern_of("redlock:"), "redlock:{*}:watch");
+        assert_eq!(pattern_of("a*b[1]:"), "a\\*b\\[1\\]:{*}:watch");
+        assert_eq!(
+            lock_of("redlock:", "redlock:{deploy}:watch").map(|k| k.name),
+            Some("deploy".to_string())
+        );
+        // A name may hold `}`; its channel still ends in `}:watch`.
+        assert_eq!(
+            lock_of("redlock:", "redlock:{a}:b}:watch").map(|k| k.name),
+            Some("a}:b".to_string())
+        );
+        assert_eq!(lock_of("redlock:", "redlock:{deploy}:events"), None);
+        assert_eq!(lock_of("redlock:", "other:{deploy}:watch"), None);
+        assert_eq!(lock_of("redlock:", "redlock:{\u{1b}x}:watch"), None);
+    }
+
+    #[test]
+    fn events_are_escaped_and_get_a_lock_and_a_time() {
+        let payload = br#"{"event":"acquired","at_ms":1764597600000,"token":"0123abcd",
+            "fence":"18446744073709551617","user":"ev\u001b[2Jil","host":"h","pid":"7",
+            "note":"deploy password=hunter2","waited_ms":0,"ttl_ms":30000,"nested":{"a":1},
+            "lock":"spoofed"}"#;
+        let event = parse_event("deploy", payload).unwrap();
+        assert_eq!(event["lock"], "deploy");
+        assert_eq!(event["time"], "2025-12-01T14:00:00Z");
+        assert_eq!(event["user"], "ev\\u{1b}[2Jil");
+        assert_eq!(event["fence"], "18446744073709551617");
+        assert!(!event["note"].as_str().unwrap().contains("hunter2"));
+        assert!(!event.contains_key("nested"));
+        let line = describe(&event);
+        assert!(
+            line.starts_with("2025-12-01T14:00:00Z deploy acquired by ev\\u{1b}[2Jil@h (pid 7), fence 18446744073709551617"),
+            "{line}"
+        );
+        assert_eq!(parse_event("deploy", b"forced:0123abcd"), None);
+        assert_eq!(parse_event("deploy", br#"{"token":"x"}"#), None);
+        assert_eq!(parse_event("deploy", br#"[1]"#), None);
+    }
+}

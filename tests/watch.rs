@@ -1,0 +1,594 @@
+//! `redlock status --watch`: the changes as JSON Lines, as log lines, and as a table redrawn on a
+//! terminal; silent expiries; signals; a lost subscription made again.
+//!
+//! Real `redlock` processes against real `redis-server`s. The tests synchronise on the watcher's
+//! subscription as the server counts it (`PUBSUB NUMPAT`/`NUMSUB`), on lines it prints and on
+//! exits, never on a sleep.
+
+mod common;
+
+use std::io::Read;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::pty::{Pty, pty};
+use common::*;
+use serde_json::Value;
+
+/// A bound for anything that should happen promptly; reaching it means a hang.
+const EVENT: Duration = Duration::from_secs(15);
+
+/// The pattern subscriptions on `redis` (a watcher of every lock makes one).
+fn patterns(redis: &RedisServer) -> i64 {
+    redis.query(&["PUBSUB", "NUMPAT"])
+}
+
+/// Starts `redlock status --watch ARGS` and waits until it is subscribed (a watcher of every lock
+/// subscribes to a pattern; one of named locks to the channel of the first).
+fn watcher(redis: &RedisServer, args: &[&str]) -> Proc {
+    let named = args
+        .iter()
+        .find(|a| !a.starts_with('-'))
+        .map(|n| n.to_string());
+    let mut cmd = redis.redlock();
+    cmd.args(["status", "--watch"]).args(args);
+    watching(cmd, || match &named {
+        None => patterns(redis) == 1,
+        Some(name) => {
+            let channel = format!("{}:watch", lock_key(name));
+            let counts: Vec<redis::Value> = redis.query(&["PUBSUB", "NUMSUB", &channel]);
+            matches!(counts.get(1), Some(redis::Value::Int(1)))
+        }
+    })
+}
+
+/// Starts `cmd` (a watcher) and waits until `subscribed` says the server counts its
+/// subscription, and it said so.
+fn watching(mut cmd: std::process::Command, subscribed: impl FnMut() -> bool) -> Proc {
+    let mut proc = cmd.spawn_proc();
+    if !wait_for(subscribed, EVENT) {
+        panic!(
+            "the watcher did not subscribe\n--- stderr:\n{}",
+            proc.stderr()
+        );
+    }
+    // The notice follows the confirmation.
+    proc.wait_for_stderr("listening for changes", EVENT);
+    proc
+}
+
+/// The JSON objects printed so far, one a line.
+fn events(proc: &Proc) -> Vec<Value> {
+    proc.stdout()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect()
+}
+
+/// Waits until `proc` printed an event for which `pred` holds; returns all the events so far.
+#[track_caller]
+fn wait_event(proc: &Proc, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+    if !wait_for(|| events(proc).iter().any(&pred), EVENT) {
+        panic!(
+            "no such event\n--- stdout:\n{}--- stderr:\n{}",
+            proc.stdout(),
+            proc.stderr()
+        );
+    }
+    events(proc)
+}
+
+/// A holder whose TTL runs out without a release is reported as `expired` by the watcher's own
+/// refresh, with who it was and how long it held the lock, and only once.
+#[test]
+fn a_silent_expiry_is_reported_once() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = hold(&redis, "k", "2s");
+    let watch = watcher(&redis, &["--json", "k"]);
+    let seen = wait_event(&watch, |e| e["event"] == "expired");
+    let expired: Vec<&Value> = seen.iter().filter(|e| e["event"] == "expired").collect();
+    assert_eq!(expired.len(), 1, "{seen:?}");
+    let e = expired[0];
+    assert_eq!(e["lock"], "k");
+    assert_eq!(e["token"], &token[..8]);
+    assert!(e["fence"].as_str().unwrap().parse::<u64>().is_ok(), "{e}");
+    assert_eq!(e["pid"].as_str().map(str::is_empty), Some(false), "{e}");
+    let held = e["held_ms"].as_i64().unwrap();
+    assert!((1900..=2100).contains(&held), "{e}");
+    assert!(e["time"].as_str().unwrap().ends_with('Z'), "RFC 3339: {e}");
+    // Nothing more for the same hold: a later acquisition (whose script may say `expired` too)
+    // adds no second one.
+    let next = hold(&redis, "k", "30s");
+    wait_event(&watch, |e| {
+        e["event"] == "acquired" && e["token"] == next[..8]
+    });
+    watch.signal(libc::SIGINT);
+    let out = watch.finish(EVENT).expect(130);
+    let expired = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains(r#""event":"expired""#))
+        .count();
+    assert_eq!(expired, 1, "{out}");
+}
+
+/// SIGINT ends the watch with 130 and SIGTERM with 143, leaving no subscription and no key
+/// behind, and printing nothing on stdout when nothing changed.
+#[test]
+fn signals_end_the_watch_leaving_nothing_behind() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    hold(&redis, "k", "60s");
+    let keys = redis.keys();
+    for (sig, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
+        let watch = watcher(&redis, &["--json"]);
+        watch.signal(sig);
+        let out = watch.finish(EVENT).expect(code);
+        assert_eq!(out.stdout, "", "{out}");
+        assert!(!out.stderr.contains("panicked"), "{out}");
+        // The connection closes with the process: the server drops the pattern.
+        assert!(wait_for(|| patterns(&redis) == 0, EVENT), "{out}");
+        assert_eq!(redis.keys(), keys);
+    }
+}
+
+/// A watcher whose subscription is cut subscribes again and says so.
+#[test]
+fn a_lost_subscription_is_made_again() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut watch = watcher(&redis, &["--json"]);
+    let _: redis::Value = redis.query(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    watch.wait_for_stderr("not listening for changes", EVENT);
+    watch.wait_for_stderr(
+        "listening for changes to every lock under prefix 'redlock:' again",
+        EVENT,
+    );
+    assert!(wait_for(|| patterns(&redis) == 1, EVENT));
+    watch.signal(libc::SIGINT);
+    watch.finish(EVENT).expect(130);
+}
+
+/// A frozen server never hangs the watcher: it says that it cannot read or hear the locks, and
+/// carries on once the server answers again.
+#[test]
+fn a_frozen_server_is_reported_and_outlived() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut watch = watcher(&redis, &["--json", "--io-timeout=1s"]);
+    redis.pause();
+    watch.wait_for_stderr("cannot read the locks", EVENT);
+    redis.resume();
+    watch.wait_for_stderr("reading the locks again", EVENT);
+    watch.signal(libc::SIGTERM);
+    watch.finish(EVENT).expect(143);
+}
+
+/// Not a terminal and not `--json`: one line per change, with the time, the lock and the event.
+#[test]
+fn a_log_gets_one_line_per_change() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = hold(&redis, "k", "1500ms");
+    let watch = watcher(&redis, &[]);
+    assert!(
+        wait_for(|| watch.stdout().contains(" k expired "), EVENT),
+        "{}",
+        watch.stdout()
+    );
+    watch.signal(libc::SIGINT);
+    let out = watch.finish(EVENT).expect(130);
+    let line = out.stdout.lines().next().unwrap();
+    assert!(
+        line.contains(" k expired ") && line.contains(&format!("token {}…", &token[..8])),
+        "{out}"
+    );
+    assert!(line.contains("(never released)"), "{out}");
+}
+
+/// On a terminal: the table, redrawn in place on the alternate screen, the lock gone from it once
+/// free; Ctrl-C gives the terminal back (cursor shown, screen restored) and exits 130.
+#[test]
+fn the_table_is_redrawn_in_a_terminal_and_the_terminal_restored() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = hold(&redis, "k", "60s");
+    let Pty { master, slave } = pty(Some(100));
+    let mut cmd = redis.redlock();
+    cmd.args(["status", "--watch"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(slave))
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn redlock");
+    drop(cmd);
+    let seen = Arc::new(Mutex::new(String::new()));
+    let sink = Arc::clone(&seen);
+    let reader = std::thread::spawn(move || {
+        let mut master = master;
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = master.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+    });
+    let shown = |needle: &str| {
+        let seen = Arc::clone(&seen);
+        let needle = needle.to_string();
+        move || seen.lock().unwrap().contains(&needle)
+    };
+    // Drawn from the top of the alternate screen, the cursor hidden.
+    assert!(
+        wait_for(shown("\x1b[?1049h"), EVENT),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    assert!(
+        wait_for(shown("\x1b[?25l"), EVENT)
+            && wait_for(shown("\x1b[Hredlock status --watch: "), EVENT)
+            && wait_for(shown("\nLOCK  STATE"), EVENT),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    assert!(
+        wait_for(shown("\nk     held  "), EVENT),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    let before = seen.lock().unwrap().len();
+    release(&redis, "k", &token);
+    // Gone from the table, and listed below it as a change.
+    let gone = || {
+        let seen = seen.lock().unwrap();
+        seen[before..].contains("no locks held under prefix 'redlock:'")
+            && seen[before..].contains(&format!(" k released token {}…", &token[..8]))
+    };
+    assert!(wait_for(gone, EVENT), "{:?}", seen.lock().unwrap());
+    common::signal(child.id(), libc::SIGINT);
+    assert!(
+        wait_for(|| child.try_wait().unwrap().is_some(), EVENT),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    reader.join().unwrap();
+    let seen = Arc::try_unwrap(seen).unwrap().into_inner().unwrap();
+    assert!(
+        seen.ends_with("\x1b[?7h\x1b[?25h\x1b[?1049l"),
+        "the terminal is not restored at the end: {:?}",
+        &seen[seen.len().saturating_sub(200)..]
+    );
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    // Nothing on stderr: it would be drawn over.
+    assert_eq!(stderr, "");
+}
+
+/// The kinds of events, in order, with their tokens' fingerprints.
+fn sequence(events: &[Value]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap().to_string(),
+                e["token"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn fp(token: &str) -> String {
+    token[..8].to_string()
+}
+
+/// A scripted sequence: a holder, a waiter (`exec`) queued behind it, a release that hands the
+/// lock over, the waiter's command ending, a holder that never releases, and the next
+/// acquisition: each change once, in order, with its fields (the expiry seen by the watcher, not
+/// repeated when the next acquisition's script tells it too).
+#[test]
+fn json_lines_tell_a_scripted_sequence_in_order() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let watch = watcher(&redis, &["--json"]);
+    let a = redis
+        .redlock()
+        .args([
+            "acquire",
+            "k",
+            "--ttl",
+            "60s",
+            "--note",
+            "deploy password=hunter2",
+        ])
+        .run()
+        .ok();
+    let waiter = redis
+        .redlock()
+        .args(["exec", "k", "--wait", "60s", "--", "sh", "-c", "exit 3"])
+        .spawn_proc();
+    wait_event(&watch, |e| e["event"] == "queued");
+    release(&redis, "k", &a);
+    waiter.finish(EVENT).expect(3);
+    let c = hold(&redis, "k", "1s");
+    wait_event(&watch, |e| e["event"] == "expired");
+    let d = hold(&redis, "k", "60s");
+    let seen = wait_event(&watch, |e| e["event"] == "acquired" && e["token"] == fp(&d));
+    let b = seen
+        .iter()
+        .find(|e| e["event"] == "queued")
+        .map(|e| e["token"].as_str().unwrap().to_string())
+        .unwrap();
+    let expected: Vec<(String, String)> = [
+        ("acquired", fp(&a)),
+        ("queued", b.clone()),
+        ("released", fp(&a)),
+        ("acquired", b.clone()),
+        ("released", b.clone()),
+        ("acquired", fp(&c)),
+        ("expired", fp(&c)),
+        ("acquired", fp(&d)),
+    ]
+    .into_iter()
+    .map(|(k, t)| (k.to_string(), t))
+    .collect();
+    assert_eq!(sequence(&seen), expected, "{seen:#?}");
+    for e in &seen {
+        assert_eq!(e["lock"], "k", "{e}");
+        assert!(e["time"].as_str().unwrap().ends_with('Z'), "{e}");
+        assert!(e["at_ms"].as_i64().is_some(), "{e}");
+    }
+    // The note was redacted by the client, and is shown so.
+    assert!(!watch.stdout().contains("hunter2"), "{}", watch.stdout());
+    assert_eq!(seen[0]["ttl_ms"], 60000);
+    assert_eq!(
+        seen[3]["waited_ms"].as_i64().map(|w| w > 0),
+        Some(true),
+        "{}",
+        seen[3]
+    );
+    assert_eq!(seen[4]["status"], 3, "{}", seen[4]);
+    assert_eq!(seen[6]["held_ms"], 1000, "{}", seen[6]);
+    watch.signal(libc::SIGINT);
+    let out = watch.finish(EVENT).expect(130);
+    assert_eq!(
+        out.stdout.matches(r#""event":"expired""#).count(),
+        1,
+        "{out}"
+    );
+}
+
+/// On a quorum the changes come from the queue node (the first URL) and the expiry from the
+/// refresh of every node.
+#[test]
+fn a_quorum_is_watched_on_its_queue_node() {
+    let Some(nodes) = common::nodes::Nodes::start(3) else {
+        return;
+    };
+    let queue_node = nodes.servers().next().unwrap();
+    let mut cmd = nodes.redlock();
+    // `--format json` is `--json`.
+    cmd.args(["status", "--watch", "--format", "json", "k"]);
+    let watch = watching(cmd, || {
+        let counts: Vec<redis::Value> =
+            queue_node.query(&["PUBSUB", "NUMSUB", &format!("{}:watch", lock_key("k"))]);
+        matches!(counts.get(1), Some(redis::Value::Int(1)))
+    });
+    let a = nodes
+        .redlock()
+        .args(["acquire", "k", "--ttl", "60s"])
+        .run()
+        .ok();
+    nodes.redlock().args(["release", "k", &a]).run().expect(0);
+    let c = nodes
+        .redlock()
+        .args(["acquire", "k", "--ttl", "1s"])
+        .run()
+        .ok();
+    let seen = wait_event(&watch, |e| e["event"] == "expired");
+    let expected: Vec<(String, String)> = [
+        ("acquired", fp(&a)),
+        ("released", fp(&a)),
+        ("acquired", fp(&c)),
+        ("expired", fp(&c)),
+    ]
+    .into_iter()
+    .map(|(k, t)| (k.to_string(), t))
+    .collect();
+    assert_eq!(sequence(&seen), expected, "{seen:#?}");
+    watch.signal(libc::SIGTERM);
+    watch.finish(EVENT).expect(143);
+}
+
+/// On a Cluster one subscription (on the first seed) hears the locks of every master: a lock's
+/// script publishes on its own master, and the Cluster passes it on.
+#[test]
+fn a_cluster_is_watched_from_one_node() {
+    let Some(cluster) = common::topology::Cluster::start() else {
+        return;
+    };
+    let names = cluster.names_on_each_node("watch");
+    let seed = &cluster.nodes()[0];
+    let mut cmd = cluster.redlock();
+    cmd.args(["status", "--watch", "--json"]);
+    let watch = watching(cmd, || seed.query::<i64>(&["PUBSUB", "NUMPAT"]) == 1);
+    let mut tokens = Vec::new();
+    // One at a time: each master's message reaches the seed by a link of its own, so two
+    // published close together may arrive in either order.
+    for name in &names {
+        let token = cluster
+            .redlock()
+            .args(["acquire", name, "--ttl", "60s"])
+            .run()
+            .ok();
+        wait_event(&watch, |e| {
+            e["event"] == "acquired" && e["token"] == fp(&token)
+        });
+        tokens.push(token);
+    }
+    let seen = events(&watch);
+    let got: Vec<(String, String)> = seen
+        .iter()
+        .map(|e| {
+            (
+                e["lock"].as_str().unwrap().to_string(),
+                e["token"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = names
+        .iter()
+        .zip(&tokens)
+        .map(|(n, t)| (n.clone(), fp(t)))
+        .collect();
+    assert_eq!(got, want, "{seen:#?}");
+    watch.signal(libc::SIGINT);
+    watch.finish(EVENT).expect(130);
+}
+
+/// A server that refuses the subscription (an ACL user without the channels) is an error with
+/// the auth exit status, at once: trying again could not help.
+#[test]
+fn a_refused_subscription_is_an_error() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis.query::<()>(&[
+        "ACL",
+        "SETUSER",
+        "nosub",
+        "on",
+        ">nosubpw",
+        "~*",
+        "+@all",
+        "resetchannels",
+    ]);
+    let url = format!("redis://nosub:nosubpw@127.0.0.1:{}", redis.port());
+    let out = redlock()
+        .args(["--url", &url, "status", "--watch", "--json"])
+        .run()
+        .expect(77);
+    assert!(
+        out.stderr.contains("refused the subscription: NOPERM"),
+        "{out}"
+    );
+    assert!(!out.stderr.contains("panicked"), "{out}");
+}
+
+/// A reader that stopped reading (`| head -1`) ends the watch, with 0: not an error.
+#[test]
+fn a_closed_stdout_ends_the_watch_quietly() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rc = dir.path().join("rc");
+    let script = format!(
+        "{{ redlock status --watch --json k; echo $? > '{}'; }} | head -1",
+        rc.display()
+    );
+    let proc = redis.sh(&script).spawn_proc();
+    let channel = format!("{}:watch", lock_key("k"));
+    let subscribed = || {
+        let counts: Vec<redis::Value> = redis.query(&["PUBSUB", "NUMSUB", &channel]);
+        matches!(counts.get(1), Some(redis::Value::Int(1)))
+    };
+    assert!(wait_for(subscribed, EVENT), "{}", proc.stderr());
+    // The first change is read by head, which then exits; a later one finds the pipe closed.
+    let ended = wait_for(
+        || {
+            let token = hold(&redis, "k", "60s");
+            release(&redis, "k", &token);
+            rc.exists()
+        },
+        EVENT,
+    );
+    let out = proc.finish(EVENT);
+    assert!(ended, "{out}");
+    assert_eq!(std::fs::read_to_string(&rc).unwrap().trim(), "0", "{out}");
+    assert_eq!(out.stdout.lines().count(), 1, "{out}");
+    assert_eq!(
+        out.stderr.matches("redlock: ").count(),
+        1,
+        "only the notice: {out}"
+    );
+}
+
+/// Through Sentinel: the watcher subscribes on the master the sentinel names, and when that
+/// master dies it asks the sentinel again and subscribes on the promoted replica.
+#[test]
+fn sentinel_a_watcher_follows_the_master_after_a_failover() {
+    let Some(mut group) = common::topology::Replicated::start() else {
+        return;
+    };
+    let channel = format!("{}:watch", lock_key("k"));
+    let subscribed_on = |server: &RedisServer| {
+        let counts: Vec<redis::Value> = server.query(&["PUBSUB", "NUMSUB", &channel]);
+        matches!(counts.get(1), Some(redis::Value::Int(1)))
+    };
+    let mut cmd = group.redlock();
+    cmd.args(["status", "--watch", "--json", "k"]);
+    let mut watch = watching(cmd, || subscribed_on(group.first_master()));
+    group.kill_master();
+    watch.wait_for_stderr("listening for changes to 'k' again", EVENT);
+    assert!(subscribed_on(group.first_replica()), "{}", watch.stderr());
+    let token = group
+        .redlock()
+        .args(["acquire", "k", "--ttl", "60s"])
+        .run()
+        .ok();
+    wait_event(&watch, |e| {
+        e["event"] == "acquired" && e["token"] == fp(&token)
+    });
+    watch.signal(libc::SIGINT);
+    watch.finish(EVENT).expect(130);
+}
+
+/// A server that is down or never answers when the watch starts: one error line and exit 69,
+/// within the timeouts, never a hang.
+#[test]
+fn a_watch_that_cannot_start_says_why_and_exits() {
+    for port in [closed_port(), silent_port()] {
+        let url = format!("redis://127.0.0.1:{port}");
+        let out = redlock()
+            .args(["--url", &url, "--connect-timeout=1s", "--io-timeout=1s"])
+            .args(["status", "--watch", "--json"])
+            .run()
+            .expect(69);
+        assert_one_error_line(&out);
+        assert_eq!(out.stdout, "", "{out}");
+    }
+}
+
+/// Metrics are a snapshot for a scrape: `--watch` with `--format prometheus` is a usage error.
+#[test]
+fn watch_refuses_the_prometheus_format() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = redis
+        .redlock()
+        .args(["status", "--watch", "--format", "prometheus"])
+        .run()
+        .expect(2);
+    assert_one_error_line(&out);
+    assert!(out.stderr.contains("--format prometheus"), "{out}");
+    assert_eq!(out.stdout, "", "{out}");
+    assert_eq!(patterns(&redis), 0, "{out}");
+}
