@@ -257,6 +257,7 @@ pub struct GlobalArgs {
         value_name = "N",
         env = "REDLOCK_LOG_MAX",
         default_value_t = 1000,
+        value_parser = clap::value_parser!(u64).range(0..=1_000_000_000),
         global = true
     )]
     pub log_max: u64,
@@ -489,7 +490,7 @@ pub struct LogArgs {
     pub since: Option<Duration>,
 
     /// At most the N most recent events (all that are kept, up to --log-max, by default)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     pub limit: Option<u64>,
 
     /// Then keep printing events as they are written, until interrupted (exit 130 on Ctrl-C)

@@ -514,14 +514,21 @@ pub fn log(config: &Config, args: &LogArgs) -> Result<u8> {
         if entries.is_empty() && !args.json {
             messages::notice(
                 config,
-                format_args!("no history for '{}' (see --log-max)", keys.name),
+                format_args!(
+                    "no history for '{}' (none kept with --log-max 0, or a Redis user without \
+                     XADD)",
+                    keys.name
+                ),
             );
         }
         return Ok(exit::OK);
     }
-    let mut after = match entries.last() {
-        Some(e) => e.id.clone(),
-        None => history::last_id(redis, &keys)?,
+    // From the last entry printed; with none, from where the read started (an entry written
+    // since is new to us): XREAD returns what comes after the ID.
+    let mut after = match (entries.last(), since_ms) {
+        (Some(e), _) => e.id.clone(),
+        (None, Some(ms)) => format!("{}-0", ms.saturating_sub(1).max(0)),
+        (None, None) => "0-0".to_string(),
     };
     // XREAD blocks for up to a second at a time: a silent server is noticed within the read
     // timeout after that.
@@ -532,11 +539,23 @@ pub fn log(config: &Config, args: &LogArgs) -> Result<u8> {
         if let Some(e) = new.last() {
             after = e.id.clone();
         }
-        if print_entries(&new, &keys.name, args.json)?.is_break() {
-            // `| head`: nobody reads any more.
+        // `| head`: nobody reads any more (seen at the next write, or at once while idle).
+        if print_entries(&new, &keys.name, args.json)?.is_break() || stdout_closed() {
             return Ok(exit::OK);
         }
     }
+}
+
+/// Whether stdout is a pipe or socket whose reader has gone (as `tail -f` checks while idle).
+fn stdout_closed() -> bool {
+    let mut fd = libc::pollfd {
+        fd: libc::STDOUT_FILENO,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, a zero timeout; poll(2) only writes `revents`.
+    let n = unsafe { libc::poll(&mut fd, 1, 0) };
+    n == 1 && fd.revents & (libc::POLLERR | libc::POLLHUP) != 0
 }
 
 /// Prints `entries`; `Break` when stdout is closed.

@@ -216,23 +216,6 @@ pub fn read_after(
     }
 }
 
-/// The ID of the last entry, or `0-0` when there is none (XREAD then returns everything new).
-pub fn last_id(redis: &mut Redis, keys: &Keys) -> Result<String> {
-    let log = keys.log();
-    let reply: Value = redis.call("history", |con| {
-        redis::cmd("XREVRANGE")
-            .arg(&log)
-            .arg("+")
-            .arg("-")
-            .arg("COUNT")
-            .arg(1)
-            .query(con)
-    })?;
-    Ok(entries(&reply)?
-        .pop()
-        .map_or_else(|| "0-0".to_string(), |e| e.id))
-}
-
 /// Parses `[[id, [field, value, ...]], ...]`.
 fn entries(v: &Value) -> Result<Vec<Entry>> {
     let Value::Array(items) = v else {

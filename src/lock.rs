@@ -603,6 +603,15 @@ pub struct Request<'a> {
     pub tell: bool,
 }
 
+/// What a quorum tells about the acquisition it won (`fence.lua`): who, after how long a wait,
+/// for how long.
+#[derive(Debug, Clone)]
+pub struct Told {
+    pub owner: Owner,
+    pub waited: Duration,
+    pub ttl: Duration,
+}
+
 /// One atomic attempt to take the lock with `token`.
 pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -> Result<Attempt> {
     let Request {
@@ -869,14 +878,27 @@ pub fn extend(
 }
 
 /// Raises the fence counter to `fence`; true if `token` still holds the lock there.
-pub fn raise_fence(redis: &mut Redis, keys: &Keys, token: &str, fence: i64) -> Result<bool> {
-    let meta_ttl = millis(redis.meta_ttl());
+pub fn raise_fence(
+    redis: &mut Redis,
+    keys: &Keys,
+    token: &str,
+    fence: i64,
+    told: &Told,
+) -> Result<bool> {
+    let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
     let held: i64 = redis.call("fence", |con| {
         scripts::FENCE
             .key(keys.all().as_slice())
             .arg(token)
             .arg(fence)
             .arg(meta_ttl)
+            .arg(&told.owner.user)
+            .arg(&told.owner.host)
+            .arg(told.owner.pid)
+            .arg(&told.owner.note)
+            .arg(u64::try_from(told.waited.as_millis()).unwrap_or(u64::MAX))
+            .arg(millis(told.ttl))
+            .arg(log_max)
             .invoke(con)
     })?;
     Ok(held == 1)

@@ -500,15 +500,21 @@ impl Nodes {
     }
 
     /// Writes the holder's fence back to the nodes that granted it (counter = max(counter,
-    /// fence)); returns how many recorded it. One more round trip per acquisition, the price of
-    /// fences that a node's lost counter cannot take back (see the module doc).
-    fn record_fence(&mut self, keys: &Keys, token: &str, tally: &Tally) -> usize {
+    /// fence)), which also tell and count the acquisition there (see `fence.lua`); returns how
+    /// many recorded it. One more round trip per acquisition, the price of fences that a node's
+    /// lost counter cannot take back (see the module doc).
+    fn record_fence(&mut self, keys: &Keys, token: &str, tally: &Tally, req: &Request) -> usize {
         let q = self.q();
         let (k, t, fence) = (keys.clone(), token.to_string(), tally.fence());
+        let told = lock::Told {
+            owner: req.owner.clone(),
+            waited: req.waited,
+            ttl: req.ttl,
+        };
         let granted = tally.granted.clone();
         let raised = self.fan_out(
             |i| granted[i],
-            move |_, con| lock::raise_fence(con, &k, &t, fence),
+            move |_, con| lock::raise_fence(con, &k, &t, fence, &told),
             move |a| a.iter().filter(|a| matches!(a, Some(Ok(true)))).count() >= q,
         );
         raised
@@ -880,10 +886,15 @@ impl Store for Nodes {
                     )));
                 }
                 Decision::RecordFence => {
-                    round.recorded = Some(self.record_fence(keys, token, &tally));
+                    round.recorded = Some(self.record_fence(keys, token, &tally, req));
                     round.elapsed = sent.elapsed();
                 }
                 Decision::Held { leave_queue } => {
+                    if round.recorded.is_none() {
+                        // The nodes agreed on the fence (rare): the write-back was not needed,
+                        // but it is what tells the acquisition to the nodes' histories.
+                        self.record_fence(keys, token, &tally, req);
+                    }
                     if leave_queue {
                         self.leave_queue(keys, token);
                     }

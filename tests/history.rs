@@ -366,3 +366,95 @@ fn a_planted_history_is_shown_escaped_and_never_crashes_log() {
         .run()
         .expect(0);
 }
+
+/// A quorum attempt that its first node grants but the majority refuses is no acquisition: the
+/// history and the counters tell only the acquisition the quorum won, with the holder's fence.
+#[test]
+fn a_quorum_tells_only_the_acquisitions_it_won() {
+    let Some(nodes) = Nodes::start(3) else {
+        return;
+    };
+    let servers: Vec<&RedisServer> = nodes.servers().collect();
+    // Nodes 2 and 3 held by someone else for a moment: node 1 grants each attempt, in vain.
+    for s in &servers[1..] {
+        s.query::<()>(&["SET", &lock_key("q"), "othertoken", "PX", "60000"]);
+    }
+    nodes
+        .redlock()
+        .args(["acquire", "q", "--wait", "1s", "--ttl", "10s"])
+        .run()
+        .expect(1);
+    let first = servers[0];
+    let n: i64 = first.query(&["EXISTS", &log_key("q")]);
+    let counted = first.meta("q").get("acquisitions").cloned();
+    assert_eq!((n, counted), (0, None), "failed attempts were told");
+    for s in &servers[1..] {
+        s.query::<()>(&["DEL", &lock_key("q")]);
+    }
+    let fence = nodes
+        .redlock()
+        .args(["exec", "q", "--", "sh", "-c", "echo $REDLOCK_FENCE"])
+        .run()
+        .ok();
+    for s in &servers {
+        let got = events(s, "q", &[]);
+        assert_eq!(kinds(&got), ["acquired", "released"], "{}", s.url());
+        assert_eq!(got[0]["fence"], fence, "{}", s.url());
+        assert_eq!(s.meta("q")["acquisitions"], "1", "{}", s.url());
+    }
+}
+
+/// `log --follow | head -1`: the reader is gone, and `log` notices while nothing is written.
+#[test]
+fn follow_ends_when_its_reader_is_gone() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    hold(&redis, "k", "60s");
+    let out = redis.sh("redlock log k --follow | head -1").run().expect(0);
+    assert!(out.stdout.contains("acquired"), "{out}");
+}
+
+/// A renewal keeps the history as long as the record; a key of another type in its place gets
+/// no expiry from redlock; `--log-max` is bounded.
+#[test]
+fn the_history_lives_as_long_as_a_renewed_lock() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = redis
+        .redlock()
+        .args(["acquire", "k", "--ttl", "1s", "--meta-ttl", "1s"])
+        .run()
+        .ok();
+    redis
+        .redlock()
+        .args(["extend", "k", &token, "--ttl", "60s", "--meta-ttl", "1s"])
+        .run()
+        .expect(0);
+    let pttl = redis.pttl(&log_key("k"));
+    assert!(pttl > 55_000, "{pttl}");
+
+    redis.query::<()>(&["SET", &log_key("p"), "precious"]);
+    redis
+        .redlock()
+        .args(["exec", "p", "--", "true"])
+        .run()
+        .expect(0);
+    assert_eq!(redis.pttl(&log_key("p")), -1);
+    assert_eq!(redis.get(&log_key("p")).as_deref(), Some("precious"));
+
+    let out = redis
+        .redlock()
+        .args([
+            "exec",
+            "big",
+            "--log-max",
+            "18446744073709551615",
+            "--",
+            "true",
+        ])
+        .run()
+        .expect(2);
+    assert_one_error_line(&out);
+}

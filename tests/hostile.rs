@@ -259,7 +259,8 @@ fn an_output_that_cannot_be_written_exits_74() {
 /// The ACL rules the README gives for a user that may only touch redlock's keys and channels.
 const README_ACL: &str = "resetkeys ~redlock:* resetchannels &redlock:* -@all +@connection \
 +eval +evalsha +script|load +scan +blpop +subscribe +wait +get +set +del +exists +pttl +pexpire +persist +hget +hset \
-+hdel +hmget +hgetall +hincrby +zadd +zrem +zrange +zscore +zcard +lpush +publish +time +info";
++hdel +hmget +hgetall +hincrby +zadd +zrem +zrange +zscore +zcard +lpush +publish +time +info \
++xadd +type +xrevrange +xread +psubscribe";
 
 #[test]
 fn the_readme_acl_confines_redlock_to_its_prefix() {
@@ -307,6 +308,9 @@ fn the_readme_acl_confines_redlock_to_its_prefix() {
         .args(["exec", "k", "--ttl", "3s", "--", "true"])
         .run()
         .expect(0);
+    // The history was written, and is read, with these rules: 3 holds, each acquired and released.
+    let log = with_user().args(["log", "k", "--json"]).run().ok();
+    assert_eq!(log.lines().count(), 6, "{log}");
     // A lock key someone set without a TTL: the waiter's script keeps the record alive with
     // PERSIST (the README's list must have it: this exited 70 without).
     redis.query::<()>(&["SET", &lock_key("stuck"), "x"]);

@@ -631,9 +631,8 @@ fn counters_count_real_acquisitions_and_their_waits() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    // 1: no wait. The lock then expires after 2s, which the first waiter waits for.
-    let t0 = Instant::now();
-    hold(&redis, "c", "2s");
+    // 1: no wait. The first waiter waits until we release it.
+    let held = hold(&redis, "c", "60s");
     let spawned = Instant::now();
     let first = redis
         .redlock()
@@ -644,11 +643,17 @@ fn counters_count_real_acquisitions_and_their_waits() {
         Duration::from_secs(30)
     ));
     let queued = Instant::now();
+    // Something that takes a while between: five status calls (not a sleep: real work).
+    for _ in 0..5 {
+        redis.redlock().args(["status", "c"]).run().expect(0);
+    }
+    let released = Instant::now();
+    release(&redis, "c", &held);
     let out = first.finish(HANG).expect(0);
     let token = out.stdout.trim().to_string();
     let first_run = spawned.elapsed();
-    // 2: waited at least from `queued` to the expiry (2s after t0, at the earliest).
-    let at_least_first = (t0 + Duration::from_secs(2)).saturating_duration_since(queued);
+    // 2: waited at least from `queued` to the release.
+    let at_least_first = released - queued;
 
     // 3: waits until we release the lock.
     let spawned = Instant::now();
@@ -677,12 +682,9 @@ fn counters_count_real_acquisitions_and_their_waits() {
     assert_eq!(value(&s, "redlock_acquisitions_total", &c), 3.0, "{text}");
     assert_eq!(value(&s, "redlock_wait_seconds_count", &c), 3.0, "{text}");
     let sum = value(&s, "redlock_wait_seconds_sum", &c);
-    // Each wait is counted in whole milliseconds: allow 1ms each. The first waiter measures its
-    // wait when it sends the attempt that the server runs after the expiry: allow that attempt
-    // half a second in flight on a busy machine.
-    let lower = (at_least_first.saturating_sub(Duration::from_millis(500)) + at_least_second)
-        .as_secs_f64()
-        - 0.002;
+    // Each wait is counted in whole milliseconds: allow 1ms each. A waiter measures its wait
+    // when it sends the attempt that takes the lock, after the release woke it.
+    let lower = (at_least_first + at_least_second).as_secs_f64() - 0.002;
     let upper = (first_run + second_run).as_secs_f64() + 0.002;
     assert!(
         sum >= lower && sum <= upper,

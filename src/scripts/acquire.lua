@@ -44,6 +44,9 @@
 -- `queued` when a waiter joins the queue.
 local token, ttl = ARGV[1], ARGV[2]
 local log_max = ARGV[17]
+-- A quorum's node grants only its part of an attempt that may not win a majority: the
+-- acquisition is told, and counted, by fence.lua once the quorum holds the lock.
+local quorum = ARGV[11] == '1'
 
 -- Given up already (leave.lua left a tombstone): this is an attempt that arrived after its
 -- client gave up on it. Do nothing: busy, not queued. One EXISTS per attempt.
@@ -61,13 +64,21 @@ local function take(queued)
   local now = math.floor(us / 1000)
   local waited = math.max(tonumber(ARGV[16]) or 0, 0)
   local before = redis.call('HMGET', META, 'fence', 'acquisitions', 'waited_ms', 'token',
-    'released_ms', 'acquired_ms', 'expires_ms', 'user', 'host', 'pid')
+    'released_ms', 'acquired_ms', 'expires_ms', 'user', 'host', 'pid', 'told')
   local record = {'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
     'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ttl, 'expires_ms', now + ttl,
-    'pidns', ARGV[15] or '', 'acquisitions', int((tonumber(before[2]) or 0) + 1),
-    'waited_ms', int((tonumber(before[3]) or 0) + waited)}
+    'pidns', ARGV[15] or ''}
+  if not quorum then
+    -- `told`: the acquisition of this token is in the history, so its end will be too.
+    table.insert(record, 'told')
+    table.insert(record, token)
+    table.insert(record, 'acquisitions')
+    table.insert(record, int((tonumber(before[2]) or 0) + 1))
+    table.insert(record, 'waited_ms')
+    table.insert(record, int((tonumber(before[3]) or 0) + waited))
+  end
   local keep = tonumber(ttl) + (tonumber(ARGV[13]) or 0)
-  if before[4] and before[4] ~= token and before[4] ~= ARGV[12] and not before[5] then
+  if before[4] and before[4] == before[11] and before[4] ~= token and not before[5] then
     local from, to = tonumber(before[6]) or now, tonumber(before[7]) or now
     event('expired', before[4], {'fence', before[1] or '', 'user', before[8] or '',
       'host', before[9] or '', 'pid', before[10] or '', 'held_ms', math.max(to - from, 0),
@@ -94,9 +105,11 @@ local function take(queued)
       'turn_until', now + tonumber(ARGV[8]) + tonumber(ARGV[9]))
   end
   keep_meta(ARGV[13], tonumber(ttl))
-  event('acquired', token, {'fence', int(fence), 'user', ARGV[5], 'host', ARGV[3],
-    'pid', ARGV[4], 'note', ARGV[6], 'waited_ms', waited, 'ttl_ms', tonumber(ttl)}, log_max, keep,
-    now)
+  if not quorum then
+    event('acquired', token, {'fence', int(fence), 'user', ARGV[5], 'host', ARGV[3],
+      'pid', ARGV[4], 'note', ARGV[6], 'waited_ms', waited, 'ttl_ms', tonumber(ttl)}, log_max,
+      keep, now)
+  end
   return {1, fence, now, run_id(ARGV[11])}
 end
 

@@ -203,8 +203,11 @@ local function event(kind, token, fields, log_max, keep_ms, at)
   local max = tonumber(log_max) or 0
   if HISTORY[kind] and max > 0 then
     local log = LOCK .. ':log'
-    redis.pcall('XADD', log, 'MAXLEN', int(max), '*', unpack(entry))
-    redis.pcall('PEXPIRE', log, int(keep_ms))
+    local added = redis.pcall('XADD', log, 'MAXLEN', int(max), '*', unpack(entry))
+    -- Not on a key of another type planted there: its owner did not ask for an expiry.
+    if type(added) == 'string' then
+      redis.pcall('PEXPIRE', log, int(keep_ms))
+    end
   end
 end
 

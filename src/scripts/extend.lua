@@ -7,7 +7,8 @@
 -- {-1, holder-record, run_id} held by another token; run_id is false unless asked for. An expired
 -- key is gone, so PEXPIRE is never reached for it: extend cannot resurrect a lock. The holder
 -- record's expires_ms follows the renewal, so that `status` can tell when a lock that nobody
--- released expired.
+-- released expired. The lock's history (`:log`) and meta live on as long as the renewed lock plus
+-- meta_idle_ms.
 local current = redis.call('GET', LOCK)
 if not current then
   return {0, {}, run_id(ARGV[3])}
@@ -18,6 +19,14 @@ if current == ARGV[1] then
     redis.call('HSET', META, 'expires_ms', now_ms() + tonumber(ARGV[2]))
   end
   keep_meta(ARGV[4], tonumber(ARGV[2]))
+  -- The history expires with the record: a long hold keeps it too (a stream only: a key of
+  -- another type planted there gets no expiry from us).
+  local log = LOCK .. ':log'
+  local idle = tonumber(ARGV[4]) or 0
+  local kind = redis.pcall('TYPE', log)
+  if idle > 0 and type(kind) == 'table' and kind.ok == 'stream' then
+    redis.call('PEXPIRE', log, int(tonumber(ARGV[2]) + idle))
+  end
   return {1, {}, run_id(ARGV[3])}
 end
 return {-1, holder(current), run_id(ARGV[3])}

@@ -1,17 +1,32 @@
--- Raise the fence counter to a quorum's fence: counter = max(counter, ARGV[2]).
+-- A quorum's acquisition, once it holds the lock: raise the fence counter to the quorum's fence
+-- (counter = max(counter, ARGV[2])), and tell the acquisition here (see `event` in common.lua).
 --
--- ARGV token, fence, meta_idle_ms (see keep_meta)
+-- ARGV token, fence, meta_idle_ms (see keep_meta), user, host, pid, note, waited_ms, ttl_ms,
+--      log_max
 --
 -- A quorum holder's fence is the highest of its nodes' candidates (each max(counter + 1, the
 -- node's clock in microseconds), see acquire.lua); writing it back to them makes every later
 -- holder, whose majority shares a node with ours, count from above it. Returns 1 if the lock
 -- still holds our token here, 0 if not (the counter is raised either way: that is safe).
+--
+-- acquire.lua tells and counts nothing for a quorum's attempt, which may not win a majority (a
+-- waiter's attempts would each be an `acquired`): this script, sent to the nodes that granted
+-- the attempt once it won, tells `acquired` with the holder's fence and counts it in meta
+-- (`acquisitions`, `waited_ms`), where the lock still holds our token.
 local fence = tonumber(ARGV[2])
 if (tonumber(redis.call('HGET', META, 'fence')) or 0) < fence then
   redis.call('HSET', META, 'fence', ARGV[2])
   keep_meta(ARGV[3])
 end
-if redis.call('GET', LOCK) == ARGV[1] then
-  return 1
+if redis.call('GET', LOCK) ~= ARGV[1] then
+  return 0
 end
-return 0
+local waited = math.max(tonumber(ARGV[8]) or 0, 0)
+redis.call('HSET', META, 'told', ARGV[1])
+redis.call('HINCRBY', META, 'acquisitions', 1)
+redis.call('HINCRBY', META, 'waited_ms', int(waited))
+event('acquired', ARGV[1], {'fence', ARGV[2], 'user', ARGV[4] or '', 'host', ARGV[5] or '',
+  'pid', ARGV[6] or '', 'note', ARGV[7] or '', 'waited_ms', waited,
+  'ttl_ms', tonumber(ARGV[9]) or 0}, ARGV[10], (tonumber(ARGV[9]) or 0) + (tonumber(ARGV[3]) or 0),
+  now_ms())
+return 1

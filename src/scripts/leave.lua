@@ -30,14 +30,14 @@ local next = false
 if current == '~' .. ARGV[1] or current == ARGV[1] then
   next = pass_on(ARGV[2], ARGV[3] == 'quiet', ARGV[4])
 end
-local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence')
+local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence', 'told')
 if mine[1] == ARGV[1] then
   redis.call('HDEL', META, 'token', 'host', 'pid', 'user', 'note', 'acquired_ms', 'ttl_ms',
     'expires_ms', 'released_ms')
 end
 if queued or current == '~' .. ARGV[1] or mine[1] == ARGV[1] then
   local at = now_ms()
-  if current == ARGV[1] and mine[1] == ARGV[1] then
+  if current == ARGV[1] and mine[1] == ARGV[1] and mine[4] == ARGV[1] then
     -- Taken by an attempt whose reply we never read, and given back: its history closes.
     event('released', ARGV[1], {'fence', mine[3] or '',
       'held_ms', math.max(at - (tonumber(mine[2]) or at), 0)}, ARGV[6], tonumber(ARGV[7]) or 0, at)

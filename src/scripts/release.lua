@@ -66,7 +66,10 @@ end
 -- The lock changes first, the records after, with pcall: a server out of memory (maxmemory,
 -- noeviction) refuses HSET but not DEL, and a release must not fail for want of a date.
 local log_max, keep = ARGV[11], tonumber(ARGV[13]) or 0
-local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence')
+local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence', 'told')
+-- Only an acquisition in the history has its end told (a quorum's attempt that did not win a
+-- majority, given back, was never an acquisition).
+local told = mine[4] == current
 local dated = (current == ARGV[1] or ARGV[2] == 'force') and mine[1] == current
 local function date_release()
   if dated then
@@ -76,14 +79,14 @@ end
 if current == ARGV[1] then
   local next = pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])
   date_release()
-  if dated then
+  if dated and told then
     local at = now_ms()
-    local told = {'fence', mine[3] or '', 'held_ms', math.max(at - (tonumber(mine[2]) or at), 0)}
+    local fields = {'fence', mine[3] or '', 'held_ms', math.max(at - (tonumber(mine[2]) or at), 0)}
     if tonumber(ARGV[12]) then
-      told[#told + 1] = 'status'
-      told[#told + 1] = tonumber(ARGV[12])
+      fields[#fields + 1] = 'status'
+      fields[#fields + 1] = tonumber(ARGV[12])
     end
-    event('released', current, told, log_max, keep, at)
+    event('released', current, fields, log_max, keep, at)
   end
   return {1, {}, next}
 end
@@ -113,8 +116,10 @@ if ARGV[2] == 'force' then
     for i = 1, #record, 2 do
       was[record[i]] = record[i + 1]
     end
-    event('forced', current, {'fence', was.fence or '', 'by', by, 'user', was.user or '',
-      'host', was.host or '', 'pid', was.pid or ''}, log_max, keep, at)
+    if told then
+      event('forced', current, {'fence', was.fence or '', 'by', by, 'user', was.user or '',
+        'host', was.host or '', 'pid', was.pid or ''}, log_max, keep, at)
+    end
     -- Tell the holder now rather than at its next renewal (`exec` listens on this channel; see
     -- notify.rs). Fire-and-forget: a holder not listening at this instant learns it by renewing.
     -- pcall: an ACL user without the channel (Redis 7 gives new users none) still releases; its
