@@ -17,6 +17,14 @@
 //! watcher itself, from the holder record the meta hash keeps; the `expired` that the next
 //! acquisition's script publishes for the same token is then not shown a second time.
 //!
+//! Anyone who may PUBLISH can send anything, as fast as they like; the watcher stays bounded.
+//! At most [`BACKLOG`] messages wait between the threads (past that they are dropped, counted and
+//! the count told once a refresh). A holder only heard of (an `acquired`) is remembered until a
+//! read confirms it, for [`UNCONFIRMED_READS`] reads at most and [`UNCONFIRMED_MAX`] of them at
+//! once, and is never reported expired without Redis's word. Published strings are cut to
+//! [`FIELD_MAX`] characters, times clamped to years 1970 to 9999 and added without overflow. On
+//! a terminal a change re-reads the locks at most every [`COALESCE`].
+//!
 //! Three outputs ([`Mode`]): on a terminal, the status table redrawn in place on the alternate
 //! screen with the latest changes below it (the terminal is restored on every way out); with
 //! `--json`, one JSON object per change, flushed per line; otherwise (a log file, a pipe) one
@@ -27,6 +35,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{IsTerminal, Write as _};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -62,6 +72,21 @@ const REMEMBERED: usize = 1024;
 const MISSING_PER_READ: usize = 100;
 /// How many holders the watcher remembers; past that, those whose hold is over are forgotten.
 const SEEN_MAX: usize = 10_000;
+/// How many holders heard of (an `acquired` event) but not yet confirmed by a read the watcher
+/// remembers: anyone may publish, so past that the oldest is forgotten.
+const UNCONFIRMED_MAX: usize = 100;
+/// How many reads may pass without confirming a holder heard of before it is forgotten.
+const UNCONFIRMED_READS: u8 = 3;
+/// How many changes may wait for the main thread; past that the listener drops them and counts.
+const BACKLOG: usize = 1024;
+/// On a terminal, a change re-reads the locks at most this often.
+const COALESCE: Duration = Duration::from_millis(250);
+/// The longest string kept from a published event (in characters).
+const FIELD_MAX: usize = 512;
+/// The most fields a published event may have (one with more is ignored).
+const FIELDS_MAX: usize = 32;
+/// The last millisecond of year 9999: published times are clamped to 0..=this.
+const TIME_MAX: i64 = 253_402_300_799_999;
 
 /// What the main loop waits for.
 enum Msg {
@@ -77,6 +102,15 @@ enum Msg {
         channel: String,
         payload: Vec<u8>,
     },
+}
+
+/// The changes the listener passed on that the main thread has not taken yet, and those it
+/// dropped because too many were waiting (a flood, or a stdout nobody reads): the watcher's
+/// memory stays bounded, and the user is told how many were missed.
+#[derive(Default)]
+struct Backlog {
+    pending: AtomicUsize,
+    missed: AtomicU64,
 }
 
 /// Where the changes go.
@@ -161,9 +195,12 @@ pub fn run(config: &Config, args: &StatusArgs) -> Result<u8> {
         recent: VecDeque::new(),
         listening: Listening::Not(None),
         reading: None,
+        backlog: Arc::default(),
+        last_read: Instant::now(),
+        heard_seq: 0,
     };
     // Subscribing first: a change made while the first read is on its way waits in the channel.
-    listen(config, subscription, tx)?;
+    listen(config, subscription, tx, Arc::clone(&watcher.backlog))?;
     // The first read must succeed, as for `status`: a watcher that never saw anything tells
     // nothing.
     watcher.read()?;
@@ -216,6 +253,10 @@ struct Seen {
     expires_ms: Option<i64>,
     /// Its end (released, forced, expired) was reported or is known to be on its way.
     ended: bool,
+    /// Heard of by an `acquired` event only (anyone may publish one): `Some(n)` with the order
+    /// it was heard in and how many reads have not confirmed it yet. A read that finds the lock
+    /// held with this token, or its record, confirms it (`None`).
+    unconfirmed: Option<(u64, u8)>,
 }
 
 struct Watcher<'a> {
@@ -237,6 +278,13 @@ struct Watcher<'a> {
     listening: Listening,
     /// Why the last read failed, and when to read again; `None` while reads succeed.
     reading: Option<(String, Duration)>,
+    /// Shared with the listener: the changes waiting, and those dropped.
+    backlog: Arc<Backlog>,
+    /// When the locks were last read (on a terminal a change re-reads them, not more often
+    /// than [`COALESCE`]).
+    last_read: Instant,
+    /// Counts the holders heard of, to forget the oldest unconfirmed first.
+    heard_seq: u64,
 }
 
 impl Watcher<'_> {
@@ -268,12 +316,14 @@ impl Watcher<'_> {
                     }
                 }
             }
+            if changed && self.mode == Mode::Screen && self.reading.is_none() {
+                // A change is shown with the lock as it is now, read again soon (a flood of
+                // changes does not make a read of every lock each).
+                next = next.min(self.last_read + COALESCE);
+            }
             if Instant::now() >= next {
                 next = Instant::now() + self.tick()?;
                 changed = true;
-            } else if changed && self.mode == Mode::Screen {
-                // A change is shown with the lock as it is now.
-                self.tick()?;
             }
             if changed {
                 self.render()?;
@@ -317,6 +367,7 @@ impl Watcher<'_> {
                 *changed = true;
             }
             Msg::Event { channel, payload } => {
+                self.backlog.pending.fetch_sub(1, Ordering::AcqRel);
                 let Some(keys) = self.keys_of(&channel) else {
                     return Ok(None);
                 };
@@ -353,8 +404,10 @@ impl Watcher<'_> {
         let token = field("token").to_string();
         match kind {
             "acquired" => {
-                let at = integer(event.get("at_ms"));
+                let at = integer(event.get("at_ms")).map(clamp_time);
                 let ttl = integer(event.get("ttl_ms"));
+                self.forget_unconfirmed(name);
+                self.heard_seq += 1;
                 self.seen.insert(
                     name.to_string(),
                     Seen {
@@ -364,8 +417,9 @@ impl Watcher<'_> {
                         host: field("host").to_string(),
                         pid: field("pid").to_string(),
                         acquired_ms: at,
-                        expires_ms: at.zip(ttl).map(|(a, t)| a + t),
+                        expires_ms: expiry(at, ttl),
                         ended: false,
+                        unconfirmed: Some((self.heard_seq, 0)),
                     },
                 );
                 true
@@ -385,6 +439,24 @@ impl Watcher<'_> {
         }
     }
 
+    /// Makes room for one more unconfirmed holder (of a lock other than `name`, whose record is
+    /// replaced): past [`UNCONFIRMED_MAX`], the oldest heard of is forgotten.
+    fn forget_unconfirmed(&mut self, name: &str) {
+        let unconfirmed = self
+            .seen
+            .iter()
+            .filter(|(n, s)| *n != name && s.unconfirmed.is_some());
+        if unconfirmed.clone().count() < UNCONFIRMED_MAX {
+            return;
+        }
+        let oldest = unconfirmed
+            .min_by_key(|(_, s)| s.unconfirmed.map(|(seq, _)| seq))
+            .map(|(n, _)| n.clone());
+        if let Some(oldest) = oldest {
+            self.seen.remove(&oldest);
+        }
+    }
+
     /// Records that the expiry of `token`'s hold of `name` was reported; false if it already was.
     fn remember_expiry(&mut self, name: &str, token: &str) -> bool {
         let entry = (name.to_string(), token.to_string());
@@ -400,6 +472,15 @@ impl Watcher<'_> {
 
     /// Reads every watched lock again; returns when to do it next (later after a failure).
     fn tick(&mut self) -> Result<Duration> {
+        // Said at most once a refresh, however long a flood lasts.
+        let missed = self.backlog.missed.swap(0, Ordering::AcqRel);
+        if missed > 0 {
+            self.say(format!(
+                "missed {missed} change{} (the watcher fell behind)",
+                if missed == 1 { "" } else { "s" }
+            ));
+        }
+        self.last_read = Instant::now();
         match self.read() {
             Ok(()) => {
                 if self.reading.take().is_some() {
@@ -467,6 +548,15 @@ impl Watcher<'_> {
                 self.emit(&event)?;
             }
         }
+        // A holder only heard of that reads keep not confirming was never there (a fake
+        // `acquired`), or is long gone: forgotten.
+        self.seen.retain(|_, s| match &mut s.unconfirmed {
+            Some((_, misses)) => {
+                *misses += 1;
+                *misses < UNCONFIRMED_READS
+            }
+            None => true,
+        });
         if self.seen.len() > SEEN_MAX {
             self.seen.retain(|_, s| !s.ended);
         }
@@ -502,15 +592,17 @@ impl Watcher<'_> {
                         host: h.map(|h| h.host.clone()).unwrap_or_default(),
                         pid: h.map(|h| h.pid.clone()).unwrap_or_default(),
                         acquired_ms: h.and_then(|h| h.acquired_ms),
-                        expires_ms: (state.pttl_ms >= 0).then_some(state.now_ms + state.pttl_ms),
+                        expires_ms: expiry(Some(state.now_ms), Some(state.pttl_ms)),
                         ended: false,
+                        unconfirmed: None,
                     },
                 );
-            } else if let Some(s) = self.seen.get_mut(&name)
-                && state.pttl_ms >= 0
-            {
-                // Renewed since: it expires later.
-                s.expires_ms = Some(state.now_ms + state.pttl_ms);
+            } else if let Some(s) = self.seen.get_mut(&name) {
+                s.unconfirmed = None;
+                if state.pttl_ms >= 0 {
+                    // Renewed since: it expires later.
+                    s.expires_ms = expiry(Some(state.now_ms), Some(state.pttl_ms));
+                }
             }
             return None;
         }
@@ -519,6 +611,7 @@ impl Watcher<'_> {
             // The meta hash knows this hold: its end is what the record says (a release or a
             // forced release publishes its own event).
             Some(last) if fingerprint(&last.token) == seen.fingerprint => {
+                seen.unconfirmed = None;
                 match (last.ended(), state.forced_of(&last.token)) {
                     (Some((Ended::Expired, at)), None) => at,
                     _ => {
@@ -535,6 +628,9 @@ impl Watcher<'_> {
             // An earlier holder's: this read is older than the hold we heard of (on a quorum, a
             // node the acquisition has not reached yet). The next read tells.
             Some(_) => return None,
+            // Only heard of, and Redis knows nothing of it: nothing to report (the next reads
+            // confirm it or forget it).
+            None if seen.unconfirmed.is_some() => return None,
             // No record (meta expired, or a holder other than redlock): expired once its time
             // ran out by the server's clock; without a TTL to go by, nothing can be told.
             None => match seen.expires_ms {
@@ -560,7 +656,7 @@ impl Watcher<'_> {
         event.insert("host".into(), seen.host.into());
         event.insert("pid".into(), seen.pid.into());
         if let Some(from) = seen.acquired_ms {
-            event.insert("held_ms".into(), (at - from).max(0).into());
+            event.insert("held_ms".into(), at.saturating_sub(from).max(0).into());
         }
         event.insert("lock".into(), name.into());
         event.insert("time".into(), rfc3339(at).into());
@@ -634,15 +730,21 @@ impl Watcher<'_> {
                 text.push_str(&format!("  {line}\n"));
             }
         }
-        let rows = terminal_rows().saturating_sub(1).max(1);
-        let mut frame = String::from("\x1b[H");
-        for line in text.lines().take(rows) {
-            frame.push_str(line);
-            frame.push_str("\x1b[K\r\n");
-        }
-        frame.push_str("\x1b[J");
-        write_stdout(&frame)
+        write_stdout(&frame(&text, terminal_rows()))
     }
+}
+
+/// A published time in milliseconds, clamped to 0 ..= the end of year 9999 (anyone may publish
+/// any number; arithmetic on it must neither overflow nor wrap).
+fn clamp_time(ms: i64) -> i64 {
+    ms.clamp(0, TIME_MAX)
+}
+
+/// When a hold taken at `at` with `ttl` ends: `None` without either or with a negative TTL (no
+/// expiry), saturating rather than overflowing.
+fn expiry(at: Option<i64>, ttl: Option<i64>) -> Option<i64> {
+    let (at, ttl) = at.zip(ttl)?;
+    (ttl >= 0).then(|| clamp_time(at.saturating_add(ttl)))
 }
 
 /// The server-independent clock, for the view's header and the connection lines.
@@ -698,26 +800,36 @@ fn parse_event(lock: &str, payload: &[u8]) -> Option<Map<String, Value>> {
         return None;
     };
     raw.get("event").and_then(Value::as_str)?;
+    if raw.len() > FIELDS_MAX {
+        return None;
+    }
     let mut event = Map::new();
     for (key, value) in raw {
         let value = match value {
-            Value::String(s) if key == "note" => Value::String(printable(&redact(&s)).into_owned()),
-            Value::String(s) => Value::String(printable(&s).into_owned()),
+            Value::String(s) if key == "note" => {
+                Value::String(printable(&redact(cut(&s))).into_owned())
+            }
+            Value::String(s) => Value::String(printable(cut(&s)).into_owned()),
             v @ (Value::Number(_) | Value::Bool(_)) => v,
             _ => continue,
         };
         if key == "lock" || key == "time" {
             continue;
         }
-        event.insert(printable(&key).into_owned(), value);
+        event.insert(printable(cut(&key)).into_owned(), value);
     }
     let at = event
         .get("at_ms")
         .and_then(Value::as_i64)
-        .unwrap_or_else(now_ms);
+        .map_or_else(now_ms, clamp_time);
     event.insert("lock".into(), lock.into());
     event.insert("time".into(), rfc3339(at).into());
     Some(event)
+}
+
+/// At most [`FIELD_MAX`] characters of `s`.
+fn cut(s: &str) -> &str {
+    s.char_indices().nth(FIELD_MAX).map_or(s, |(i, _)| &s[..i])
 }
 
 /// A JSON number as an integer (Lua's cjson may write a large one in floating point).
@@ -796,14 +908,19 @@ fn describe(event: &Map<String, Value>) -> String {
 
 /// Subscribes on a thread of its own and passes on every message, subscribing again (with
 /// backoff) when the subscription fails or falls silent, until `tx` is closed.
-fn listen(config: &Config, subscription: Subscription, tx: Sender<Msg>) -> Result<()> {
+fn listen(
+    config: &Config,
+    subscription: Subscription,
+    tx: Sender<Msg>,
+    backlog: Arc<Backlog>,
+) -> Result<()> {
     let config = config.clone();
     let spawned = std::thread::Builder::new()
         .name("watch".into())
         .spawn(move || {
             let mut pause = RETRY;
             loop {
-                let (e, listened) = match subscribe(&config, &subscription, &tx) {
+                let (e, listened) = match subscribe(&config, &subscription, &tx, &backlog) {
                     Ok(()) => return,
                     Err(failed) => failed,
                 };
@@ -835,6 +952,7 @@ fn subscribe(
     config: &Config,
     subscription: &Subscription,
     tx: &Sender<Msg>,
+    backlog: &Backlog,
 ) -> Result<(), (anyhow::Error, bool)> {
     let failed = |e: anyhow::Error| (e, false);
     let mut con = client::subscriber(config).map_err(failed)?;
@@ -854,11 +972,16 @@ fn subscribe(
             let why = [e.code(), e.detail()]
                 .into_iter()
                 .flatten()
-                .collect::<Vec<_>>();
-            return Err(failed(failure(
-                redis_kind(&e),
-                format!("the server refused the subscription: {}", why.join(" ")),
-            )));
+                .collect::<Vec<_>>()
+                .join(" ");
+            let what = match e.code() {
+                // The password changed (or was set) since the watch started.
+                Some("NOAUTH" | "WRONGPASS") => {
+                    format!("authentication failed for the subscription: {why}")
+                }
+                _ => format!("the server refused the subscription: {why}"),
+            };
+            return Err(failed(failure(redis_kind(&e), what)));
         }
     }
     if tx.send(Msg::Listening).is_err() {
@@ -869,7 +992,13 @@ fn subscribe(
     pubsub.set_read_timeout(Some(PING_EVERY)).map_err(lost)?;
     loop {
         match pubsub.get_message() {
+            Ok(_) if backlog.pending.load(Ordering::Acquire) >= BACKLOG => {
+                // The main thread is behind (a flood, or a stdout nobody reads): dropped and
+                // counted, rather than held in memory without bound.
+                backlog.missed.fetch_add(1, Ordering::AcqRel);
+            }
             Ok(msg) => {
+                backlog.pending.fetch_add(1, Ordering::AcqRel);
                 let event = Msg::Event {
                     channel: msg.get_channel_name().to_string(),
                     payload: msg.get_payload_bytes().to_vec(),
@@ -885,10 +1014,7 @@ fn subscribe(
                     .map_err(lost)?;
                 pubsub.ping::<redis::Value>().map_err(|e| {
                     (
-                        failure(
-                            Kind::Unavailable,
-                            format!("no answer to PING: {}", crate::error::redis_text(&e)),
-                        ),
+                        failure(Kind::Unavailable, unanswered_ping(config, &e)),
                         true,
                     )
                 })?;
@@ -905,6 +1031,35 @@ fn subscribe(
             }
         }
     }
+}
+
+/// Why the PING of a quiet subscription failed, in words: a timeout is said as one (the OS's
+/// text for it, "Resource temporarily unavailable (os error 11)", tells a user nothing).
+fn unanswered_ping(config: &Config, e: &redis::RedisError) -> String {
+    if e.is_timeout() {
+        format!(
+            "the server did not answer a PING within --io-timeout ({})",
+            human_ms(config.io_timeout)
+        )
+    } else {
+        format!("no answer to PING: {}", crate::error::redis_text(e))
+    }
+}
+
+/// The view as the terminal gets it: from the top left, at most `rows` lines, each clearing the
+/// rest of its line, then the rest of the screen cleared. The last line does not end in a line
+/// break, which would scroll it off a terminal of one row.
+fn frame(text: &str, rows: usize) -> String {
+    let mut frame = String::from("\x1b[H");
+    for (i, line) in text.lines().take(rows).enumerate() {
+        if i > 0 {
+            frame.push_str("\r\n");
+        }
+        frame.push_str(line);
+        frame.push_str("\x1b[K");
+    }
+    frame.push_str("\x1b[J");
+    frame
 }
 
 #[cfg(test)]
@@ -952,5 +1107,47 @@ mod tests {
         assert_eq!(parse_event("deploy", b"forced:0123abcd"), None);
         assert_eq!(parse_event("deploy", br#"{"token":"x"}"#), None);
         assert_eq!(parse_event("deploy", br#"[1]"#), None);
+    }
+
+    #[test]
+    fn published_numbers_neither_overflow_nor_wrap() {
+        assert_eq!(expiry(Some(i64::MAX), Some(i64::MAX)), Some(TIME_MAX));
+        assert_eq!(expiry(Some(i64::MIN), Some(i64::MIN)), None);
+        assert_eq!(expiry(Some(i64::MIN), Some(1)), Some(0));
+        assert_eq!(expiry(Some(1_000), Some(500)), Some(1_500));
+        assert_eq!(expiry(Some(1_000), None), None);
+        assert_eq!(clamp_time(i64::MIN), 0);
+        for at in [i64::MAX, i64::MIN] {
+            let payload = format!(
+                r#"{{"event":"queued","at_ms":{at},"deadline_ms":{at},"ttl_ms":{at},"held_ms":{at}}}"#
+            );
+            let event = parse_event("k", payload.as_bytes()).unwrap();
+            assert!(!event["time"].as_str().unwrap().is_empty(), "{event:?}");
+            let _ = describe(&event);
+        }
+    }
+
+    #[test]
+    fn published_strings_and_objects_are_bounded() {
+        let long = "x".repeat(10 * FIELD_MAX);
+        let payload = format!(r#"{{"event":"acquired","user":"{long}","note":"{long}"}}"#);
+        let event = parse_event("k", payload.as_bytes()).unwrap();
+        assert_eq!(event["user"].as_str().unwrap().chars().count(), FIELD_MAX);
+        assert!(event["note"].as_str().unwrap().chars().count() <= FIELD_MAX);
+        assert_eq!(
+            cut("é".repeat(FIELD_MAX + 1).as_str()).chars().count(),
+            FIELD_MAX
+        );
+        let many: Vec<String> = (0..=FIELDS_MAX).map(|i| format!(r#""f{i}":1"#)).collect();
+        let payload = format!(r#"{{"event":"acquired",{}}}"#, many.join(","));
+        assert_eq!(parse_event("k", payload.as_bytes()), None);
+    }
+
+    #[test]
+    fn a_frame_does_not_end_in_a_line_break() {
+        // One row: the line stays on it (a trailing line break would scroll it away).
+        assert_eq!(frame("head\nrest\n", 1), "\x1b[Hhead\x1b[K\x1b[J");
+        assert_eq!(frame("a\nb\nc\n", 2), "\x1b[Ha\x1b[K\r\nb\x1b[K\x1b[J");
+        assert!(!frame("a\nb\n", 24).contains("b\x1b[K\r\n"));
     }
 }

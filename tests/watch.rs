@@ -86,8 +86,9 @@ fn a_silent_expiry_is_reported_once() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let token = hold(&redis, "k", "2s");
+    // The watcher first: taken before it, the hold could run out before its first read.
     let watch = watcher(&redis, &["--json", "k"]);
+    let token = hold(&redis, "k", "2s");
     let seen = wait_event(&watch, |e| e["event"] == "expired");
     let expired: Vec<&Value> = seen.iter().filter(|e| e["event"] == "expired").collect();
     assert_eq!(expired.len(), 1, "{seen:?}");
@@ -176,8 +177,9 @@ fn a_log_gets_one_line_per_change() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let token = hold(&redis, "k", "1500ms");
+    // The watcher first: taken before it, the hold could run out before its first read.
     let watch = watcher(&redis, &[]);
+    let token = hold(&redis, "k", "1500ms");
     assert!(
         wait_for(|| watch.stdout().contains(" k expired "), EVENT),
         "{}",
@@ -185,7 +187,11 @@ fn a_log_gets_one_line_per_change() {
     );
     watch.signal(libc::SIGINT);
     let out = watch.finish(EVENT).expect(130);
-    let line = out.stdout.lines().next().unwrap();
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.contains(" k expired "))
+        .unwrap();
     assert!(
         line.contains(" k expired ") && line.contains(&format!("token {}…", &token[..8])),
         "{out}"
@@ -591,4 +597,146 @@ fn watch_refuses_the_prometheus_format() {
     assert!(out.stderr.contains("--format prometheus"), "{out}");
     assert_eq!(out.stdout, "", "{out}");
     assert_eq!(patterns(&redis), 0, "{out}");
+}
+
+/// A watcher that falls behind (here: its stdout is a pipe nobody reads while changes pour in)
+/// drops what does not fit in its backlog and says how many it missed, rather than holding every
+/// message in memory.
+#[test]
+fn a_watcher_that_falls_behind_says_how_many_changes_it_missed() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let pid = dir.path().join("pid");
+    // The reader drains nothing until `go` exists; the watcher's pid is written for the signal.
+    let script = format!(
+        "sh -c 'echo $$ > \"$1\"; exec redlock status --watch --json k' sh '{}' \
+         | {{ while [ ! -e '{}' ]; do sleep 0.05; done; cat > /dev/null; }}",
+        pid.display(),
+        go.display()
+    );
+    let mut proc = redis.sh(&script).spawn_proc();
+    let channel = format!("{}:watch", lock_key("k"));
+    let subscribed = || {
+        let counts: Vec<redis::Value> = redis.query(&["PUBSUB", "NUMSUB", &channel]);
+        matches!(counts.get(1), Some(redis::Value::Int(1)))
+    };
+    assert!(wait_for(subscribed, EVENT), "{}", proc.stderr());
+    proc.wait_for_stderr("listening for changes", EVENT);
+    // 4,000 changes of 1 KB: far more than a pipe holds, and than the backlog of 1,024.
+    let payload = format!(
+        r#"{{"event":"left","token":"0123abcd","pad":"{}"}}"#,
+        "x".repeat(1000)
+    );
+    let mut con = redis.cli();
+    let mut pipe = redis::pipe();
+    for _ in 0..4000 {
+        pipe.cmd("PUBLISH").arg(&channel).arg(&payload).ignore();
+    }
+    pipe.query::<()>(&mut con).unwrap();
+    std::fs::write(&go, "").unwrap();
+    proc.wait_for_stderr("changes (the watcher fell behind)", EVENT);
+    let watcher: u32 = std::fs::read_to_string(&pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    signal(watcher, libc::SIGTERM);
+    let out = proc.finish(EVENT);
+    let missed: u64 = out
+        .stderr
+        .split("missed ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!((1..4000).contains(&missed), "{out}");
+    assert!(!out.stderr.contains("panicked"), "{out}");
+}
+
+/// An `acquired` that anyone may publish for a lock that does not exist creates no holder of its
+/// own: the watcher's reads, which find nothing in Redis, never report it as expired.
+#[test]
+fn a_published_holder_that_redis_never_had_is_not_reported_expired() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let watch = watcher(&redis, &["--json"]);
+    let now = redis.now_ms();
+    let fake = format!(
+        r#"{{"event":"acquired","token":"fakefake","at_ms":{now},"ttl_ms":1,"fence":"1"}}"#
+    );
+    let _: i64 = redis.query(&["PUBLISH", &format!("{}:watch", lock_key("ghost")), &fake]);
+    wait_event(&watch, |e| e["event"] == "acquired" && e["lock"] == "ghost");
+    // A real silent expiry is told by a read, which comes after the fake was taken in; the next
+    // acquisition is heard after that read is done.
+    let token = hold(&redis, "k", "1s");
+    wait_event(&watch, |e| {
+        e["event"] == "expired" && e["token"] == token[..8]
+    });
+    let next = hold(&redis, "other", "60s");
+    let seen = wait_event(&watch, |e| {
+        e["event"] == "acquired" && e["token"] == next[..8]
+    });
+    assert!(
+        !seen
+            .iter()
+            .any(|e| e["event"] == "expired" && e["lock"] == "ghost"),
+        "{seen:#?}"
+    );
+    watch.signal(libc::SIGINT);
+    watch.finish(EVENT).expect(130);
+}
+
+/// A server that stops answering is said to have timed out, in those words, not with the
+/// operating system's text for a timeout.
+#[test]
+fn a_silent_subscription_is_said_to_have_timed_out() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut watch = watcher(&redis, &["--json", "--io-timeout=1s"]);
+    redis.pause();
+    watch.wait_for_stderr("not listening for changes", EVENT);
+    redis.resume();
+    watch.signal(libc::SIGTERM);
+    let out = watch.finish(EVENT).expect(143);
+    assert!(
+        out.stderr
+            .contains("the server did not answer a PING within --io-timeout (1s)"),
+        "{out}"
+    );
+    assert!(!out.stderr.contains("os error"), "{out}");
+}
+
+/// A password set while the watch runs: its subscription, made again, is refused as an
+/// authentication failure (exit status 77), in those words.
+#[test]
+fn a_subscription_refused_for_a_password_is_an_authentication_failure() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let watch = watcher(&redis, &["--json"]);
+    // One connection: it stays authenticated after the password is set.
+    let mut con = redis.cli();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("newpw")
+        .query::<()>(&mut con)
+        .unwrap();
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query::<redis::Value>(&mut con)
+        .unwrap();
+    let out = watch.finish(EVENT).expect(77);
+    assert!(
+        out.stderr
+            .contains("authentication failed for the subscription: NOAUTH"),
+        "{out}"
+    );
 }
