@@ -964,10 +964,28 @@ fn subscribe(
         Subscription::Pattern(pattern) => (redis::cmd("PSUBSCRIBE").arg(pattern).clone(), 1),
     };
     // Not `PubSub::subscribe`: it discards the reply, and a refusal (`-NOPERM`) comes as one.
+    let unanswered = |e: redis::RedisError| {
+        failed(if e.is_timeout() {
+            failure(
+                Kind::Unavailable,
+                format!(
+                    "the server did not answer {} within --io-timeout ({})",
+                    if matches!(subscription, Subscription::Pattern(_)) {
+                        "PSUBSCRIBE"
+                    } else {
+                        "SUBSCRIBE"
+                    },
+                    human_ms(config.io_timeout)
+                ),
+            )
+        } else {
+            e.into()
+        })
+    };
     con.send_packed_command(&command.get_packed_command())
-        .map_err(|e| failed(e.into()))?;
+        .map_err(unanswered)?;
     for _ in 0..count {
-        let reply = con.recv_response().map_err(|e| failed(e.into()))?;
+        let reply = con.recv_response().map_err(unanswered)?;
         if let Err(e) = reply.extract_error() {
             let why = [e.code(), e.detail()]
                 .into_iter()
