@@ -740,3 +740,89 @@ fn a_subscription_refused_for_a_password_is_an_authentication_failure() {
         "{out}"
     );
 }
+
+/// On a terminal a flood of changes does not make a read of the locks per batch of changes: the
+/// reads come at most every 250 ms (plus the refresh each second), however many changes arrive.
+#[test]
+fn a_flood_on_a_terminal_does_not_reread_the_locks_per_change() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let Pty { master, slave } = pty(Some(100));
+    let mut cmd = redis.redlock();
+    cmd.args(["status", "--watch", "k"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(slave))
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn redlock");
+    drop(cmd);
+    let seen = Arc::new(Mutex::new(String::new()));
+    let sink = Arc::clone(&seen);
+    let reader = std::thread::spawn(move || {
+        let mut master = master;
+        let mut chunk = [0u8; 65536];
+        while let Ok(n) = master.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            let mut seen = sink.lock().unwrap();
+            seen.push_str(&String::from_utf8_lossy(&chunk[..n]));
+            // Only the tail matters: the markers are in the latest frames.
+            if seen.len() > 1 << 20 {
+                let cut = seen.len() - (1 << 19);
+                let cut = (cut..seen.len())
+                    .find(|&i| seen.is_char_boundary(i))
+                    .unwrap();
+                seen.drain(..cut);
+            }
+        }
+    });
+    let shown = |needle: String| {
+        let seen = Arc::clone(&seen);
+        move || seen.lock().unwrap().contains(&needle)
+    };
+    assert!(
+        wait_for(shown("listening for changes to 'k'".into()), EVENT),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    let channel = format!("{}:watch", lock_key("k"));
+    let mut con = redis.cli();
+    let reads = redis.script_calls();
+    let started = std::time::Instant::now();
+    // Four rounds of 1,000 changes (each fits in the watcher's backlog, so none is dropped),
+    // the last of each a marker, shown before the next round.
+    for round in 0..4 {
+        let mut pipe = redis::pipe();
+        for i in 0..1000 {
+            let token = if i == 999 {
+                format!("mark{round:04}")
+            } else {
+                "0123abcd".to_string()
+            };
+            pipe.cmd("PUBLISH")
+                .arg(&channel)
+                .arg(format!(r#"{{"event":"left","token":"{token}"}}"#))
+                .ignore();
+        }
+        pipe.query::<()>(&mut con).unwrap();
+        assert!(
+            wait_for(shown(format!("token mark{round:04}…")), EVENT),
+            "round {round}: {:?}",
+            seen.lock().unwrap()
+        );
+    }
+    let elapsed = started.elapsed();
+    let reads = redis.script_calls() - reads;
+    // Each read of `k` is one script call. Before the fix: one read per batch of at most 101
+    // changes, 40 at least.
+    let bound = 3 + elapsed.as_millis() as u64 / 200;
+    assert!(
+        reads <= bound,
+        "{reads} reads in {elapsed:?} (at most {bound} expected)"
+    );
+    common::signal(child.id(), libc::SIGTERM);
+    assert!(wait_for(|| child.try_wait().unwrap().is_some(), EVENT));
+    assert_eq!(child.wait().unwrap().code(), Some(143));
+    reader.join().unwrap();
+}
