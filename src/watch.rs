@@ -198,6 +198,7 @@ pub fn run(config: &Config, args: &StatusArgs) -> Result<u8> {
         backlog: Arc::default(),
         last_read: Instant::now(),
         heard_seq: 0,
+        heard: VecDeque::new(),
     };
     // Subscribing first: a change made while the first read is on its way waits in the channel.
     listen(config, subscription, tx, Arc::clone(&watcher.backlog))?;
@@ -285,6 +286,11 @@ struct Watcher<'a> {
     last_read: Instant,
     /// Counts the holders heard of, to forget the oldest unconfirmed first.
     heard_seq: u64,
+    /// The holders heard of, as (order, lock), oldest first, at most [`UNCONFIRMED_MAX`]: every
+    /// unconfirmed record is here (some entries are stale: confirmed or replaced since), so
+    /// forgetting the oldest entry's record, if still unconfirmed, keeps their number bounded
+    /// at no more than a constant cost per event.
+    heard: VecDeque<(u64, String)>,
 }
 
 impl Watcher<'_> {
@@ -406,8 +412,8 @@ impl Watcher<'_> {
             "acquired" => {
                 let at = integer(event.get("at_ms")).map(clamp_time);
                 let ttl = integer(event.get("ttl_ms"));
-                self.forget_unconfirmed(name);
                 self.heard_seq += 1;
+                self.forget_unconfirmed(name);
                 self.seen.insert(
                     name.to_string(),
                     Seen {
@@ -439,21 +445,21 @@ impl Watcher<'_> {
         }
     }
 
-    /// Makes room for one more unconfirmed holder (of a lock other than `name`, whose record is
-    /// replaced): past [`UNCONFIRMED_MAX`], the oldest heard of is forgotten.
+    /// Notes that a holder of `name` was just heard of (as [`Self::heard_seq`]); past
+    /// [`UNCONFIRMED_MAX`], the oldest heard of is forgotten if no read confirmed it yet.
     fn forget_unconfirmed(&mut self, name: &str) {
-        let unconfirmed = self
-            .seen
-            .iter()
-            .filter(|(n, s)| *n != name && s.unconfirmed.is_some());
-        if unconfirmed.clone().count() < UNCONFIRMED_MAX {
-            return;
-        }
-        let oldest = unconfirmed
-            .min_by_key(|(_, s)| s.unconfirmed.map(|(seq, _)| seq))
-            .map(|(n, _)| n.clone());
-        if let Some(oldest) = oldest {
-            self.seen.remove(&oldest);
+        self.heard.push_back((self.heard_seq, name.to_string()));
+        while self.heard.len() > UNCONFIRMED_MAX {
+            let Some((seq, oldest)) = self.heard.pop_front() else {
+                break;
+            };
+            if self
+                .seen
+                .get(&oldest)
+                .is_some_and(|s| matches!(s.unconfirmed, Some((heard, _)) if heard == seq))
+            {
+                self.seen.remove(&oldest);
+            }
         }
     }
 
@@ -1167,5 +1173,70 @@ mod tests {
         assert_eq!(frame("head\nrest\n", 1), "\x1b[Hhead\x1b[K\x1b[J");
         assert_eq!(frame("a\nb\nc\n", 2), "\x1b[Ha\x1b[K\r\nb\x1b[K\x1b[J");
         assert!(!frame("a\nb\n", 24).contains("b\x1b[K\r\n"));
+    }
+
+    /// A watcher of every lock (no Redis: only its bookkeeping is used).
+    fn with_watcher(test: impl FnOnce(&mut Watcher)) {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from(["redlock", "status", "--watch"]).unwrap();
+        let crate::cli::Command::Status(args) = cli.command else {
+            panic!("not status")
+        };
+        let env = crate::config::Env {
+            url: None,
+            password: None,
+        };
+        let config = Config::resolve(&cli.global, &env, &mut |_| {}).unwrap();
+        let mut watcher = Watcher {
+            config: &config,
+            args: &args,
+            named: Vec::new(),
+            mode: Mode::Json,
+            store: None,
+            states: Vec::new(),
+            seen: HashMap::new(),
+            reported: VecDeque::new(),
+            recent: VecDeque::new(),
+            listening: Listening::Not(None),
+            reading: None,
+            backlog: Arc::default(),
+            last_read: Instant::now(),
+            heard_seq: 0,
+            heard: VecDeque::new(),
+        };
+        test(&mut watcher);
+    }
+
+    #[test]
+    fn published_holders_are_remembered_a_bounded_number_at_a_time() {
+        with_watcher(|w| {
+            let acquired = |w: &mut Watcher, name: &str, at: i64, ttl: i64| {
+                let payload = format!(
+                    r#"{{"event":"acquired","token":"fakefake","at_ms":{at},"ttl_ms":{ttl}}}"#
+                );
+                let event = parse_event(name, payload.as_bytes()).unwrap();
+                assert!(w.heard(name, &event));
+            };
+            acquired(w, "big", i64::MAX, i64::MAX);
+            assert_eq!(w.seen["big"].expires_ms, Some(TIME_MAX));
+            acquired(w, "small", i64::MIN, i64::MIN);
+            assert_eq!(w.seen["small"].acquired_ms, Some(0));
+            assert_eq!(w.seen["small"].expires_ms, None);
+            // The same lock heard of again and again takes one record; many locks, at most
+            // UNCONFIRMED_MAX, the oldest forgotten first.
+            for _ in 0..10 * UNCONFIRMED_MAX {
+                acquired(w, "same", 1, 1);
+            }
+            for i in 0..10 * UNCONFIRMED_MAX {
+                acquired(w, &format!("fake{i}"), 1, 1);
+            }
+            assert_eq!(w.seen.len(), UNCONFIRMED_MAX);
+            assert!(
+                w.seen
+                    .contains_key(&format!("fake{}", 10 * UNCONFIRMED_MAX - 1))
+            );
+            assert!(!w.seen.contains_key("fake0") && !w.seen.contains_key("same"));
+            assert_eq!(w.heard.len(), UNCONFIRMED_MAX);
+        });
     }
 }
