@@ -69,8 +69,9 @@ pub fn notes() -> [String; 2] {
          by the server's clock, from `redis-cli MONITOR` in a separate run of workload 1. \
          Redis server CPU: the main thread's (`INFO cpu`, Lua included) over each run ÷ its \
          critical sections, runs pooled; it includes accepting each process's connection and \
-         the slow log the bench keeps. Redis memory: `MEMORY USAGE` of a held lock's keys, and \
-         what one queued waiter adds (its keys and meta's growth)."
+         the slow log the bench keeps. Redis memory: `MEMORY USAGE` of a held lock's keys (its \
+         history with one event included), what one queued waiter adds (its keys and meta's \
+         growth), and what one more history event costs (a history of 200 events ÷ 200)."
             .to_string(),
     ]
 }
