@@ -183,23 +183,7 @@ pub fn run(config: &Config, args: &StatusArgs) -> Result<u8> {
     } else {
         Subscription::Channels(named.iter().map(channel_of).collect())
     };
-    let mut watcher = Watcher {
-        config,
-        args,
-        named,
-        mode,
-        store: Some(store),
-        states: Vec::new(),
-        seen: HashMap::new(),
-        reported: VecDeque::new(),
-        recent: VecDeque::new(),
-        listening: Listening::Not(None),
-        reading: None,
-        backlog: Arc::default(),
-        last_read: Instant::now(),
-        heard_seq: 0,
-        heard: VecDeque::new(),
-    };
+    let mut watcher = Watcher::new(config, args, named, mode, Some(store));
     // Subscribing first: a change made while the first read is on its way waits in the channel.
     listen(config, subscription, tx, Arc::clone(&watcher.backlog))?;
     // The first read must succeed, as for `status`: a watcher that never saw anything tells
@@ -291,6 +275,35 @@ struct Watcher<'a> {
     /// forgetting the oldest entry's record, if still unconfirmed, keeps their number bounded
     /// at no more than a constant cost per event.
     heard: VecDeque<(u64, String)>,
+}
+
+impl<'a> Watcher<'a> {
+    /// A watcher that has seen nothing yet; `store: None` only in unit tests that feed it events.
+    fn new(
+        config: &'a Config,
+        args: &'a StatusArgs,
+        named: Vec<Keys>,
+        mode: Mode,
+        store: Option<Box<dyn Store>>,
+    ) -> Self {
+        Watcher {
+            config,
+            args,
+            named,
+            mode,
+            store,
+            states: Vec::new(),
+            seen: HashMap::new(),
+            reported: VecDeque::new(),
+            recent: VecDeque::new(),
+            listening: Listening::Not(None),
+            reading: None,
+            backlog: Arc::default(),
+            last_read: Instant::now(),
+            heard_seq: 0,
+            heard: VecDeque::new(),
+        }
+    }
 }
 
 impl Watcher<'_> {
@@ -1187,23 +1200,7 @@ mod tests {
             password: None,
         };
         let config = Config::resolve(&cli.global, &env, &mut |_| {}).unwrap();
-        let mut watcher = Watcher {
-            config: &config,
-            args: &args,
-            named: Vec::new(),
-            mode: Mode::Json,
-            store: None,
-            states: Vec::new(),
-            seen: HashMap::new(),
-            reported: VecDeque::new(),
-            recent: VecDeque::new(),
-            listening: Listening::Not(None),
-            reading: None,
-            backlog: Arc::default(),
-            last_read: Instant::now(),
-            heard_seq: 0,
-            heard: VecDeque::new(),
-        };
+        let mut watcher = Watcher::new(&config, &args, Vec::new(), Mode::Json, None);
         test(&mut watcher);
     }
 
