@@ -506,12 +506,17 @@ pub fn log(config: &Config, args: &LogArgs) -> Result<u8> {
         since_ms,
         limit: args.limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
     };
-    let entries = history::read(redis, &keys, range)?;
-    if print_entries(&entries, &keys.name, args.json)?.is_break() {
+    let mut closed = false;
+    let last = history::read(redis, &keys, range, |page| {
+        let flow = print_entries(page, &keys.name, args.json)?;
+        closed = flow.is_break();
+        Ok(flow)
+    })?;
+    if closed {
         return Ok(exit::OK);
     }
     if !args.follow {
-        if entries.is_empty() && !args.json {
+        if last.is_none() && !args.json {
             messages::notice(
                 config,
                 format_args!(
@@ -525,7 +530,7 @@ pub fn log(config: &Config, args: &LogArgs) -> Result<u8> {
     }
     // From the last entry printed; with none, from where the read started (an entry written
     // since is new to us): XREAD returns what comes after the ID.
-    let mut after = match (entries.last(), since_ms) {
+    let mut after = match (last.as_ref(), since_ms) {
         (Some(e), _) => e.id.clone(),
         (None, Some(ms)) => format!("{}-0", ms.saturating_sub(1).max(0)),
         (None, None) => "0-0".to_string(),

@@ -9,6 +9,7 @@
 //!
 //! Layer 6 of the list in `lib.rs`.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -162,22 +163,79 @@ pub fn server_ms(redis: &mut Redis) -> Result<i64> {
 }
 
 /// The entries of `keys`' history in `range`, oldest first.
-pub fn read(redis: &mut Redis, keys: &Keys, range: Range) -> Result<Vec<Entry>> {
+///
+/// Without a limit, page by page ([`PAGE`] entries per round trip), each page passed to `each`
+/// as it comes, so that a history far beyond `--log-max` (anyone may write the stream) is never
+/// held whole; with a limit, the newest that many in one read. Stops when `each` says `Break`.
+/// Returns the last entry passed, if any.
+pub fn read(
+    redis: &mut Redis,
+    keys: &Keys,
+    range: Range,
+    mut each: impl FnMut(&[Entry]) -> Result<ControlFlow<()>>,
+) -> Result<Option<Entry>> {
     let log = keys.log();
     let start = range
         .since_ms
         .map_or_else(|| "-".to_string(), |ms| ms.max(0).to_string());
-    let reply: Value = redis.call("history", |con| {
-        let mut cmd = redis::cmd("XREVRANGE");
-        cmd.arg(&log).arg("+").arg(&start);
-        if let Some(n) = range.limit {
-            cmd.arg("COUNT").arg(n);
+    if let Some(n) = range.limit {
+        let reply: Value = redis.call("history", |con| {
+            redis::cmd("XREVRANGE")
+                .arg(&log)
+                .arg("+")
+                .arg(&start)
+                .arg("COUNT")
+                .arg(n)
+                .query(con)
+        })?;
+        let mut entries = entries(&reply)?;
+        entries.reverse();
+        // One page: whether `each` wants more, nothing comes after it.
+        let _ = each(&entries)?;
+        return Ok(entries.pop());
+    }
+    let mut from = start;
+    let mut last = None;
+    loop {
+        let reply: Value = redis.call("history", |con| {
+            redis::cmd("XRANGE")
+                .arg(&log)
+                .arg(&from)
+                .arg("+")
+                .arg("COUNT")
+                .arg(PAGE)
+                .query(con)
+        })?;
+        let mut page = entries(&reply)?;
+        let full = page.len() == PAGE;
+        let stop = each(&page)?.is_break();
+        let Some(e) = page.pop() else {
+            return Ok(last);
+        };
+        // The next page starts just after this one's last ID (`MS-SEQ`); an ID we cannot
+        // parse (planted) ends the listing rather than loop on it.
+        let Some(next) = next_id(&e.id) else {
+            return Ok(Some(e));
+        };
+        last = Some(e);
+        if stop || !full {
+            return Ok(last);
         }
-        cmd.query(con)
-    })?;
-    let mut entries = entries(&reply)?;
-    entries.reverse();
-    Ok(entries)
+        from = next;
+    }
+}
+
+/// How many entries one read of [`read`] brings.
+const PAGE: usize = 1000;
+
+/// The smallest stream ID after `id` (`MS-SEQ`).
+fn next_id(id: &str) -> Option<String> {
+    let (ms, seq) = id.split_once('-')?;
+    let (ms, seq): (u64, u64) = (ms.parse().ok()?, seq.parse().ok()?);
+    Some(match seq.checked_add(1) {
+        Some(seq) => format!("{ms}-{seq}"),
+        None => format!("{}-0", ms.checked_add(1)?),
+    })
 }
 
 /// Entries written after `after` (a stream ID), waiting up to `block` for the first one; empty
@@ -306,6 +364,15 @@ mod tests {
         assert_eq!(j["waited_ms"], 41000);
         assert_eq!(j["fence"], "1796152167492237");
         assert_eq!(j["lock"], "k");
+    }
+
+    #[test]
+    fn the_next_page_starts_just_after_the_last_id() {
+        assert_eq!(next_id("5-0").as_deref(), Some("5-1"));
+        assert_eq!(next_id("5-18446744073709551615").as_deref(), Some("6-0"));
+        assert_eq!(next_id("18446744073709551615-18446744073709551615"), None);
+        assert_eq!(next_id("x"), None);
+        assert_eq!(next_id("5-x"), None);
     }
 
     #[test]

@@ -458,3 +458,30 @@ fn the_history_lives_as_long_as_a_renewed_lock() {
         .expect(2);
     assert_one_error_line(&out);
 }
+
+/// A history far longer than one page (planted: anyone may write the stream) is listed whole,
+/// in order, page by page; `| head` ends it at once.
+#[test]
+fn a_long_history_is_listed_page_by_page() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let key = log_key("long");
+    redis.query::<()>(&[
+        "EVAL",
+        "for i = 1, 2500 do redis.call('XADD', KEYS[1], '*', 'event', 'lost', 'reason', \
+         tostring(i)) end",
+        "1",
+        &key,
+    ]);
+    let got = events(&redis, "long", &[]);
+    let reasons: Vec<String> = got
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap().to_string())
+        .collect();
+    let expected: Vec<String> = (1..=2500).map(|i| i.to_string()).collect();
+    assert_eq!(reasons, expected);
+    let out = redis.sh("redlock log long | head -1").run().expect(0);
+    assert_eq!(out.stdout.lines().count(), 1, "{out}");
+    assert_eq!(events(&redis, "long", &["--limit", "2"]).len(), 2);
+}
