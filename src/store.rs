@@ -41,6 +41,11 @@ pub trait Store: Send {
     /// [`Store::inspect`] reads it, sorted by name; batched, so that thousands of locks cost a few dozen round trips, not one each. (A
     /// lock released since the scan comes back free.)
     fn inspect_all(&mut self, prefix: &str) -> Result<Vec<State>>;
+    /// The states of `keys`, in their order; a store that can batch the reads does (one server:
+    /// a few round trips for many locks).
+    fn inspect_many(&mut self, keys: &[Keys]) -> Result<Vec<State>> {
+        keys.iter().map(|k| self.inspect(k)).collect()
+    }
     /// The connection a waiter blocks on, if there is one now.
     fn parking(&mut self) -> Option<&mut Redis>;
     /// After an error: replace connections that may still have a reply on its way.
@@ -74,6 +79,14 @@ impl Store for Redis {
 
     fn inspect(&mut self, keys: &Keys) -> Result<State> {
         lock::inspect(self, keys)
+    }
+
+    fn inspect_many(&mut self, keys: &[Keys]) -> Result<Vec<State>> {
+        if self.is_cluster() {
+            // A Cluster's transactions must keep to one slot: one read per lock.
+            return keys.iter().map(|k| lock::inspect(self, k)).collect();
+        }
+        lock::inspect_many(self, keys)
     }
 
     fn inspect_all(&mut self, prefix: &str) -> Result<Vec<State>> {

@@ -543,10 +543,7 @@ impl Watcher<'_> {
         let mut states = if self.named.is_empty() {
             store.inspect_all(&self.config.prefix)?
         } else {
-            self.named
-                .iter()
-                .map(|k| store.inspect(k))
-                .collect::<Result<Vec<_>>>()?
+            store.inspect_many(&self.named)?
         };
         // A lock that is gone from the listing (free, its key deleted or expired) is read by
         // name if someone was seen holding it: its meta hash tells how the hold ended.
@@ -558,10 +555,7 @@ impl Watcher<'_> {
             // Bounded: anyone may publish `acquired` for locks that do not exist.
             .take(MISSING_PER_READ)
             .collect();
-        let mut gone = Vec::new();
-        for keys in &missing {
-            gone.push(store.inspect(keys)?);
-        }
+        let gone = store.inspect_many(&missing)?;
         for state in states.iter().chain(&gone) {
             if let Some(event) = self.observe(state) {
                 self.emit(&event)?;

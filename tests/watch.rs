@@ -826,3 +826,34 @@ fn a_flood_on_a_terminal_does_not_reread_the_locks_per_change() {
     assert_eq!(child.wait().unwrap().code(), Some(143));
     reader.join().unwrap();
 }
+
+/// How many times `redis` ran `command` since its statistics were reset.
+fn calls(redis: &RedisServer, command: &str) -> u64 {
+    let info: String = redis.query(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// A watcher of named locks reads them all in one round trip each second (a transaction), not
+/// one script call per lock.
+#[test]
+fn named_locks_are_read_together() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let names: Vec<String> = (0..5).map(|i| format!("n{i}")).collect();
+    for name in &names {
+        hold(&redis, name, "60s");
+    }
+    redis.query::<()>(&["CONFIG", "RESETSTAT"]);
+    let mut args: Vec<&str> = names.iter().map(String::as_str).collect();
+    args.push("--json");
+    let watch = watcher(&redis, &args);
+    // The first read and at least one refresh.
+    assert!(wait_for(|| calls(&redis, "exec") >= 2, EVENT));
+    assert_eq!(calls(&redis, "evalsha") + calls(&redis, "eval"), 0);
+    watch.signal(libc::SIGTERM);
+    watch.finish(EVENT).expect(143);
+}
