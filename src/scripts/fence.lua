@@ -22,9 +22,11 @@ if redis.call('GET', LOCK) ~= ARGV[1] then
   return 0
 end
 local waited = math.max(tonumber(ARGV[8]) or 0, 0)
-redis.call('HSET', META, 'told', ARGV[1])
-redis.call('HINCRBY', META, 'acquisitions', 1)
-redis.call('HINCRBY', META, 'waited_ms', int(waited))
+-- pcall: telling must not fail the write-back (a server out of memory refuses HSET; the fence
+-- counter above was raised, or did not need to be).
+redis.pcall('HSET', META, 'told', ARGV[1])
+redis.pcall('HINCRBY', META, 'acquisitions', 1)
+redis.pcall('HINCRBY', META, 'waited_ms', int(waited))
 event('acquired', ARGV[1], {'fence', ARGV[2], 'user', ARGV[4] or '', 'host', ARGV[5] or '',
   'pid', ARGV[6] or '', 'note', ARGV[7] or '', 'waited_ms', waited,
   'ttl_ms', tonumber(ARGV[9]) or 0}, ARGV[10], (tonumber(ARGV[9]) or 0) + (tonumber(ARGV[3]) or 0),
