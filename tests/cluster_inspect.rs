@@ -68,17 +68,6 @@ fn status_of(cluster: &Cluster, args: &[&str], name: &str) -> Value {
         .clone()
 }
 
-/// The lines of the "waiting for NAME:" section of a status table, header first.
-fn waiting_section(table: &str, name: &str) -> Vec<String> {
-    table
-        .lines()
-        .skip_while(|l| *l != format!("waiting for {name}:"))
-        .skip(1)
-        .take_while(|l| l.starts_with("  "))
-        .map(|l| l.trim().to_string())
-        .collect()
-}
-
 /// Starts `redlock acquire NAME ARGS` through the seed, in a shell that stays (its pid is the
 /// one the waiter's record names), and waits until `node` (the lock's master) queues it behind
 /// `before` others.

@@ -626,55 +626,43 @@ fn a_quorum_labels_each_node_and_hides_its_password() {
 /// `redlock_wait_seconds_sum` adds up the waits, which lie between what the test saw of them
 /// (from the moment each waiter was queued to the moment it could have the lock) and each
 /// waiter's whole run.
+/// Queues `acquire NAME` behind the holder of `token`, does some real work (five `status`
+/// calls, not a sleep), releases `token` and lets the waiter through. Returns the waiter's
+/// token, its whole run (an upper bound of its wait) and the time from its being queued to the
+/// release (a lower bound).
+fn wait_behind(redis: &RedisServer, name: &str, token: &str) -> (String, Duration, Duration) {
+    let spawned = Instant::now();
+    let waiter = redis
+        .redlock()
+        .args(["acquire", name, "--ttl", "60s", "--wait", "60s"])
+        .spawn_proc();
+    assert!(wait_for(
+        || queue(redis, name).len() == 1,
+        Duration::from_secs(30)
+    ));
+    let queued = Instant::now();
+    for _ in 0..5 {
+        redis.redlock().args(["status", name]).run().expect(0);
+    }
+    let released = Instant::now();
+    release(redis, name, token);
+    let out = waiter.finish(HANG).expect(0);
+    (
+        out.stdout.trim().to_string(),
+        spawned.elapsed(),
+        released - queued,
+    )
+}
+
 #[test]
 fn counters_count_real_acquisitions_and_their_waits() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    // 1: no wait. The first waiter waits until we release it.
+    // 1: no wait. 2 and 3: each waits behind the one before until it is released.
     let held = hold(&redis, "c", "60s");
-    let spawned = Instant::now();
-    let first = redis
-        .redlock()
-        .args(["acquire", "c", "--ttl", "60s", "--wait", "60s"])
-        .spawn_proc();
-    assert!(wait_for(
-        || queue(&redis, "c").len() == 1,
-        Duration::from_secs(30)
-    ));
-    let queued = Instant::now();
-    // Something that takes a while between: five status calls (not a sleep: real work).
-    for _ in 0..5 {
-        redis.redlock().args(["status", "c"]).run().expect(0);
-    }
-    let released = Instant::now();
-    release(&redis, "c", &held);
-    let out = first.finish(HANG).expect(0);
-    let token = out.stdout.trim().to_string();
-    let first_run = spawned.elapsed();
-    // 2: waited at least from `queued` to the release.
-    let at_least_first = released - queued;
-
-    // 3: waits until we release the lock.
-    let spawned = Instant::now();
-    let second = redis
-        .redlock()
-        .args(["acquire", "c", "--ttl", "60s", "--wait", "60s"])
-        .spawn_proc();
-    assert!(wait_for(
-        || queue(&redis, "c").len() == 1,
-        Duration::from_secs(30)
-    ));
-    let queued = Instant::now();
-    // Something that takes a while between: five status calls (not a sleep: real work).
-    for _ in 0..5 {
-        redis.redlock().args(["status", "c"]).run().expect(0);
-    }
-    let released = Instant::now();
-    release(&redis, "c", &token);
-    second.finish(HANG).expect(0);
-    let second_run = spawned.elapsed();
-    let at_least_second = released - queued;
+    let (token, first_run, at_least_first) = wait_behind(&redis, "c", &held);
+    let (_, second_run, at_least_second) = wait_behind(&redis, "c", &token);
 
     let text = metrics(&mut redis.redlock(), &["c"]).expect(0).stdout;
     let s = check(&text);

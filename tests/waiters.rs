@@ -40,17 +40,6 @@ fn status_json(cmd: &mut std::process::Command, name: &str) -> Value {
     v[0].clone()
 }
 
-/// The lines of the "waiting for NAME:" section of the status table, header first.
-fn waiting_section(table: &str, name: &str) -> Vec<String> {
-    table
-        .lines()
-        .skip_while(|l| *l != format!("waiting for {name}:"))
-        .skip(1)
-        .take_while(|l| l.starts_with("  "))
-        .map(|l| l.trim().to_string())
-        .collect()
-}
-
 #[test]
 fn waiters_are_listed_in_arrival_order_with_their_owners() {
     let Some(redis) = RedisServer::start() else {

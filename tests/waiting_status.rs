@@ -11,7 +11,7 @@ mod common;
 use std::fs::File;
 use std::io::Read;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::nodes::Nodes;
@@ -197,20 +197,7 @@ fn in_terminal(redis: &RedisServer, args: &[&str], columns: u16, draws: usize) -
     // Only the child has the terminal now (the command kept a copy): the reader sees the end
     // (EIO) when it exits.
     drop(cmd);
-    let seen = Arc::new(Mutex::new(String::new()));
-    let sink = Arc::clone(&seen);
-    let reader = std::thread::spawn(move || {
-        let mut master = master;
-        let mut chunk = [0u8; 4096];
-        while let Ok(n) = master.read(&mut chunk) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&chunk[..n]));
-        }
-    });
+    let (seen, reader) = collect(master);
     assert!(
         wait_for(
             || seen.lock().unwrap().matches(LINE).count() >= draws,

@@ -215,20 +215,7 @@ fn the_table_is_redrawn_in_a_terminal_and_the_terminal_restored() {
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn redlock");
     drop(cmd);
-    let seen = Arc::new(Mutex::new(String::new()));
-    let sink = Arc::clone(&seen);
-    let reader = std::thread::spawn(move || {
-        let mut master = master;
-        let mut chunk = [0u8; 4096];
-        while let Ok(n) = master.read(&mut chunk) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&chunk[..n]));
-        }
-    });
+    let (seen, reader) = collect(master);
     let shown = |needle: &str| {
         let seen = Arc::clone(&seen);
         let needle = needle.to_string();

@@ -655,7 +655,9 @@ pub struct Proc {
     started: Instant,
 }
 
-fn collect(mut pipe: impl Read + Send + 'static) -> (Arc<Mutex<String>>, JoinHandle<()>) {
+/// Reads `pipe` (a process's output, a pseudo-terminal's master) to its end on a thread of its
+/// own, into the string it returns.
+pub fn collect(mut pipe: impl Read + Send + 'static) -> (Arc<Mutex<String>>, JoinHandle<()>) {
     let buf = Arc::new(Mutex::new(String::new()));
     let sink = Arc::clone(&buf);
     let reader = thread::spawn(move || {
@@ -810,6 +812,17 @@ impl Run for Command {
     fn run(&mut self) -> Output {
         self.spawn_proc().finish(HANG)
     }
+}
+
+/// The lines of the "waiting for NAME:" section of a `status` table, header first.
+pub fn waiting_section(table: &str, name: &str) -> Vec<String> {
+    table
+        .lines()
+        .skip_while(|l| *l != format!("waiting for {name}:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| l.trim().to_string())
+        .collect()
 }
 
 /// The tokens queued for lock `name`, first in line first.
