@@ -575,20 +575,20 @@ fn print_entries(entries: &[Entry], name: &str, json: bool) -> Result<ControlFlo
             }
         })
         .collect();
+    write_stdout(&text)
+}
+
+/// Writes machine output; a closed stdout (`| head`) is not an error.
+pub fn print_stdout(text: &str) -> Result<()> {
+    write_stdout(text).map(|_| ())
+}
+
+/// Writes machine output; `Break` when stdout is closed (`| head`), which is not an error.
+fn write_stdout(text: &str) -> Result<ControlFlow<()>> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ControlFlow::Break(())),
         Err(e) => Err(failure(Kind::Io, format!("cannot write to stdout: {e}"))),
         Ok(()) => Ok(ControlFlow::Continue(())),
-    }
-}
-
-/// Writes machine output; a closed stdout (`| head`) is not an error.
-pub fn print_stdout(text: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(failure(Kind::Io, format!("cannot write to stdout: {e}"))),
-        Ok(()) => Ok(()),
     }
 }

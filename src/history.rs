@@ -17,7 +17,7 @@ use redis::Value;
 use serde_json::{Map, Value as Json, json};
 
 use crate::client::{Redis, unexpected_reply};
-use crate::lock::{Keys, human_ms, rfc3339};
+use crate::lock::{Keys, human_ms, rfc3339, text};
 use crate::printable::printable;
 use crate::redact::redact;
 
@@ -315,15 +315,6 @@ fn entry(v: &Value) -> Result<Entry> {
         at_ms,
         fields,
     })
-}
-
-fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Int(i) => Some(i.to_string()),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -1263,7 +1263,8 @@ pub fn glob_escape(s: &str) -> String {
     out
 }
 
-fn text(v: &Value) -> Option<String> {
+/// A reply's text (a bulk or simple string, or an integer written out), lossily decoded.
+pub fn text(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Some(s.clone()),
