@@ -546,6 +546,30 @@ pub fn subscriber(config: &Config) -> Result<redis::Connection> {
     }
 }
 
+/// Sends `command` (a SUBSCRIBE or PSUBSCRIBE of `count` channels or patterns) on `con` and reads
+/// its confirmations. Not `PubSub::subscribe`: it discards the replies, and a refusal (`-NOPERM`
+/// for an ACL user without the channel, `-NOAUTH` after a password change) comes as a reply, not
+/// as an error, so a subscription that was never made would be waited on forever. The outer
+/// error: the connection failed; the inner one: the server refused, with its code and detail.
+pub fn confirm_subscription(
+    con: &mut redis::Connection,
+    command: &redis::Cmd,
+    count: usize,
+) -> redis::RedisResult<std::result::Result<(), (redis::RedisError, String)>> {
+    con.send_packed_command(&command.get_packed_command())?;
+    for _ in 0..count {
+        if let Err(e) = con.recv_response()?.extract_error() {
+            let why = [e.code(), e.detail()]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" ");
+            return Ok(Err((e, why)));
+        }
+    }
+    Ok(Ok(()))
+}
+
 /// Connects to a Redis Cluster through its seed nodes.
 fn cluster(config: &Config, seeds: &[Endpoint]) -> Result<(Con, String)> {
     let display = format!(

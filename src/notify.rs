@@ -73,18 +73,12 @@ enum Listening {
 /// Subscribes to `channel` and passes on what arrives, until the connection fails.
 fn subscribe(config: &Config, channel: &str, tx: &Sender<Event>) -> Result<Listening> {
     let mut con = client::subscriber(config)?;
-    // Not `PubSub::subscribe`: it discards SUBSCRIBE's reply, and a refusal (`-NOPERM` for an
-    // ACL user without the channel) comes as a reply, not as an error, so we would wait forever
-    // on a subscription that was never made. Read the confirmation ourselves.
-    con.send_packed_command(&redis::cmd("SUBSCRIBE").arg(channel).get_packed_command())?;
-    if let Err(e) = con.recv_response()?.extract_error() {
-        let why = [e.code(), e.detail()]
-            .into_iter()
-            .flatten()
-            .collect::<Vec<_>>();
+    if let Err((e, why)) =
+        client::confirm_subscription(&mut con, redis::cmd("SUBSCRIBE").arg(channel), 1)?
+    {
         return Err(failure(
             redis_kind(&e),
-            format!("the server refused SUBSCRIBE: {}", why.join(" ")),
+            format!("the server refused SUBSCRIBE: {why}"),
         ));
     }
     let mut pubsub = con.as_pubsub();

@@ -244,6 +244,26 @@ struct Seen {
     unconfirmed: Option<(u64, u8)>,
 }
 
+impl Seen {
+    /// The `expired` event the watcher tells for this hold of lock `name`, which ran out `at`.
+    fn expired(self, name: String, at: i64) -> Map<String, Value> {
+        let mut event = Map::new();
+        event.insert("event".into(), "expired".into());
+        event.insert("at_ms".into(), at.into());
+        event.insert("token".into(), self.fingerprint.into());
+        event.insert("fence".into(), self.fence.into());
+        event.insert("user".into(), self.user.into());
+        event.insert("host".into(), self.host.into());
+        event.insert("pid".into(), self.pid.into());
+        if let Some(from) = self.acquired_ms {
+            event.insert("held_ms".into(), at.saturating_sub(from).max(0).into());
+        }
+        event.insert("lock".into(), name.into());
+        event.insert("time".into(), rfc3339(at).into());
+        event
+    }
+}
+
 struct Watcher<'a> {
     config: &'a Config,
     args: &'a StatusArgs,
@@ -592,31 +612,7 @@ impl Watcher<'_> {
             return None;
         }
         if state.held() {
-            let token = state.token.as_deref()?;
-            let fp = fingerprint(token);
-            if self.seen.get(&name).is_none_or(|s| s.fingerprint != fp) {
-                let h = state.holder.as_ref();
-                self.seen.insert(
-                    name,
-                    Seen {
-                        fingerprint: fp,
-                        fence: state.fence.to_string(),
-                        user: h.map(|h| h.user.clone()).unwrap_or_default(),
-                        host: h.map(|h| h.host.clone()).unwrap_or_default(),
-                        pid: h.map(|h| h.pid.clone()).unwrap_or_default(),
-                        acquired_ms: h.and_then(|h| h.acquired_ms),
-                        expires_ms: expiry(Some(state.now_ms), Some(state.pttl_ms)),
-                        ended: false,
-                        unconfirmed: None,
-                    },
-                );
-            } else if let Some(s) = self.seen.get_mut(&name) {
-                s.unconfirmed = None;
-                if state.pttl_ms >= 0 {
-                    // Renewed since: it expires later.
-                    s.expires_ms = expiry(Some(state.now_ms), Some(state.pttl_ms));
-                }
-            }
+            self.note_holder(name, state);
             return None;
         }
         let seen = self.seen.get_mut(&name).filter(|s| !s.ended)?;
@@ -660,20 +656,39 @@ impl Watcher<'_> {
         if !self.remember_expiry(&name, &seen.fingerprint) {
             return None;
         }
-        let mut event = Map::new();
-        event.insert("event".into(), "expired".into());
-        event.insert("at_ms".into(), at.into());
-        event.insert("token".into(), seen.fingerprint.into());
-        event.insert("fence".into(), seen.fence.into());
-        event.insert("user".into(), seen.user.into());
-        event.insert("host".into(), seen.host.into());
-        event.insert("pid".into(), seen.pid.into());
-        if let Some(from) = seen.acquired_ms {
-            event.insert("held_ms".into(), at.saturating_sub(from).max(0).into());
+        Some(seen.expired(name, at))
+    }
+
+    /// Remembers the holder a read found for lock `name` (or, the same one, that it is
+    /// confirmed and when it now expires).
+    fn note_holder(&mut self, name: String, state: &State) {
+        let Some(token) = state.token.as_deref() else {
+            return;
+        };
+        let fp = fingerprint(token);
+        if self.seen.get(&name).is_none_or(|s| s.fingerprint != fp) {
+            let h = state.holder.as_ref();
+            self.seen.insert(
+                name,
+                Seen {
+                    fingerprint: fp,
+                    fence: state.fence.to_string(),
+                    user: h.map(|h| h.user.clone()).unwrap_or_default(),
+                    host: h.map(|h| h.host.clone()).unwrap_or_default(),
+                    pid: h.map(|h| h.pid.clone()).unwrap_or_default(),
+                    acquired_ms: h.and_then(|h| h.acquired_ms),
+                    expires_ms: expiry(Some(state.now_ms), Some(state.pttl_ms)),
+                    ended: false,
+                    unconfirmed: None,
+                },
+            );
+        } else if let Some(s) = self.seen.get_mut(&name) {
+            s.unconfirmed = None;
+            if state.pttl_ms >= 0 {
+                // Renewed since: it expires later.
+                s.expires_ms = expiry(Some(state.now_ms), Some(state.pttl_ms));
+            }
         }
-        event.insert("lock".into(), name.into());
-        event.insert("time".into(), rfc3339(at).into());
-        Some(event)
     }
 
     /// Shows one change as the mode wants it.
@@ -976,7 +991,6 @@ fn subscribe(
         ),
         Subscription::Pattern(pattern) => (redis::cmd("PSUBSCRIBE").arg(pattern).clone(), 1),
     };
-    // Not `PubSub::subscribe`: it discards the reply, and a refusal (`-NOPERM`) comes as one.
     let unanswered = |e: redis::RedisError| {
         failed(if e.is_timeout() {
             failure(
@@ -995,29 +1009,32 @@ fn subscribe(
             e.into()
         })
     };
-    con.send_packed_command(&command.get_packed_command())
-        .map_err(unanswered)?;
-    for _ in 0..count {
-        let reply = con.recv_response().map_err(unanswered)?;
-        if let Err(e) = reply.extract_error() {
-            let why = [e.code(), e.detail()]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
-                .join(" ");
-            let what = match e.code() {
-                // The password changed (or was set) since the watch started.
-                Some("NOAUTH" | "WRONGPASS") => {
-                    format!("authentication failed for the subscription: {why}")
-                }
-                _ => format!("the server refused the subscription: {why}"),
-            };
-            return Err(failed(failure(redis_kind(&e), what)));
-        }
+    if let Err((e, why)) =
+        client::confirm_subscription(&mut con, &command, count).map_err(unanswered)?
+    {
+        let what = match e.code() {
+            // The password changed (or was set) since the watch started.
+            Some("NOAUTH" | "WRONGPASS") => {
+                format!("authentication failed for the subscription: {why}")
+            }
+            _ => format!("the server refused the subscription: {why}"),
+        };
+        return Err(failed(failure(redis_kind(&e), what)));
     }
     if tx.send(Msg::Listening).is_err() {
         return Ok(());
     }
+    relay(config, con, tx, backlog)
+}
+
+/// Passes on what arrives on the subscribed `con`, pinging it after a quiet [`PING_EVERY`]:
+/// `Ok` when nobody listens any more, else why the subscription was lost.
+fn relay(
+    config: &Config,
+    mut con: redis::Connection,
+    tx: &Sender<Msg>,
+    backlog: &Backlog,
+) -> Result<(), (anyhow::Error, bool)> {
     let lost = |e: redis::RedisError| (anyhow::Error::from(e), true);
     let mut pubsub = con.as_pubsub();
     pubsub.set_read_timeout(Some(PING_EVERY)).map_err(lost)?;
