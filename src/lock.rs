@@ -626,7 +626,7 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
     } = *req;
     let sent = Instant::now();
     let meta_ttl = millis(redis.meta_ttl());
-    let log_max = redis.log_max();
+    let (log_max, publish_always) = (redis.log_max(), redis.publish_always());
     let reply: Vec<Value> = redis.call_acquire(|script, con| {
         script
             .key(keys.all().as_slice())
@@ -650,6 +650,7 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
             .arg(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX))
             .arg(log_max)
             .arg(if tell { "1" } else { "0" })
+            .arg(publish_always)
             .invoke(con)
     })?;
     match reply.as_slice() {
@@ -736,6 +737,7 @@ pub fn leave_to(
 ) -> Result<Option<String>> {
     let (quiet, to) = hand_over.args();
     let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
+    let publish_always = redis.publish_always();
     let next: Value = match doubt {
         Doubt::Sure => redis.call("leave", |con| {
             scripts::LEAVE
@@ -747,6 +749,7 @@ pub fn leave_to(
                 .arg(0)
                 .arg(log_max)
                 .arg(meta_ttl)
+                .arg(publish_always)
                 .invoke(con)
         })?,
         // The whole script, not its hash: this leave may run when nobody is left to answer a
@@ -763,6 +766,7 @@ pub fn leave_to(
                 .arg(millis(TOMBSTONE))
                 .arg(log_max)
                 .arg(meta_ttl)
+                .arg(publish_always)
                 .query(con)
         })?,
     };
@@ -779,6 +783,7 @@ pub fn report_lost(
     reason: &str,
 ) -> Result<()> {
     let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
+    let publish_always = redis.publish_always();
     redis.call("lost", |con| {
         scripts::LOST
             .key(keys.all().as_slice())
@@ -787,6 +792,7 @@ pub fn report_lost(
             .arg(reason)
             .arg(log_max)
             .arg(meta_ttl)
+            .arg(publish_always)
             .invoke::<i64>(con)
     })?;
     Ok(())
@@ -808,6 +814,7 @@ pub fn release(
     };
     let (quiet, to) = hand_over.args();
     let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
+    let publish_always = redis.publish_always();
     let reply: Vec<Value> = redis.call("release", |con| {
         let mut call = scripts::RELEASE.key(keys.all().as_slice());
         call.arg(token)
@@ -827,7 +834,8 @@ pub fn release(
         }
         call.arg(log_max)
             .arg(status.map_or(String::new(), |s| s.to_string()))
-            .arg(meta_ttl);
+            .arg(meta_ttl)
+            .arg(publish_always);
         call.invoke(con)
     })?;
     // A quorum's queue node names the next waiter even where our token was not (release.lua).
@@ -886,6 +894,7 @@ pub fn raise_fence(
     told: &Told,
 ) -> Result<bool> {
     let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
+    let publish_always = redis.publish_always();
     let held: i64 = redis.call("fence", |con| {
         scripts::FENCE
             .key(keys.all().as_slice())
@@ -899,6 +908,7 @@ pub fn raise_fence(
             .arg(u64::try_from(told.waited.as_millis()).unwrap_or(u64::MAX))
             .arg(millis(told.ttl))
             .arg(log_max)
+            .arg(publish_always)
             .invoke(con)
     })?;
     Ok(held == 1)

@@ -277,8 +277,9 @@ fn a_waiter_gets_the_lock_when_the_holder_releases() {
 /// more attempt when the wait runs out, leaving the queue, and reading the holder for the
 /// message: 4 script runs and 1 BLOCK. Each of the two scripts may first be refused (NOSCRIPT on
 /// a fresh server) and loaded. Every command counts, those the scripts run inside included:
-/// the 4 script runs make about 45 of them in all (the first attempt's server check reads INFO
-/// twice, and the meta record's expiry is refreshed); polling every 100ms would make hundreds.
+/// the 4 script runs make about 60 of them in all (the server check of each connection's first
+/// attempt reads INFO, the meta record's expiry is refreshed, and a script that tells a change
+/// first asks whether anyone listens); polling every 100ms would make hundreds.
 #[test]
 fn waiting_does_not_hammer_redis() {
     let Some(redis) = RedisServer::start() else {
@@ -324,7 +325,7 @@ fn waiting_does_not_hammer_redis() {
     );
     assert!(refused <= 2, "{shown}");
     assert_eq!(scripts - refused, 4, "2 attempts, leave, inspect:\n{shown}");
-    assert!(total <= 60, "{total} commands while waiting 3s:\n{shown}");
+    assert!(total <= 70, "{total} commands while waiting 3s:\n{shown}");
 }
 
 /// A signal while waiting: exit 128+N at once, and nothing of the waiter's left in Redis.

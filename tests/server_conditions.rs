@@ -64,6 +64,69 @@ fn a_volatile_policy_is_warned_about_once_and_the_lock_is_taken() {
     }
 }
 
+/// The eviction policy costs an `INFO memory`, which costs the server more than the lock
+/// operation: a lock keeps what it read in its meta hash (`policy`, `policy_ms`, the server's
+/// clock) and reads it again only once that is 10 s old. The role (`INFO replication`) is read by
+/// every connection's first attempt. A policy changed meanwhile is noticed by a new lock at once,
+/// and by this one when its reading is out of date.
+#[test]
+fn the_eviction_policy_is_read_once_per_ten_seconds_per_lock() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // The first use makes the meta hash; the second reads the policy and keeps it there.
+    for _ in 0..2 {
+        redis
+            .redlock()
+            .args(["exec", "k", "--", "true"])
+            .run()
+            .expect(0);
+    }
+    let meta = redis.meta("k");
+    assert_eq!(
+        meta.get("policy").map(String::as_str),
+        Some("noeviction"),
+        "{meta:?}"
+    );
+    let read_at: i64 = meta["policy_ms"].parse().unwrap();
+    assert!((redis.now_ms() - read_at).abs() < 10_000, "{meta:?}");
+    redis.query::<()>(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..3 {
+        redis
+            .redlock()
+            .args(["exec", "k", "--", "true"])
+            .run()
+            .expect(0);
+    }
+    let info: String = redis.query(&["INFO", "commandstats"]);
+    let infos = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_info:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse::<u64>().unwrap());
+    assert_eq!(infos, 3, "one INFO (replication) per connection:\n{info}");
+
+    redis.query::<()>(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    // A lock that has not read the policy yet sees the new one at once.
+    let out = redis.redlock().args(["acquire", "other"]).run().expect(2);
+    assert!(out.stderr.contains("allkeys-lru"), "{out}");
+    // This one goes by its reading until it is 10 s old (the server's clock).
+    let token = redis.redlock().args(["acquire", "k"]).run().ok();
+    release(&redis, "k", &token);
+    let stale = (redis.now_ms() - 10_001).to_string();
+    redis.query::<()>(&[
+        "HSET",
+        &format!("{}:meta", lock_key("k")),
+        "policy_ms",
+        &stale,
+    ]);
+    let out = redis.redlock().args(["acquire", "k"]).run().expect(2);
+    assert!(out.stderr.contains("allkeys-lru"), "{out}");
+    assert_eq!(redis.get(&lock_key("k")), None, "{out}");
+    // Refused: the out-of-date reading is left as it was (nothing is written).
+    assert_eq!(redis.meta("k")["policy_ms"], stale);
+}
+
 #[test]
 fn an_allkeys_policy_is_refused_unless_eviction_is_allowed() {
     let Some(redis) = with_policy("allkeys-lru") else {

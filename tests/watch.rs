@@ -814,6 +814,49 @@ fn a_flood_on_a_terminal_does_not_reread_the_locks_per_change() {
     reader.join().unwrap();
 }
 
+/// A lock's scripts publish a change only while someone may listen (a subscriber of the lock's
+/// channel, or of any pattern): encoding it costs the server more than the rest of the telling.
+/// The history is written either way.
+#[test]
+fn changes_are_published_only_while_someone_watches() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis.query::<()>(&["CONFIG", "RESETSTAT"]);
+    redis
+        .redlock()
+        .args(["exec", "k", "--", "true"])
+        .run()
+        .expect(0);
+    assert_eq!(calls(&redis, "publish"), 0, "nobody listens");
+    let log = format!("{}:log", lock_key("k"));
+    assert_eq!(redis.query::<i64>(&["XLEN", &log]), 2, "acquired, released");
+
+    // A watcher of this lock (a channel subscription) hears both changes.
+    let watch = watcher(&redis, &["k", "--json"]);
+    redis
+        .redlock()
+        .args(["exec", "k", "--", "true"])
+        .run()
+        .expect(0);
+    wait_event(&watch, |e| e["event"] == "released");
+    assert_eq!(calls(&redis, "publish"), 2);
+    watch.signal(libc::SIGINT);
+    watch.finish(EVENT).expect(130);
+
+    // So does a watcher of every lock (a pattern).
+    let watch = watcher(&redis, &["--json"]);
+    redis
+        .redlock()
+        .args(["exec", "j", "--", "true"])
+        .run()
+        .expect(0);
+    wait_event(&watch, |e| e["event"] == "released" && e["lock"] == "j");
+    assert_eq!(calls(&redis, "publish"), 4);
+    watch.signal(libc::SIGINT);
+    watch.finish(EVENT).expect(130);
+}
+
 /// How many times `redis` ran `command` since its statistics were reset.
 fn calls(redis: &RedisServer, command: &str) -> u64 {
     let info: String = redis.query(&["INFO", "commandstats"]);

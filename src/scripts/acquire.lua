@@ -11,7 +11,8 @@
 --      waited_ms (how long the client has waited so far: told with `acquired`, and summed in meta
 --      `waited_ms` beside the count `acquisitions`, for metrics), log_max (how many entries the
 --      lock's history keeps; see `event` in common.lua),
---      tell ('1': a queued waiter's status line is due; the busy reply adds the lock's state)
+--      tell ('1': a queued waiter's status line is due; the busy reply adds the lock's state),
+--      publish_always ('1': see `listened` in common.lua)
 --
 -- Returns {1, fence, acquired_ms, run_id} when taken, {0, pttl, queued, reserved} when busy (queued: 1 if we are in
 -- the queue now, 0 if not; reserved: 1 if the lock is some waiter's turn rather than held, see
@@ -43,6 +44,7 @@
 -- record was never dated by a release (its TTL ran out: nobody else deletes a lock key); and
 -- `queued` when a waiter joins the queue.
 local token, ttl = ARGV[1], ARGV[2]
+publish_always = ARGV[19] == '1'
 local log_max = ARGV[17]
 -- A quorum's node grants only its part of an attempt that may not win a majority: the
 -- acquisition is told, and counted, by fence.lua once the quorum holds the lock.
@@ -54,20 +56,25 @@ if redis.call('EXISTS', gone_key(token)) == 1 then
   return {0, redis.call('PTTL', LOCK), 0, 0}
 end
 
-local function take(queued)
+-- `queued`: we may be in the queue (drop us from it); `woken`: the lock was reserved for us,
+-- which took us out of the queue already (hand_over), but our wake list may still hold its push.
+local function take(queued, woken)
   redis.call('SET', LOCK, token, 'PX', ttl)
   if queued then
     drop_waiter(token)
+  end
+  if queued or woken then
     redis.call('DEL', wake_key(token))
   end
   local us = now_us()
   local now = math.floor(us / 1000)
   local waited = math.max(tonumber(ARGV[16]) or 0, 0)
   local before = redis.call('HMGET', META, 'fence', 'acquisitions', 'waited_ms', 'token',
-    'released_ms', 'acquired_ms', 'expires_ms', 'user', 'host', 'pid', 'told')
+    'released_ms', 'told')
+  -- released_ms '' (not deleted: one command less): the new holder has not released yet.
   local record = {'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
-    'note', ARGV[6], 'acquired_ms', now, 'ttl_ms', ttl, 'expires_ms', now + ttl,
-    'pidns', ARGV[15] or ''}
+    'note', ARGV[6], 'acquired_ms', int(now), 'ttl_ms', ttl, 'expires_ms', int(now + ttl),
+    'pidns', ARGV[15] or '', 'released_ms', ''}
   if not quorum then
     -- `told`: the acquisition of this token is in the history, so its end will be too.
     table.insert(record, 'told')
@@ -78,10 +85,12 @@ local function take(queued)
     table.insert(record, int((tonumber(before[3]) or 0) + waited))
   end
   local keep = tonumber(ttl) + (tonumber(ARGV[13]) or 0)
-  if before[4] and before[4] == before[11] and before[4] ~= token and not before[5] then
-    local from, to = tonumber(before[6]) or now, tonumber(before[7]) or now
-    event('expired', before[4], {'fence', before[1] or '', 'user', before[8] or '',
-      'host', before[9] or '', 'pid', before[10] or '', 'held_ms', math.max(to - from, 0),
+  if before[4] and before[4] == before[6] and before[4] ~= token and (before[5] or '') == '' then
+    -- The rest of the previous holder's record, read only when it is told (an expiry is rare).
+    local was = redis.call('HMGET', META, 'acquired_ms', 'expires_ms', 'user', 'host', 'pid')
+    local from, to = tonumber(was[1]) or now, tonumber(was[2]) or now
+    event('expired', before[4], {'fence', before[1] or '', 'user', was[3] or '',
+      'host', was[4] or '', 'pid', was[5] or '', 'held_ms', math.max(to - from, 0),
       'expires_ms', to}, log_max, keep, now)
   end
   local last = tonumber(before[1]) or 0
@@ -99,10 +108,9 @@ local function take(queued)
     table.insert(record, int(fence))
   end
   redis.call('HSET', META, unpack(record))
-  redis.call('HDEL', META, 'released_ms')
   if queued and ARGV[11] == '1' then
     redis.call('HSET', META, 'turn', token,
-      'turn_until', now + tonumber(ARGV[8]) + tonumber(ARGV[9]))
+      'turn_until', int(now + tonumber(ARGV[8]) + tonumber(ARGV[9])))
   end
   keep_meta(ARGV[13], tonumber(ttl))
   if not quorum then
@@ -140,13 +148,15 @@ if current == token then
   -- Taken already by this token: an attempt re-sent after its reply was lost (a Cluster client
   -- retries). Report it again, with the TTL counted from now, and burn no fence.
   redis.call('PEXPIRE', LOCK, ttl)
-  redis.call('HSET', META, 'expires_ms', now_ms() + ttl)
+  redis.call('HSET', META, 'expires_ms', int(now_ms() + ttl))
   keep_meta(ARGV[13])
   local m = redis.call('HMGET', META, 'fence', 'acquired_ms')
   return {1, tonumber(m[1]) or 0, tonumber(m[2]) or now_ms(), run_id(ARGV[11])}
 end
 if current == '~' .. token then
-  return take(true)
+  -- hand_over took us out of the queue; a quorum's fresh token was queued in our place above.
+  local fresh = prev and prev ~= '' and prev ~= token
+  return take(fresh, true)
 end
 if not current then
   local first = first_live_waiter()
@@ -174,7 +184,7 @@ if ARGV[7] ~= '1' then
 end
 local now = now_ms()
 if not redis.call('ZSCORE', QUEUE, token) then
-  redis.call('ZADD', QUEUE, redis.call('HINCRBY', META, 'tickets', 1), token)
+  redis.call('ZADD', QUEUE, int(redis.call('HINCRBY', META, 'tickets', 1)), token)
   -- Who waits, written when the waiter joins the queue (a quorum waiter's fresh token took its
   -- place and record over above, so it is found here): since when and until when, by this
   -- server's clock. Written once, so a waiter's later attempts cost nothing more.
@@ -195,10 +205,11 @@ local block = cap
 if pttl >= 0 and pttl < cap then
   block = pttl
 end
-redis.call('HSET', LEASES, token, now + block + margin)
-redis.call('PEXPIRE', QUEUE, cap + margin)
-redis.call('PEXPIRE', LEASES, cap + margin)
-redis.pcall('PEXPIRE', WAITERS, cap + margin)
+local keep_queue = int(cap + margin)
+redis.call('HSET', LEASES, token, int(now + block + margin))
+redis.call('PEXPIRE', QUEUE, keep_queue)
+redis.call('PEXPIRE', LEASES, keep_queue)
+redis.pcall('PEXPIRE', WAITERS, keep_queue)
 keep_meta(ARGV[13], pttl, cap + margin)
 if ARGV[18] == '1' then
   -- The waiter's status line is due (acquire.rs): what it says rides on this round trip.

@@ -35,9 +35,12 @@ local function now_ms()
   return math.floor(now_us() / 1000)
 end
 
--- An integer as Redis should store it: tostring() would write 1.7961336804629e+15.
+-- An integer as Redis should store it: tostring() would write 1.7961336804629e+15. '%d' (a C
+-- long: 64 bits here) rather than '%.0f': the server formats an integer in a fraction of the time
+-- it takes for a float, and so it does for every number handed to redis.call, which it writes
+-- with '%.17g'; the scripts hand it strings made here instead. Every value is below 2^53.
 local function int(n)
-  return string.format('%.0f', n)
+  return string.format('%d', n)
 end
 
 -- Keep the meta hash for `idle_ms` after this use, counted from when the lock key and the queue
@@ -160,6 +163,17 @@ local function pass_on(claim_ms, quiet, to)
   return false
 end
 
+-- The value of INFO field `name` in `info`, or nil: a plain find for the line, then a match
+-- anchored at its value. A pattern search for 'name:...' tries the pattern at every byte of the
+-- reply (INFO memory is over a kilobyte): that scan was most of what this check cost the server.
+local function info_field(info, name, value)
+  local at = string.find(info, '\n' .. name .. ':', 1, true)
+  if not at then
+    return nil
+  end
+  return string.match(info, '^' .. value, at + #name + 2)
+end
+
 -- This server's run_id, when ARGV[flag] asks for it: a quorum notices a node that restarted.
 local function run_id(flag)
   if flag ~= '1' then
@@ -170,17 +184,40 @@ local function run_id(flag)
   if type(info) ~= 'string' then
     return false
   end
-  return string.match(info, 'run_id:(%x+)') or false
+  return info_field(info, 'run_id', '(%x+)') or false
 end
 
+
+-- Whether a change is worth publishing on LOCK:watch: someone here subscribes to that channel,
+-- or to any pattern (`status --watch` with no KEY). Encoding an event costs the server more
+-- than the rest of the telling, and most of the time nobody watches. Asked once per script.
+-- `publish_always`: set by each script from its last ARGV ('1': a Redis Cluster, which passes
+-- every PUBLISH on to all nodes, so a watcher on another node is not counted here). A server
+-- that refuses PUBSUB (an ACL) publishes always.
+local publish_always = false
+local listening
+local function listened()
+  if publish_always then
+    return true
+  end
+  if listening == nil then
+    local subs = redis.pcall('PUBSUB', 'NUMSUB', LOCK .. ':watch')
+    listening = type(subs) ~= 'table' or (tonumber(subs[2]) or 0) > 0
+    if not listening then
+      local patterns = redis.pcall('PUBSUB', 'NUMPAT')
+      listening = type(patterns) ~= 'number' or patterns > 0
+    end
+  end
+  return listening
+end
 
 -- The kinds of event kept in the lock's history; the others (queued, left) are only told to
 -- watchers.
 local HISTORY = {acquired = true, released = true, expired = true, forced = true, lost = true}
 
 -- Tell what just changed, in the step that changed it: published as one JSON object on the
--- channel LOCK:watch (for `status --watch`; PUBLISH costs next to nothing without a subscriber),
--- and, for the kinds in HISTORY, appended to the capped stream LOCK:log (for `redlock log`) with
+-- channel LOCK:watch (for `status --watch`) when someone may listen (see `listened`), and, for
+-- the kinds in HISTORY, appended to the capped stream LOCK:log (for `redlock log`) with
 -- the same fields. `token`: the token concerned (only its fingerprint is told: a token can
 -- release the lock); `fields`: name, value, name, value... (strings or integers); `log_max`: how
 -- many entries the stream keeps (0 or not a number: no history); `keep_ms`: how long the stream
@@ -189,19 +226,28 @@ local HISTORY = {acquired = true, released = true, expired = true, forced = true
 -- memory refuses XADD; an ACL user may lack the channel; anyone may write a key of another type
 -- under the stream's name).
 local function event(kind, token, fields, log_max, keep_ms, at)
-  local fp = string.sub(token or '', 1, 8)
-  local told = {event = kind, token = fp, at_ms = at}
-  -- Numbers go to Redis as integers written out: Lua would write 1.7961336804629e+15.
-  local entry = {'event', kind, 'token', fp}
-  for i = 1, #fields, 2 do
-    local v = fields[i + 1]
-    told[fields[i]] = v
-    entry[#entry + 1] = fields[i]
-    entry[#entry + 1] = type(v) == 'number' and int(v) or v
-  end
-  redis.pcall('PUBLISH', LOCK .. ':watch', cjson.encode(told))
   local max = tonumber(log_max) or 0
-  if HISTORY[kind] and max > 0 then
+  local keep = HISTORY[kind] and max > 0
+  local tell = listened()
+  if not keep and not tell then
+    return
+  end
+  local fp = string.sub(token or '', 1, 8)
+  if tell then
+    local told = {event = kind, token = fp, at_ms = at}
+    for i = 1, #fields, 2 do
+      told[fields[i]] = fields[i + 1]
+    end
+    redis.pcall('PUBLISH', LOCK .. ':watch', cjson.encode(told))
+  end
+  if keep then
+    -- Numbers go to Redis as integers written out: Lua would write 1.7961336804629e+15.
+    local entry = {'event', kind, 'token', fp}
+    for i = 1, #fields, 2 do
+      local v = fields[i + 1]
+      entry[#entry + 1] = fields[i]
+      entry[#entry + 1] = type(v) == 'number' and int(v) or v
+    end
     local log = LOCK .. ':log'
     local added = redis.pcall('XADD', log, 'MAXLEN', int(max), '*', unpack(entry))
     -- Not on a key of another type planted there: its owner did not ask for an expiry.

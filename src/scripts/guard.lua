@@ -12,29 +12,42 @@
 --
 -- INFO is the only way a script can see either: CONFIG and ROLE are not allowed in scripts. A
 -- server that refuses INFO (renamed, or denied by an ACL, as managed services do) is not checked.
--- Both sections in one INFO (Redis 7 and later; each call of INFO costs the server as much as a
--- small script); an older server refuses two sections, and is asked once for each.
+-- The role is read every time (INFO replication is short). INFO memory costs the server more
+-- than the whole lock operation, so the policy it gives is remembered in the lock's meta hash
+-- (`policy`, `policy_ms`: this server's clock) for POLICY_FOR_MS, and read again after that.
+-- Written only into a meta hash that exists (its expiry is kept by the lock scripts), and only
+-- once the server passed the check.
+local POLICY_FOR_MS = 10000
+
 local function server_check(allow_eviction)
-  local replication = redis.pcall('INFO', 'replication', 'memory')
-  local memory = replication
-  if type(replication) ~= 'string' then
-    replication = redis.pcall('INFO', 'replication')
-    memory = redis.pcall('INFO', 'memory')
-  end
+  local replication = redis.pcall('INFO', 'replication')
   if type(replication) == 'string' then
-    local role = string.match(replication, 'role:(%a+)')
+    local role = info_field(replication, 'role', '(%a+)')
     if role == 'slave' or role == 'replica' then
-      local host = string.match(replication, 'master_host:([^\r\n]+)') or '?'
-      local port = string.match(replication, 'master_port:(%d+)') or '?'
+      local host = info_field(replication, 'master_host', '([^\r\n]+)') or '?'
+      local port = info_field(replication, 'master_port', '(%d+)') or '?'
       return false, redis.error_reply('REDLOCK_REPLICA ' .. host .. ':' .. port)
     end
   end
-  local policy = ''
-  if type(memory) == 'string' then
-    policy = string.match(memory, 'maxmemory_policy:([%w-]+)') or ''
+  local now = now_ms()
+  local policy
+  local known = redis.pcall('HMGET', META, 'policy', 'policy_ms')
+  if type(known) == 'table' and known[1] then
+    local age = now - (tonumber(known[2]) or -POLICY_FOR_MS)
+    if age >= 0 and age < POLICY_FOR_MS then
+      policy = known[1]
+    end
+  end
+  local fresh = not policy
+  if fresh then
+    local memory = redis.pcall('INFO', 'memory')
+    policy = type(memory) == 'string' and info_field(memory, 'maxmemory_policy', '([%w-]+)') or ''
   end
   if not allow_eviction and string.sub(policy, 1, 8) == 'allkeys-' then
     return false, redis.error_reply('REDLOCK_EVICTS ' .. policy)
+  end
+  if fresh and redis.call('EXISTS', META) == 1 then
+    redis.pcall('HSET', META, 'policy', policy, 'policy_ms', int(now))
   end
   return true, policy
 end

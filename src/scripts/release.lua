@@ -7,7 +7,8 @@
 --      ('' none, 'fence' or 'token') and its value (`release --force --if-fence N` /
 --      `--if-token FINGERPRINT`) (all five '' when not forced), log_max (see `event` in
 --      common.lua), status (the exit status of `exec`'s command, told with `released`; '' for
---      `release`), meta_idle_ms (how long the history outlives this release)
+--      `release`), meta_idle_ms (how long the history outlives this release), publish_always
+--      ('1': see `listened` in common.lua)
 --
 -- Returns {1, holder-record, next} released: the record names who held it (for --force; empty
 -- otherwise) and `next` is the waiter it was handed to, or false; {0} already free (expired or
@@ -59,6 +60,7 @@ local function next_here(current)
   return first_live_waiter() or false
 end
 
+publish_always = ARGV[14] == '1'
 local current = redis.call('GET', LOCK)
 if not current then
   return {0, {}, next_here(current)}
@@ -73,7 +75,7 @@ local told = mine[4] == current
 local dated = (current == ARGV[1] or ARGV[2] == 'force') and mine[1] == current
 local function date_release()
   if dated then
-    redis.pcall('HSET', META, 'released_ms', now_ms())
+    redis.pcall('HSET', META, 'released_ms', int(now_ms()))
   end
 end
 if current == ARGV[1] then
@@ -111,7 +113,7 @@ if ARGV[2] == 'force' then
   if string.sub(current, 1, 1) ~= '~' then
     local by = (ARGV[8] or '?') .. '@' .. (ARGV[6] or '?') .. ' (pid ' .. (ARGV[7] or '?') .. ')'
     local at = now_ms()
-    redis.pcall('HSET', META, 'forced_token', current, 'forced_by', by, 'forced_at', at)
+    redis.pcall('HSET', META, 'forced_token', current, 'forced_by', by, 'forced_at', int(at))
     local was = {}
     for i = 1, #record, 2 do
       was[record[i]] = record[i + 1]
