@@ -19,15 +19,26 @@ use crate::report::Report;
 use crate::stats::{Summary, cmds_cell, fmt_d, fmt_us, log_run, percentile, ratio, summarize};
 use crate::tools::{CS_20MS, CS_EMPTY, Tool};
 
-/// Workloads 1 and 2: runs of flock and of redlock each (the polling tool runs once).
+/// Workloads 1 and 2: runs of flock and of redlock each (the polling tool runs once in workload
+/// 2, [`POLLING_REPS_W1`] times in workload 1).
 pub const REPS: usize = 5;
+/// Workload 1: runs of the polling tool, spread among the others (its server CPU per critical
+/// section is a target's reference: one run of it is too noisy to compare with).
+pub const POLLING_REPS_W1: usize = 3;
 
 /// Workload 1: 8 loops × 25 rounds, empty critical section; its fairness row and, from separate
 /// runs under MONITOR, the server-side hand-over.
 pub fn empty_cs(bench: &mut Bench, r: &mut Report) {
     let w = "1. 8 loops × 25 rounds, empty CS";
     let baseline = std::env::var_os("REDLOCK_BENCH_BASELINE").map(PathBuf::from);
-    let (s, base) = bench.run_contention("w1", 8, 25, CS_EMPTY, REPS, baseline.as_deref());
+    let (s, base) = bench.run_contention(
+        "w1",
+        8,
+        25,
+        CS_EMPTY,
+        (REPS, POLLING_REPS_W1),
+        baseline.as_deref(),
+    );
     let (vs_flock, vs_polling) = (ratio(s[2].wall, s[0].wall), ratio(s[2].wall, s[1].wall));
     let target = format!(
         "{}; {}",
@@ -83,7 +94,7 @@ pub fn empty_cs(bench: &mut Bench, r: &mut Report) {
 /// Workload 2: 4 loops × 10 rounds, 20 ms critical section.
 pub fn sleepy_cs(bench: &mut Bench, r: &mut Report) {
     let w = "2. 4 loops × 10 rounds, 20 ms CS";
-    let (s, _) = bench.run_contention("w2", 4, 10, CS_20MS, REPS, None);
+    let (s, _) = bench.run_contention("w2", 4, 10, CS_20MS, (REPS, 1), None);
     let vs_flock = ratio(s[2].wall, s[0].wall);
     let target = r.check(
         "2: wall ≤ 1.15× flock",
@@ -96,14 +107,15 @@ pub fn sleepy_cs(bench: &mut Bench, r: &mut Report) {
 /// Workload 3, the crowd: 100 processes at once, 3 rounds each (one run per tool).
 pub fn crowd(bench: &mut Bench, r: &mut Report) {
     let w = "3. crowd: 100 processes at once × 3 rounds";
-    let (s, _) = bench.run_contention("w3", 100, 3, CS_EMPTY, 1, None);
+    let (s, _) = bench.run_contention("w3", 100, 3, CS_EMPTY, (1, 1), None);
     contention_rows(r, w, &s, String::new(), Some("3"));
 }
 
 impl Bench {
-    /// Workloads 1 to 3: loops × rounds on one lock. flock and redlock run `reps` times each,
+    /// Workloads 1 to 3: loops × rounds on one lock. flock and redlock run `reps.0` times each,
     /// alternately (flock, redlock, flock, redlock, …), so that both see the same spells of a noisy
-    /// machine; the polling tool runs once, after them. With a `baseline` binary, it runs after
+    /// machine; the polling tool runs `reps.1` times, spread among them (the first after the
+    /// first pair, the last at the end). With a `baseline` binary, it runs after
     /// each redlock run (flock, redlock, baseline, flock, …), on a key of its own. Every run is
     /// checked (exact counter, alternating entries and leaves) and logged on stderr; the
     /// summaries are in `TOOLS` order, the baseline's apart.
@@ -113,23 +125,39 @@ impl Bench {
         loops: usize,
         rounds: usize,
         cs: &'static str,
-        reps: usize,
+        (reps, polling_reps): (usize, usize),
         baseline: Option<&Path>,
     ) -> (Vec<Summary>, Option<Summary>) {
-        // (tool, repetition, the baseline binary or None)
-        let mut order: Vec<(Tool, usize, Option<&Path>)> = (0..reps)
-            .flat_map(|rep| {
-                [(Tool::Flock, rep, None), (Tool::Redlock, rep, None)]
-                    .into_iter()
-                    .chain(baseline.map(|b| (Tool::Redlock, rep, Some(b))))
+        // After which repetitions the polling tool runs: spread out, the last one at the end.
+        let polling_after: Vec<usize> = (0..polling_reps)
+            .map(|k| {
+                if k + 1 == polling_reps {
+                    reps - 1
+                } else {
+                    k * reps / polling_reps
+                }
             })
             .collect();
-        order.push((Tool::Polling, 0, None));
+        // (tool, repetition, the baseline binary or None)
+        let mut order: Vec<(Tool, usize, Option<&Path>)> = Vec::new();
+        for rep in 0..reps {
+            order.push((Tool::Flock, rep, None));
+            order.push((Tool::Redlock, rep, None));
+            order.extend(baseline.map(|b| (Tool::Redlock, rep, Some(b))));
+            for (k, _) in polling_after.iter().enumerate().filter(|(_, a)| **a == rep) {
+                order.push((Tool::Polling, k, None));
+            }
+        }
         let mut runs: [Vec<LoopRun>; 3] = Default::default();
         let mut base_runs = Vec::new();
         for (tool, rep, bin) in order {
             let who = if bin.is_some() { "base" } else { tool.name() };
-            let name = if reps > 1 && tool != Tool::Polling {
+            let repeated = if tool == Tool::Polling {
+                polling_reps > 1
+            } else {
+                reps > 1
+            };
+            let name = if repeated {
                 format!("{tag}-{who}-r{}", rep + 1)
             } else {
                 format!("{tag}-{who}")
@@ -225,14 +253,20 @@ fn baseline_row(r: &mut Report, w: &str, path: &Path, now: &Summary, base: &Summ
     r.row(
         w,
         &format!(
-            "baseline build ({}): wall / round trips per CS (median of {} runs; runs pooled)",
+            "baseline build ({}): wall / round trips / Redis server CPU per CS (median of {} runs; \
+             runs pooled)",
             version(path),
             base.runs
         ),
         [
             "–".to_string(),
             "–".to_string(),
-            format!("{} / {:.1}", fmt_d(base.wall), sent(base)),
+            format!(
+                "{} / {:.1} / {}",
+                fmt_d(base.wall),
+                sent(base),
+                base.cpu.map_or("–".to_string(), fmt_us)
+            ),
         ],
         target,
     );
@@ -278,7 +312,16 @@ fn contention_rows(
         w,
         &format!(
             "wall{}",
-            pooled(s, &format!(" (median of {runs} runs; seed style: 1 run)"))
+            pooled(
+                s,
+                &format!(
+                    " (median of {runs} runs; seed style: {})",
+                    match s[1].runs {
+                        1 => "1 run".to_string(),
+                        n => format!("median of {n}"),
+                    }
+                )
+            )
         ),
         cells(&|s| fmt_d(s.wall)),
         wall_target,

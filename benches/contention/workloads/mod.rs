@@ -40,7 +40,7 @@ pub fn warm_up(bench: &mut Bench) {
 
 /// The paragraphs printed under the table: how the workloads ran, and what the metrics mean.
 pub fn notes() -> [String; 2] {
-    use contention::REPS;
+    use contention::{POLLING_REPS_W1, REPS};
     use quorum::{QUORUM_CYCLES, QUORUM_NODES};
     use status::{STATUS_LOCKS, STATUS_RUNS};
     use uncontended::UNCONTENDED_RUNS;
@@ -48,7 +48,8 @@ pub fn notes() -> [String; 2] {
         format!(
             "Workloads 1 and 2: flock and redlock ran {REPS} times each, alternately (flock, \
              redlock, flock, redlock, …) so that both met the same machine conditions; the seed \
-             style ran once, after them. Wall is the median run's (hand-overs/s is that run's), \
+             style ran {POLLING_REPS_W1} times among them in workload 1 (its wall and server CPU \
+             pool those runs), once after them in workload 2. Wall is the median run's (hand-overs/s is that run's), \
              and the wall targets compare medians; every run's wall is on stderr. Waits, \
              commands per CS and client-side hand-overs pool all runs of a tool; fairness is the \
              worst run's. Every run was checked (exact counter, no overlap). Workloads 3 to 5: \
