@@ -15,8 +15,8 @@
 -- The role is read every time (INFO replication is short). INFO memory costs the server more
 -- than the whole lock operation, so the policy it gives is remembered in the lock's meta hash
 -- (`policy`, `policy_ms`: this server's clock) for POLICY_FOR_MS, and read again after that.
--- Written only into a meta hash that exists (its expiry is kept by the lock scripts), and only
--- once the server passed the check.
+-- Written after the attempt, only into a meta hash that exists then (its expiry is kept by the
+-- lock scripts; the first attempt on a new lock makes it), and only if the server passed.
 local POLICY_FOR_MS = 10000
 
 local function server_check(allow_eviction)
@@ -46,22 +46,22 @@ local function server_check(allow_eviction)
   if not allow_eviction and string.sub(policy, 1, 8) == 'allkeys-' then
     return false, redis.error_reply('REDLOCK_EVICTS ' .. policy)
   end
-  if fresh and redis.call('EXISTS', META) == 1 then
-    redis.pcall('HSET', META, 'policy', policy, 'policy_ms', int(now))
-  end
-  return true, policy
+  return true, policy, fresh and now
 end
 
 -- Runs `attempt` (the acquire script) if the server passes the check, and appends the server's
 -- maxmemory-policy ('' when unknown) to its reply.
 local function guarded(attempt, allow_eviction)
-  local ok, found = server_check(allow_eviction)
+  local ok, found, read_at = server_check(allow_eviction)
   if not ok then
     return found
   end
   local reply = attempt()
   if type(reply) == 'table' and not reply.err and not reply.ok then
     reply[#reply + 1] = found
+    if read_at and redis.call('EXISTS', META) == 1 then
+      redis.pcall('HSET', META, 'policy', found, 'policy_ms', int(read_at))
+    end
   end
   return reply
 end
