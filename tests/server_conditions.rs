@@ -604,3 +604,62 @@ fn a_cluster_master_that_may_evict_locks_is_refused() {
         .run()
         .expect(0);
 }
+
+/// The replication offset in `INFO replication` (a master's own, or how far a replica got).
+fn repl_offset(server: &RedisServer) -> i64 {
+    let info: String = server.query(&["INFO", "replication"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(-1)
+}
+
+/// `--wait-replicas` must count a write of the waiter's own that made the lock its own (WAIT
+/// counts the writes of the connection that sends it): a waiter woken by a release claims the
+/// lock on its own connection before WAIT. (A version that let the release write the waiter's
+/// lock failed here: the waiter's last write was its queueing attempt, which the replica had, and
+/// the command ran with the replica stopped.)
+#[test]
+fn wait_replicas_covers_a_lock_handed_to_a_waiter() {
+    let Some(master) = RedisServer::start() else {
+        return;
+    };
+    let Some(replica) = replica_of(&master, true) else {
+        return;
+    };
+    let holder = hold(&master, "k", "30s");
+    let ran = master.dir().join("ran");
+    let waiter = master
+        .redlock()
+        .args([
+            "exec",
+            "k",
+            "--wait-replicas",
+            "1",
+            "--io-timeout",
+            "2s",
+            "--",
+            "touch",
+        ])
+        .arg(&ran)
+        .spawn_proc();
+    let queue = format!("{}:q", lock_key("k"));
+    assert!(
+        wait_for(
+            || master.query::<i64>(&["ZCARD", &queue]) == 1,
+            Duration::from_secs(15)
+        ),
+        "the waiter never queued"
+    );
+    let written = repl_offset(&master);
+    assert!(
+        wait_for(|| repl_offset(&replica) >= written, Duration::from_secs(15)),
+        "the replica never caught up"
+    );
+    replica.pause();
+    release(&master, "k", &holder);
+    let out = waiter.finish(Duration::from_secs(15)).expect(69);
+    assert!(out.stderr.contains("replicas"), "{out}");
+    assert!(!ran.exists(), "the command ran:\n{out}");
+    replica.resume();
+}
