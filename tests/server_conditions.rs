@@ -96,13 +96,13 @@ fn the_eviction_policy_is_read_once_per_ten_seconds_per_lock() {
             .run()
             .expect(0);
     }
-    let info: String = redis.query(&["INFO", "commandstats"]);
-    let infos = info
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_info:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse::<u64>().unwrap());
-    assert_eq!(infos, 3, "one INFO (replication) per connection:\n{info}");
+    let infos = redis.calls("info");
+    assert_eq!(
+        infos,
+        3,
+        "one INFO (replication) per connection:\n{}",
+        redis.query::<String>(&["INFO", "commandstats"])
+    );
 
     redis.query::<()>(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
     // A lock that has not read the policy yet sees the new one at once.

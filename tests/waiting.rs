@@ -216,15 +216,6 @@ fn script(con: &mut redis::Connection, lua: &str, name: &str, token: &str, args:
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// A command's calls so far, from `INFO commandstats`.
-fn calls(redis: &RedisServer, command: &str) -> u64 {
-    let info: String = redis.query(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Fails with random or LIFO wake-ups: five waiters queued one after another must run in that
 /// order, and leave nothing behind but the fence record.
 #[test]
@@ -739,7 +730,7 @@ fn a_release_wakes_one_waiter_not_all() {
         ),
         "not all 10 blocked"
     );
-    let (scripts, blpops) = (redis.script_calls(), calls(&redis, "blpop"));
+    let (scripts, blpops) = (redis.script_calls(), redis.calls("blpop"));
     release(&redis, "k", &holder);
     let (first, first_token) = waiters.remove(0);
     let out = first.finish(EVENT).expect(0);
@@ -757,7 +748,7 @@ fn a_release_wakes_one_waiter_not_all() {
         "the other nine are not all blocked again"
     );
     let scripts = redis.script_calls() - scripts;
-    let blpops = calls(&redis, "blpop") - blpops;
+    let blpops = redis.calls("blpop") - blpops;
     let looked_again = after.iter().filter(|id| !before.contains(id)).count() as u64;
     assert_eq!(
         (scripts, blpops),

@@ -828,7 +828,7 @@ fn changes_are_published_only_while_someone_watches() {
         .args(["exec", "k", "--", "true"])
         .run()
         .expect(0);
-    assert_eq!(calls(&redis, "publish"), 0, "nobody listens");
+    assert_eq!(redis.calls("publish"), 0, "nobody listens");
     let log = format!("{}:log", lock_key("k"));
     assert_eq!(redis.query::<i64>(&["XLEN", &log]), 2, "acquired, released");
 
@@ -840,7 +840,7 @@ fn changes_are_published_only_while_someone_watches() {
         .run()
         .expect(0);
     wait_event(&watch, |e| e["event"] == "released");
-    assert_eq!(calls(&redis, "publish"), 2);
+    assert_eq!(redis.calls("publish"), 2);
     watch.signal(libc::SIGINT);
     watch.finish(EVENT).expect(130);
 
@@ -852,18 +852,9 @@ fn changes_are_published_only_while_someone_watches() {
         .run()
         .expect(0);
     wait_event(&watch, |e| e["event"] == "released" && e["lock"] == "j");
-    assert_eq!(calls(&redis, "publish"), 4);
+    assert_eq!(redis.calls("publish"), 4);
     watch.signal(libc::SIGINT);
     watch.finish(EVENT).expect(130);
-}
-
-/// How many times `redis` ran `command` since its statistics were reset.
-fn calls(redis: &RedisServer, command: &str) -> u64 {
-    let info: String = redis.query(&["INFO", "commandstats"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
 }
 
 /// A watcher of named locks reads them all in one round trip each second (a transaction), not
@@ -882,8 +873,8 @@ fn named_locks_are_read_together() {
     args.push("--json");
     let watch = watcher(&redis, &args);
     // The first read and at least one refresh.
-    assert!(wait_for(|| calls(&redis, "exec") >= 2, EVENT));
-    assert_eq!(calls(&redis, "evalsha") + calls(&redis, "eval"), 0);
+    assert!(wait_for(|| redis.calls("exec") >= 2, EVENT));
+    assert_eq!(redis.calls("evalsha") + redis.calls("eval"), 0);
     watch.signal(libc::SIGTERM);
     watch.finish(EVENT).expect(143);
 }

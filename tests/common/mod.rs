@@ -527,20 +527,19 @@ impl RedisServer {
         secs * 1000 + micros / 1000
     }
 
+    /// How many times the server ran `command` (a scripts' `redis.call` counts too) since its
+    /// statistics were reset, from `INFO commandstats` (0: never).
+    pub fn calls(&self, command: &str) -> u64 {
+        let info: String = self.query(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// Total calls of EVAL and EVALSHA so far (each is one lock operation).
     pub fn script_calls(&self) -> u64 {
-        let info: String = self.query(&["INFO", "commandstats"]);
-        info.lines()
-            .filter(|l| l.starts_with("cmdstat_eval:") || l.starts_with("cmdstat_evalsha:"))
-            .filter_map(|l| {
-                l.split("calls=")
-                    .nth(1)?
-                    .split(',')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum()
+        self.calls("eval") + self.calls("evalsha")
     }
 
     /// Freezes the server (SIGSTOP): it keeps accepting TCP connections but never answers.
