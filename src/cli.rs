@@ -251,7 +251,8 @@ pub struct GlobalArgs {
     /// The history (the stream `PREFIX{NAME}:log`) is written by the scripts that take, release
     /// and force a lock, and by `exec` when it loses one; it expires with the lock's record
     /// (--meta-ttl). A lower N trims older entries at the next write; 0 writes none (existing
-    /// entries stay until they expire).
+    /// entries stay until they expire). From 100 up the trim drops whole stream nodes (Redis's
+    /// `MAXLEN ~`): at least N entries are kept, and at most one node more (100 by default).
     #[arg(
         long,
         value_name = "N",

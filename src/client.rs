@@ -136,12 +136,9 @@ impl Redis {
         self.config.log_max
     }
 
-    /// The scripts' `publish_always` argument ('1' or '0'): in a Redis Cluster a watcher may
-    /// subscribe on another node than the lock's (a PUBLISH reaches every node), so a script
-    /// cannot count its listeners and publishes every change; elsewhere it publishes only when
-    /// someone listens (see `listened` in common.lua).
-    pub fn publish_always(&self) -> &'static str {
-        if self.in_cluster() { "1" } else { "0" }
+    /// The key prefix (`--prefix`) of every lock on this connection.
+    pub fn prefix(&self) -> &str {
+        &self.config.prefix
     }
 
     /// Whether the last call failed on a connection the server had closed.

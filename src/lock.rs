@@ -10,8 +10,8 @@
 //!   compare the token first, so a client never releases or extends a lock it does not hold.
 //! - Beside it, `PREFIX{NAME}:meta` (a hash) keeps the fence counter, the record of the last
 //!   holder and that of the last forced release (`forced_token`, `forced_by`, `forced_at`: see
-//!   [`Forced`]); `:q`, `:leases` and `:w:TOKEN` hold the waiters (see `acquire.rs`), `:wr` who
-//!   they are (see [`Waiting`]; a record lives as long as its lease). The `{NAME}` hash tag
+//!   [`Forced`]); `:q`, `:leases` and `:w:TOKEN` hold the waiters (see `acquire.rs`) and who
+//!   they are (see [`Waiting`]; a record lives as long as its lease, in the same hash). The `{NAME}` hash tag
 //!   puts every key of one lock in one Cluster slot. Meta expires `--meta-ttl` after the lock and
 //!   its queue would expire, refreshed by every script that writes it and can make them last
 //!   longer (acquire, extend, fence), so it never expires while the lock is held or waited for.
@@ -93,11 +93,6 @@ impl Keys {
     /// The list a waiter with `token` blocks on (the scripts derive the same name).
     pub fn wake(&self, token: &str) -> String {
         format!("{}:w:{token}", self.lock)
-    }
-
-    /// The waiters' records (see `:wr` in `common.lua`).
-    pub fn records(&self) -> String {
-        format!("{}:wr", self.lock)
     }
 
     /// The pub/sub channel where taking the lock away from its holder is announced (see
@@ -216,7 +211,7 @@ pub fn looks_like_fingerprint(s: &str) -> bool {
     s.len() == FINGERPRINT_LEN && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// A client in the queue, as its record in `PREFIX{NAME}:wr` describes it (see `common.lua`).
+/// A client in the queue, as its record in `PREFIX{NAME}:leases` describes it (see `common.lua`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Waiting {
     /// 1 for the next in line.
@@ -626,7 +621,7 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
     } = *req;
     let sent = Instant::now();
     let meta_ttl = millis(redis.meta_ttl());
-    let (log_max, publish_always) = (redis.log_max(), redis.publish_always());
+    let (log_max, watch_all) = (redis.log_max(), watch_all_arg(redis));
     let reply: Vec<Value> = redis.call_acquire(|script, con| {
         script
             .key(keys.all().as_slice())
@@ -650,7 +645,7 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
             .arg(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX))
             .arg(log_max)
             .arg(if tell { "1" } else { "0" })
-            .arg(publish_always)
+            .arg(&watch_all)
             .invoke(con)
     })?;
     match reply.as_slice() {
@@ -737,7 +732,7 @@ pub fn leave_to(
 ) -> Result<Option<String>> {
     let (quiet, to) = hand_over.args();
     let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
-    let publish_always = redis.publish_always();
+    let watch_all = watch_all_arg(redis);
     let next: Value = match doubt {
         Doubt::Sure => redis.call("leave", |con| {
             scripts::LEAVE
@@ -749,7 +744,7 @@ pub fn leave_to(
                 .arg(0)
                 .arg(log_max)
                 .arg(meta_ttl)
-                .arg(publish_always)
+                .arg(&watch_all)
                 .invoke(con)
         })?,
         // The whole script, not its hash: this leave may run when nobody is left to answer a
@@ -766,7 +761,7 @@ pub fn leave_to(
                 .arg(millis(TOMBSTONE))
                 .arg(log_max)
                 .arg(meta_ttl)
-                .arg(publish_always)
+                .arg(&watch_all)
                 .query(con)
         })?,
     };
@@ -783,7 +778,7 @@ pub fn report_lost(
     reason: &str,
 ) -> Result<()> {
     let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
-    let publish_always = redis.publish_always();
+    let watch_all = watch_all_arg(redis);
     redis.call("lost", |con| {
         scripts::LOST
             .key(keys.all().as_slice())
@@ -792,7 +787,7 @@ pub fn report_lost(
             .arg(reason)
             .arg(log_max)
             .arg(meta_ttl)
-            .arg(publish_always)
+            .arg(&watch_all)
             .invoke::<i64>(con)
     })?;
     Ok(())
@@ -814,7 +809,7 @@ pub fn release(
     };
     let (quiet, to) = hand_over.args();
     let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
-    let publish_always = redis.publish_always();
+    let watch_all = watch_all_arg(redis);
     let reply: Vec<Value> = redis.call("release", |con| {
         let mut call = scripts::RELEASE.key(keys.all().as_slice());
         call.arg(token)
@@ -835,7 +830,7 @@ pub fn release(
         call.arg(log_max)
             .arg(status.map_or(String::new(), |s| s.to_string()))
             .arg(meta_ttl)
-            .arg(publish_always);
+            .arg(&watch_all);
         call.invoke(con)
     })?;
     // A quorum's queue node names the next waiter even where our token was not (release.lua).
@@ -894,7 +889,7 @@ pub fn raise_fence(
     told: &Told,
 ) -> Result<bool> {
     let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
-    let publish_always = redis.publish_always();
+    let watch_all = watch_all_arg(redis);
     let held: i64 = redis.call("fence", |con| {
         scripts::FENCE
             .key(keys.all().as_slice())
@@ -908,7 +903,7 @@ pub fn raise_fence(
             .arg(u64::try_from(told.waited.as_millis()).unwrap_or(u64::MAX))
             .arg(millis(told.ttl))
             .arg(log_max)
-            .arg(publish_always)
+            .arg(&watch_all)
             .invoke(con)
     })?;
     Ok(held == 1)
@@ -1017,7 +1012,6 @@ fn transaction_batch(
                 .arg(MAX_LISTED - 1)
                 .ignore();
             pipe.cmd("HGETALL").arg(&keys.leases).ignore();
-            pipe.cmd("HGETALL").arg(keys.records()).ignore();
         }
         pipe.cmd("TIME").ignore();
         pipe.cmd("EXEC");
@@ -1046,12 +1040,11 @@ fn transaction_batch(
         let mut items = items.into_iter();
         for keys in locks {
             let read: Vec<Value> = items.by_ref().take(READS).collect();
-            let Ok([token, pttl, meta, waiters, listed, leases, records]) =
-                <[Value; READS]>::try_from(read)
+            let Ok([token, pttl, meta, waiters, listed, leases]) = <[Value; READS]>::try_from(read)
             else {
                 return Err(unexpected_reply("status", "too few replies"));
             };
-            let queue = queue_reply(listed, &leases, &records);
+            let queue = queue_reply(listed, &leases);
             let reply = [token, pttl, Value::Int(now), meta, waiters, queue];
             states.push(
                 if reply.iter().any(|v| matches!(v, Value::ServerError(_))) {
@@ -1069,25 +1062,27 @@ fn transaction_batch(
 const MAX_LISTED: usize = 100;
 
 /// The reads of one lock in a transaction of [`transaction_batch`]: GET, PTTL, HGETALL meta,
-/// ZCARD, ZRANGE (the first [`MAX_LISTED`] waiters), HGETALL leases, HGETALL records.
-const READS: usize = 7;
+/// ZCARD, ZRANGE (the first [`MAX_LISTED`] waiters), HGETALL leases (with the waiters' records).
+const READS: usize = 6;
 
 /// The `queue` part of `status.lua`'s reply (token, lease or nil, record or nil, for each listed
-/// waiter) made from the whole leases and records hashes, read in the same transaction. An error
-/// reply (a key of the wrong type) is passed on, so that the lock is read again alone.
-fn queue_reply(listed: Value, leases: &Value, records: &Value) -> Value {
-    for v in [&listed, leases, records] {
+/// waiter) made from the whole leases hash (a waiter's lease under its token, its record under
+/// `TOKEN:who`; see `common.lua`), read in the same transaction. An error reply (a key of the
+/// wrong type) is passed on, so that the lock is read again alone.
+fn queue_reply(listed: Value, leases: &Value) -> Value {
+    for v in [&listed, leases] {
         if matches!(v, Value::ServerError(_)) {
             return v.clone();
         }
     }
-    let field = |hash: &Value, token: &Value| -> Value {
-        let found = match hash {
+    let field = |name: &[u8]| -> Value {
+        let is = |k: &Value| matches!(k, Value::BulkString(b) if b.as_slice() == name);
+        let found = match leases {
             Value::Array(pairs) => pairs
                 .chunks(2)
-                .find(|kv| kv.first() == Some(token))
+                .find(|kv| kv.first().is_some_and(is))
                 .and_then(|kv| kv.get(1).cloned()),
-            Value::Map(map) => map.iter().find(|(k, _)| k == token).map(|(_, v)| v.clone()),
+            Value::Map(map) => map.iter().find(|(k, _)| is(k)).map(|(_, v)| v.clone()),
             _ => None,
         };
         found.unwrap_or(Value::Nil)
@@ -1097,8 +1092,12 @@ fn queue_reply(listed: Value, leases: &Value, records: &Value) -> Value {
     };
     let mut flat = Vec::with_capacity(tokens.len() * 3);
     for token in tokens {
-        let lease = field(leases, &token);
-        let record = field(records, &token);
+        let name = match &token {
+            Value::BulkString(b) => b.clone(),
+            _ => Vec::new(),
+        };
+        let lease = field(&name);
+        let record = field(&[name.as_slice(), b":who"].concat());
         flat.extend([token, lease, record]);
     }
     Value::Array(flat)
@@ -1260,6 +1259,25 @@ pub fn scan_names(
     names.dedup();
     names.truncate(cap);
     Ok(names)
+}
+
+/// The channel on which `status --watch` with no KEY announces itself besides its pattern
+/// subscription, so that the scripts count it among every lock's listeners with one `PUBSUB
+/// NUMSUB` (see `listened` in common.lua). No lock's own channel can be named so: those end in
+/// `}:watch`.
+pub fn watch_all_channel(prefix: &str) -> String {
+    format!("{prefix}{{*}}:watching")
+}
+
+/// The scripts' `watch_all` argument: [`watch_all_channel`], or '' in a Redis Cluster, where a
+/// watcher may subscribe on another node than the lock's (a PUBLISH reaches every node): a
+/// script cannot count its listeners there and publishes every change.
+fn watch_all_arg(redis: &Redis) -> String {
+    if redis.in_cluster() {
+        String::new()
+    } else {
+        watch_all_channel(redis.prefix())
+    }
 }
 
 pub fn glob_escape(s: &str) -> String {

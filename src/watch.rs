@@ -984,34 +984,59 @@ fn subscribe(
 ) -> Result<(), (anyhow::Error, bool)> {
     let failed = |e: anyhow::Error| (e, false);
     let mut con = client::subscriber(config).map_err(failed)?;
-    let (command, count) = match subscription {
-        Subscription::Channels(channels) => (
-            redis::cmd("SUBSCRIBE").arg(channels).clone(),
-            channels.len(),
-        ),
-        Subscription::Pattern(pattern) => (redis::cmd("PSUBSCRIBE").arg(pattern).clone(), 1),
+    let channels = match subscription {
+        Subscription::Channels(channels) => channels.clone(),
+        // The pattern hears every lock; the channel is how the scripts know that someone does
+        // (nothing is published on it).
+        Subscription::Pattern(_) => vec![lock::watch_all_channel(&config.prefix)],
     };
-    let unanswered = |e: redis::RedisError| {
-        failed(if e.is_timeout() {
-            failure(
-                Kind::Unavailable,
-                format!(
-                    "the server did not answer {} within --io-timeout ({})",
-                    if matches!(subscription, Subscription::Pattern(_)) {
-                        "PSUBSCRIBE"
-                    } else {
-                        "SUBSCRIBE"
-                    },
-                    human_ms(config.io_timeout)
-                ),
-            )
-        } else {
-            e.into()
-        })
-    };
-    if let Err((e, why)) =
-        client::confirm_subscription(&mut con, &command, count).map_err(unanswered)?
-    {
+    let mut commands = vec![(
+        "SUBSCRIBE",
+        redis::cmd("SUBSCRIBE").arg(&channels).clone(),
+        channels.len(),
+    )];
+    if let Subscription::Pattern(pattern) = subscription {
+        commands.insert(
+            0,
+            (
+                "PSUBSCRIBE",
+                redis::cmd("PSUBSCRIBE").arg(pattern).clone(),
+                1,
+            ),
+        );
+    }
+    for (name, command, count) in &commands {
+        let unanswered = |e: redis::RedisError| {
+            failed(if e.is_timeout() {
+                failure(
+                    Kind::Unavailable,
+                    format!(
+                        "the server did not answer {name} within --io-timeout ({})",
+                        human_ms(config.io_timeout)
+                    ),
+                )
+            } else {
+                e.into()
+            })
+        };
+        confirm(&mut con, command, *count)
+            .map_err(unanswered)?
+            .map_err(failed)?;
+    }
+    if tx.send(Msg::Listening).is_err() {
+        return Ok(());
+    }
+    relay(config, con, tx, backlog)
+}
+
+/// Sends one (P)SUBSCRIBE and reads its confirmations: the outer error, the connection failed;
+/// the inner one, the server refused.
+fn confirm(
+    con: &mut redis::Connection,
+    command: &redis::Cmd,
+    count: usize,
+) -> redis::RedisResult<Result<()>> {
+    if let Err((e, why)) = client::confirm_subscription(con, command, count)? {
         let what = match e.code() {
             // The password changed (or was set) since the watch started.
             Some("NOAUTH" | "WRONGPASS") => {
@@ -1019,12 +1044,9 @@ fn subscribe(
             }
             _ => format!("the server refused the subscription: {why}"),
         };
-        return Err(failed(failure(redis_kind(&e), what)));
+        return Ok(Err(failure(redis_kind(&e), what)));
     }
-    if tx.send(Msg::Listening).is_err() {
-        return Ok(());
-    }
-    relay(config, con, tx, backlog)
+    Ok(Ok(()))
 }
 
 /// Passes on what arrives on the subscribed `con`, pinging it after a quiet [`PING_EVERY`]:

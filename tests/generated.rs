@@ -1124,8 +1124,10 @@ fn log_sections(r: &mut Roff) {
              fence, how long it waited), released (how long it was held; exec adds its \
              command's exit status), expired (the holder never released; noticed by the next \
              acquisition), forced (whose lock, by whom), lost (an exec that lost its lock). The \
-             history expires with the lock's record (--meta-ttl). On a quorum, each node keeps \
-             its own; redlock log reads the first URL's.",
+             history expires with the lock's record (--meta-ttl). From 100 up the trim drops \
+             whole stream nodes (XADD MAXLEN ~): at least --log-max events are kept, and at most \
+             one node more. On a quorum, each node keeps its own; redlock log reads the first \
+             URL's.",
         )],
     );
 

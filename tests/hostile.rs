@@ -260,7 +260,7 @@ fn an_output_that_cannot_be_written_exits_74() {
 const README_ACL: &str = "resetkeys ~redlock:* resetchannels &redlock:* -@all +@connection \
 +eval +evalsha +script|load +scan +blpop +subscribe +wait +get +set +del +exists +pttl +pexpire +persist +hget +hset \
 +hdel +hmget +hgetall +hincrby +zadd +zrem +zrange +zscore +zcard +lpush +publish +time +info \
-+xadd +type +xrange +xrevrange +xread +psubscribe +pubsub|numsub +pubsub|numpat";
++xadd +type +xrange +xrevrange +xread +psubscribe +pubsub|numsub";
 
 #[test]
 fn the_readme_acl_confines_redlock_to_its_prefix() {

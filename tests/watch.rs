@@ -24,8 +24,16 @@ fn patterns(redis: &RedisServer) -> i64 {
     redis.query(&["PUBSUB", "NUMPAT"])
 }
 
+/// Whether a watcher of every lock is subscribed: after its pattern, it subscribes to the
+/// channel by which the scripts know that someone watches every lock (nothing is published to a
+/// lock's channel before that; see `listened` in common.lua).
+fn watching_all(redis: &RedisServer) -> bool {
+    let (_, n): (String, i64) = redis.query(&["PUBSUB", "NUMSUB", "redlock:{*}:watching"]);
+    patterns(redis) == 1 && n == 1
+}
+
 /// Starts `redlock status --watch ARGS` and waits until it is subscribed (a watcher of every lock
-/// subscribes to a pattern; one of named locks to the channel of the first).
+/// subscribes to a pattern and a channel; one of named locks to the channel of the first).
 fn watcher(redis: &RedisServer, args: &[&str]) -> Proc {
     let named = args
         .iter()
@@ -34,7 +42,7 @@ fn watcher(redis: &RedisServer, args: &[&str]) -> Proc {
     let mut cmd = redis.redlock();
     cmd.args(["status", "--watch"]).args(args);
     watching(cmd, || match &named {
-        None => patterns(redis) == 1,
+        None => watching_all(redis),
         Some(name) => {
             let channel = format!("{}:watch", lock_key(name));
             let counts: Vec<redis::Value> = redis.query(&["PUBSUB", "NUMSUB", &channel]);
@@ -150,7 +158,7 @@ fn a_lost_subscription_is_made_again() {
         "listening for changes to every lock under prefix 'redlock:' again",
         EVENT,
     );
-    assert!(wait_for(|| patterns(&redis) == 1, EVENT));
+    assert!(wait_for(|| watching_all(&redis), EVENT));
     watch.signal(libc::SIGINT);
     watch.finish(EVENT).expect(130);
 }
@@ -815,7 +823,7 @@ fn a_flood_on_a_terminal_does_not_reread_the_locks_per_change() {
 }
 
 /// A lock's scripts publish a change only while someone may listen (a subscriber of the lock's
-/// channel, or of any pattern): encoding it costs the server more than the rest of the telling.
+/// channel, or a watcher of every lock): encoding it costs the server more than the rest of the telling.
 /// The history is written either way.
 #[test]
 fn changes_are_published_only_while_someone_watches() {
@@ -855,6 +863,21 @@ fn changes_are_published_only_while_someone_watches() {
     assert_eq!(redis.calls("publish"), 4);
     watch.signal(libc::SIGINT);
     watch.finish(EVENT).expect(130);
+
+    // A subscriber of some other pattern is not a watcher: counting it would make every lock
+    // publish while anything on the server listens to a pattern.
+    let mut other = redis.cli();
+    redis::cmd("PSUBSCRIBE")
+        .arg("other:*")
+        .exec(&mut other)
+        .unwrap();
+    assert!(wait_for(|| patterns(&redis) == 1, EVENT));
+    redis
+        .redlock()
+        .args(["exec", "j", "--", "true"])
+        .run()
+        .expect(0);
+    assert_eq!(redis.calls("publish"), 4);
 }
 
 /// A watcher of named locks reads them all in one round trip each second (a transaction), not

@@ -6,13 +6,13 @@
 --      undo of an earlier attempt can never delete a later one: it keeps the earlier token's
 --      place in the queue and a reservation made for it), meta_idle_ms (how long meta outlives
 --      the lock and the queue; see keep_meta), wait_ms (what is left of the client's wait; ''
---      when it waits forever: recorded with the waiter, see `:wr` in common.lua), pidns (the
+--      when it waits forever: recorded with the waiter, see KEYS[4] in common.lua), pidns (the
 --      holder's pid namespace, recorded so that `status` judges its pid only in that namespace),
 --      waited_ms (how long the client has waited so far: told with `acquired`, and summed in meta
 --      `waited_ms` beside the count `acquisitions`, for metrics), log_max (how many entries the
 --      lock's history keeps; see `event` in common.lua),
 --      tell ('1': a queued waiter's status line is due; the busy reply adds the lock's state),
---      publish_always ('1': see `listened` in common.lua)
+--      watch_all (see `listened` in common.lua)
 --
 -- Returns {1, fence, acquired_ms, run_id} when taken, {0, pttl, queued, reserved} when busy (queued: 1 if we are in
 -- the queue now, 0 if not; reserved: 1 if the lock is some waiter's turn rather than held, see
@@ -44,7 +44,7 @@
 -- record was never dated by a release (its TTL ran out: nobody else deletes a lock key); and
 -- `queued` when a waiter joins the queue.
 local token, ttl = ARGV[1], ARGV[2]
-publish_always = ARGV[19] == '1'
+watch_all = ARGV[19] or ''
 local log_max = ARGV[17]
 -- A quorum's node grants only its part of an attempt that may not win a majority: the
 -- acquisition is told, and counted, by fence.lua once the quorum holds the lock.
@@ -126,15 +126,14 @@ local prev = ARGV[12]
 if prev and prev ~= '' and prev ~= token then
   local ticket = redis.call('ZSCORE', QUEUE, prev)
   if ticket then
-    local lease = redis.call('HGET', LEASES, prev)
-    local record = redis.pcall('HGET', WAITERS, prev)
+    local was = redis.call('HMGET', LEASES, prev, who_field(prev))
     drop_waiter(prev)
     redis.call('ZADD', QUEUE, ticket, token)
-    if lease then
-      redis.call('HSET', LEASES, token, lease)
+    if was[1] then
+      redis.call('HSET', LEASES, token, was[1])
     end
-    if type(record) == 'string' then
-      redis.pcall('HSET', WAITERS, token, record)
+    if was[2] then
+      redis.call('HSET', LEASES, who_field(token), was[2])
     end
   end
   redis.call('DEL', wake_key(prev))
@@ -183,21 +182,6 @@ if ARGV[7] ~= '1' then
   return {0, pttl, 0, reserved}
 end
 local now = now_ms()
-if not redis.call('ZSCORE', QUEUE, token) then
-  redis.call('ZADD', QUEUE, int(redis.call('HINCRBY', META, 'tickets', 1)), token)
-  -- Who waits, written when the waiter joins the queue (a quorum waiter's fresh token took its
-  -- place and record over above, so it is found here): since when and until when, by this
-  -- server's clock. Written once, so a waiter's later attempts cost nothing more.
-  local wait = tonumber(ARGV[14])
-  redis.pcall('HSET', WAITERS, token, table.concat({int(now), wait and int(now + wait) or '',
-    ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
-  local who = {'user', ARGV[5], 'host', ARGV[3], 'pid', ARGV[4], 'note', ARGV[6]}
-  if wait then
-    who[#who + 1] = 'deadline_ms'
-    who[#who + 1] = now + wait
-  end
-  event('queued', token, who, log_max, 0, now)
-end
 -- The lease covers the wait the client is about to do (the lock's TTL, at most block_cap_ms)
 -- plus a margin; the client renews it with every attempt.
 local cap, margin = tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -205,11 +189,28 @@ local block = cap
 if pttl >= 0 and pttl < cap then
   block = pttl
 end
+local lease = int(now + block + margin)
+if not redis.call('ZSCORE', QUEUE, token) then
+  redis.call('ZADD', QUEUE, int(redis.call('HINCRBY', META, 'tickets', 1)), token)
+  -- Who waits, written with the first lease when the waiter joins the queue (a quorum waiter's
+  -- fresh token took its place and record over above, so it is found here): since when and
+  -- until when, by this server's clock. Written once, so a waiter's later attempts cost nothing
+  -- more.
+  local wait = tonumber(ARGV[14])
+  redis.call('HSET', LEASES, token, lease, who_field(token), table.concat({int(now),
+    wait and int(now + wait) or '', ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
+  local who = {'user', ARGV[5], 'host', ARGV[3], 'pid', ARGV[4], 'note', ARGV[6]}
+  if wait then
+    who[#who + 1] = 'deadline_ms'
+    who[#who + 1] = now + wait
+  end
+  event('queued', token, who, log_max, 0, now)
+else
+  redis.call('HSET', LEASES, token, lease)
+end
 local keep_queue = int(cap + margin)
-redis.call('HSET', LEASES, token, int(now + block + margin))
 redis.call('PEXPIRE', QUEUE, keep_queue)
 redis.call('PEXPIRE', LEASES, keep_queue)
-redis.pcall('PEXPIRE', WAITERS, keep_queue)
 keep_meta(ARGV[13], pttl, cap + margin)
 if ARGV[18] == '1' then
   -- The waiter's status line is due (acquire.rs): what it says rides on this round trip.

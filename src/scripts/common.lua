@@ -5,19 +5,23 @@
 -- KEYS[2] meta   hash: fence counter, ticket counter, the last holder's record; it expires after
 --                an idle time (see keep_meta), never while the lock is held or has waiters
 -- KEYS[3] queue  zset: waiter token -> ticket (arrival order)
--- KEYS[4] leases hash: waiter token -> server time (ms) after which the waiter counts as dead
--- KEYS[1] .. ':wr' hash: waiter token -> who waits, for `status`: 'SINCE\tDEADLINE\tPID\tUSER\t
+-- KEYS[4] leases hash: waiter token -> server time (ms) after which the waiter counts as dead;
+--                and token .. ':who' -> who waits, for `status`: 'SINCE\tDEADLINE\tPID\tUSER\t
 --                HOST\tNOTE' (server ms; DEADLINE '' when the waiter waits forever; the note
---                last, so that nothing in it can shift the other fields). A record lives as long
---                as its lease: written by the attempt that queues the waiter, deleted with the
---                lease (drop_waiter), with the same expiry.
+--                last, so that nothing in it can shift the other fields). A record is written by
+--                the attempt that queues the waiter, with its first lease, and deleted with it
+--                (drop_waiter). (A token never contains ':', so no record is taken for a lease.)
 -- Wake lists KEYS[1] .. ':w:' .. token are derived from KEYS[1]: same hash tag, same slot. So is
 -- the pub/sub channel KEYS[1] .. ':events', where a lock taken away from its holder is announced,
 -- and the tombstones KEYS[1] .. ':gone:' .. token (a string with a PX expiry) of tokens given up
 -- while an attempt of theirs may still be on its way (see leave.lua). So are the channel
 -- KEYS[1] .. ':watch' and the stream KEYS[1] .. ':log', where every change is told (see `event`).
 local LOCK, META, QUEUE, LEASES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local WAITERS = LOCK .. ':wr'
+
+-- The field of LEASES that holds the record of who waits with `token`.
+local function who_field(token)
+  return token .. ':who'
+end
 
 -- This server's clock in microseconds (16 digits: exact in a Lua number, which is a double, up
 -- to 2^53, that is until the year 2255). Read once per script (one TIME, not one per use): a
@@ -77,13 +81,10 @@ local function gone_key(token)
 end
 
 -- Take `token` out of the queue: its ticket, its lease and its record go together (true if it was
--- queued). The record
--- is for display only: a `:wr` key that is not a hash (anyone can write one) must never stop the
--- queue, so every command on it is a pcall (here and in acquire.lua and status.lua).
+-- queued).
 local function drop_waiter(token)
   local queued = redis.call('ZREM', QUEUE, token)
-  redis.call('HDEL', LEASES, token)
-  redis.pcall('HDEL', WAITERS, token)
+  redis.call('HDEL', LEASES, token, who_field(token))
   return queued == 1
 end
 
@@ -189,45 +190,45 @@ end
 
 
 -- Whether a change is worth publishing on LOCK:watch: someone here subscribes to that channel,
--- or to any pattern (`status --watch` with no KEY). Encoding an event costs the server more
--- than the rest of the telling, and most of the time nobody watches. Asked once per script.
--- `publish_always`: set by each script from its last ARGV ('1': a Redis Cluster, which passes
--- every PUBLISH on to all nodes, so a watcher on another node is not counted here). A server
--- that refuses PUBSUB (an ACL) publishes always.
-local publish_always = false
+-- or watches every lock (`status --watch` with no KEY subscribes to the channel `watch_all`,
+-- PREFIX{*}:watching, besides its pattern, so that one PUBSUB NUMSUB counts both). Encoding an
+-- event costs the server more than the rest of the telling, and most of the time nobody
+-- watches. Asked once per script. `watch_all`: set by each script from its last ARGV; '' in a
+-- Redis Cluster, which passes every PUBLISH on to all nodes, so a watcher on another node is not
+-- counted here: publish always. A server that refuses PUBSUB (an ACL) publishes always.
+local watch_all = ''
 local listening
 local function listened()
-  if publish_always then
-    return true
-  end
   if listening == nil then
-    local subs = redis.pcall('PUBSUB', 'NUMSUB', LOCK .. ':watch')
-    listening = type(subs) ~= 'table' or (tonumber(subs[2]) or 0) > 0
-    if not listening then
-      local patterns = redis.pcall('PUBSUB', 'NUMPAT')
-      listening = type(patterns) ~= 'number' or patterns > 0
+    if watch_all == '' then
+      listening = true
+    else
+      local subs = redis.pcall('PUBSUB', 'NUMSUB', LOCK .. ':watch', watch_all)
+      listening = type(subs) ~= 'table' or (tonumber(subs[2]) or 0) + (tonumber(subs[4]) or 0) > 0
     end
   end
   return listening
 end
 
--- The kinds of event kept in the lock's history; the others (queued, left) are only told to
--- watchers.
-local HISTORY = {acquired = true, released = true, expired = true, forced = true, lost = true}
-
 -- Tell what just changed, in the step that changed it: published as one JSON object on the
--- channel LOCK:watch (for `status --watch`) when someone may listen (see `listened`), and, for
--- the kinds in HISTORY, appended to the capped stream LOCK:log (for `redlock log`) with
--- the same fields. `token`: the token concerned (only its fingerprint is told: a token can
+-- channel LOCK:watch (for `status --watch`) when someone may listen (see `listened`), and,
+-- for every kind but `queued` and `left` (told only to watchers), appended to the capped stream
+-- LOCK:log (for `redlock log`) with the same fields. `token`: the token concerned (only its fingerprint is told: a token can
 -- release the lock); `fields`: name, value, name, value... (strings or integers); `log_max`: how
 -- many entries the stream keeps (0 or not a number: no history); `keep_ms`: how long the stream
--- outlives this write (the history of a lock nobody uses expires, as meta does); `at`: now (ms).
+-- outlives this write (the history of a lock nobody uses expires, as meta does), or false to
+-- leave its expiry as it is (a holder's release: its acquisition and renewals set the expiry
+-- to its lock's plus the idle time, so it is at least the idle time from now; a history deleted
+-- by hand in between comes back with this one entry, without expiry until the lock's next
+-- acquisition); `at`: now (ms).
 -- Every call is a pcall: telling must never stop the change it tells of (a server out of
 -- memory refuses XADD; an ACL user may lack the channel; anyone may write a key of another type
 -- under the stream's name).
+local APPROX_FROM = 100
 local function event(kind, token, fields, log_max, keep_ms, at)
   local max = tonumber(log_max) or 0
-  local keep = HISTORY[kind] and max > 0
+  -- Every kind but `queued` and `left` (only told to watchers) is kept in the history.
+  local keep = max > 0 and kind ~= 'queued' and kind ~= 'left'
   local tell = listened()
   if not keep and not tell then
     return
@@ -249,9 +250,18 @@ local function event(kind, token, fields, log_max, keep_ms, at)
       entry[#entry + 1] = type(v) == 'number' and int(v) or v
     end
     local log = LOCK .. ':log'
-    local added = redis.pcall('XADD', log, 'MAXLEN', int(max), '*', unpack(entry))
+    -- Trimmed to `max` entries exactly below APPROX_FROM; from there, by whole stream nodes
+    -- (MAXLEN ~: at least `max` entries, at most one node more, `stream-node-max-entries`, 100
+    -- by default). An exact trim of a full stream walks the entries of its oldest node, deleted
+    -- ones included, on every write: it cost the server more than the rest of an acquisition.
+    local added
+    if max >= APPROX_FROM then
+      added = redis.pcall('XADD', log, 'MAXLEN', '~', int(max), '*', unpack(entry))
+    else
+      added = redis.pcall('XADD', log, 'MAXLEN', int(max), '*', unpack(entry))
+    end
     -- Not on a key of another type planted there: its owner did not ask for an expiry.
-    if type(added) == 'string' then
+    if type(added) == 'string' and keep_ms then
       redis.pcall('PEXPIRE', log, int(keep_ms))
     end
   end
@@ -263,7 +273,7 @@ end
 -- `meta` is the whole meta hash: the fence counter, and the record of the current or (when the
 -- lock is free) the last holder; the caller tells which by comparing its token with the lock's
 -- value. `waiters` counts the queue; `queue` is its first MAX_LISTED entries in arrival order,
--- flat: token, lease (false if none), record (false if none; see `:wr` above) for each. The
+-- flat: token, lease (false if none), record (false if none; see KEYS[4] above) for each. The
 -- caller drops those whose lease has run out (dead waiters not pruned yet).
 local MAX_LISTED = 100
 local function snapshot()
@@ -271,15 +281,16 @@ local function snapshot()
   local tokens = redis.call('ZRANGE', QUEUE, 0, MAX_LISTED - 1)
   local queue = {}
   if #tokens > 0 then
-    local leases = redis.call('HMGET', LEASES, unpack(tokens))
-    local records = redis.pcall('HMGET', WAITERS, unpack(tokens))
-    if records.err then
-      records = {}
+    local fields = {}
+    for _, token in ipairs(tokens) do
+      fields[#fields + 1] = token
+      fields[#fields + 1] = who_field(token)
     end
+    local found = redis.call('HMGET', LEASES, unpack(fields))
     for i, token in ipairs(tokens) do
       queue[#queue + 1] = token
-      queue[#queue + 1] = leases[i]
-      queue[#queue + 1] = records[i] or false
+      queue[#queue + 1] = found[2 * i - 1]
+      queue[#queue + 1] = found[2 * i]
     end
   end
   return {current, redis.call('PTTL', LOCK), now_ms(), redis.call('HGETALL', META),

@@ -2,7 +2,7 @@
 -- (counter = max(counter, ARGV[2])), and tell the acquisition here (see `event` in common.lua).
 --
 -- ARGV token, fence, meta_idle_ms (see keep_meta), user, host, pid, note, waited_ms, ttl_ms,
---      log_max, publish_always ('1': see `listened` in common.lua)
+--      log_max, watch_all (see `listened` in common.lua)
 --
 -- A quorum holder's fence is the highest of its nodes' candidates (each max(counter + 1, the
 -- node's clock in microseconds), see acquire.lua); writing it back to them makes every later
@@ -13,7 +13,7 @@
 -- waiter's attempts would each be an `acquired`): this script, sent to the nodes that granted
 -- the attempt once it won, tells `acquired` with the holder's fence and counts it in meta
 -- (`acquisitions`, `waited_ms`), where the lock still holds our token.
-publish_always = ARGV[11] == '1'
+watch_all = ARGV[11] or ''
 local fence = tonumber(ARGV[2])
 if (tonumber(redis.call('HGET', META, 'fence')) or 0) < fence then
   redis.call('HSET', META, 'fence', ARGV[2])

@@ -6,7 +6,7 @@
 --      node; see release.lua), tombstone_ms (> 0: we are not sure that every attempt we sent with
 --      this token has reached the server; see below), log_max, meta_idle_ms (see `event` in
 --      common.lua: a waiter that leaves is told as `left`; a lock given back as `released`),
---      publish_always ('1': see `listened` in common.lua)
+--      watch_all (see `listened` in common.lua)
 --
 -- Returns the waiter the lock was passed on to, or false.
 -- If the lock was just reserved for us, we will not claim it: pass it on to the next waiter at
@@ -20,7 +20,7 @@
 -- token nobody knows. With tombstone_ms, `LOCK:gone:TOKEN` (the lock's hash tag, so the same
 -- slot) tells acquire.lua to do nothing for that token; it expires by itself. Written only when
 -- the client is unsure, so a normal give-up leaves nothing behind.
-publish_always = ARGV[8] == '1'
+watch_all = ARGV[8] or ''
 local gone = tonumber(ARGV[5]) or 0
 if gone > 0 then
   redis.call('SET', gone_key(ARGV[1]), '1', 'PX', gone)

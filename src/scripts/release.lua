@@ -7,8 +7,8 @@
 --      ('' none, 'fence' or 'token') and its value (`release --force --if-fence N` /
 --      `--if-token FINGERPRINT`) (all five '' when not forced), log_max (see `event` in
 --      common.lua), status (the exit status of `exec`'s command, told with `released`; '' for
---      `release`), meta_idle_ms (how long the history outlives this release), publish_always
---      ('1': see `listened` in common.lua)
+--      `release`), meta_idle_ms (how long the history outlives this release), watch_all
+--      (see `listened` in common.lua)
 --
 -- Returns {1, holder-record, next} released: the record names who held it (for --force; empty
 -- otherwise) and `next` is the waiter it was handed to, or false; {0} already free (expired or
@@ -60,7 +60,7 @@ local function next_here(current)
   return first_live_waiter() or false
 end
 
-publish_always = ARGV[14] == '1'
+watch_all = ARGV[14] or ''
 local current = redis.call('GET', LOCK)
 if not current then
   return {0, {}, next_here(current)}
@@ -88,7 +88,8 @@ if current == ARGV[1] then
       fields[#fields + 1] = 'status'
       fields[#fields + 1] = tonumber(ARGV[12])
     end
-    event('released', current, fields, log_max, keep, at)
+    -- false: the history's expiry, set by our acquisition and renewals, stays.
+    event('released', current, fields, log_max, false, at)
   end
   return {1, {}, next}
 end

@@ -301,9 +301,8 @@ impl Nodes {
             let queue: Vec<String> = s.query(&["ZRANGE", &format!("{key}:q"), "0", "-1"]);
             found.extend(queue.into_iter().map(|t| format!("queue {t}")));
             let leases: Vec<String> = s.query(&["HKEYS", &format!("{key}:leases")]);
+            // A waiter's record is there too, as TOKEN:who.
             found.extend(leases.into_iter().map(|t| format!("lease {t}")));
-            let records: Vec<String> = s.query(&["HKEYS", &format!("{key}:wr")]);
-            found.extend(records.into_iter().map(|t| format!("waiter record {t}")));
             let prefix = format!("{key}:w:");
             found.extend(
                 s.keys()
