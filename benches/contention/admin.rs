@@ -96,30 +96,47 @@ impl Drop for Server {
     }
 }
 
-/// Redis commands of one run, from commandstats and the slow log.
+/// What a counting window ([`Admin::begin`]) measures: one or the other, never both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Count {
+    /// The commands, split into those clients sent and those run in scripts: the slow log keeps
+    /// every command for the split. That costs the server for every command logged, so it
+    /// would charge the tool that runs more commands inside scripts for the bench's own
+    /// instrument: no CPU figure then.
+    Commands,
+    /// The server's CPU time, with the slow log off (as on a production server, which logs only
+    /// commands slower than 10 ms); the commands only as a total.
+    Cpu,
+}
+
+/// Redis commands of one run, from commandstats and (when counted) the slow log.
 #[derive(Clone, Debug, Default)]
 pub struct Cmds {
     /// Everything the server ran (calls + rejected calls), the bench's own commands excluded.
     pub total: u64,
-    /// Of which run inside Lua scripts (slow log entries of the Lua client).
-    pub in_scripts: u64,
+    /// Of which run inside Lua scripts (slow log entries of the Lua client): [`Count::Commands`]
+    /// only.
+    pub in_scripts: Option<u64>,
     /// Per command name, for the log.
     pub by_name: Vec<(String, u64)>,
     /// How long the counting window was.
     pub window: Duration,
     /// CPU time of the server's main thread in the window (`INFO cpu`, the sum of
     /// `used_cpu_sys_main_thread` and `used_cpu_user_main_thread`), which runs every command and
-    /// every Lua script. The bench's own commands in the window are one `SLOWLOG RESET` and one
-    /// `INFO cpu`: negligible.
-    pub cpu: Duration,
+    /// every Lua script: [`Count::Cpu`] only. The bench's own commands in the window are one
+    /// `INFO cpu` and the `INFO` of the window's start: negligible.
+    pub cpu: Option<Duration>,
 }
 
 impl Cmds {
     /// The commands clients sent (round trips): the total minus those run inside scripts.
-    pub fn sent(&self) -> u64 {
-        self.total.saturating_sub(self.in_scripts)
+    pub fn sent(&self) -> Option<u64> {
+        self.in_scripts.map(|n| self.total.saturating_sub(n))
     }
 }
+
+/// How [`Cmds::by_name`] names the commands still blocked at the end of a window.
+const BLOCKED: &str = "(blocked at the end)";
 
 /// A point to count commands from.
 pub struct Mark {
@@ -130,6 +147,7 @@ pub struct Mark {
     own: BTreeMap<String, u64>,
     /// The server's main-thread CPU time so far.
     cpu: Duration,
+    count: Count,
 }
 
 /// The bench's own connection; it counts what it sends, so that it can subtract that.
@@ -207,6 +225,7 @@ impl Admin {
             blocked,
             own,
             cpu,
+            count: Count::Commands,
         }
     }
 
@@ -216,18 +235,41 @@ impl Admin {
         server_cpu(&text)
     }
 
-    /// Starts counting: a commandstats snapshot, and an empty slow log.
-    pub fn begin(&mut self) -> Mark {
-        let mark = self.mark();
-        self.query::<()>("slowlog|reset", redis::cmd("SLOWLOG").arg("RESET"));
+    /// Starts counting `count`: the slow log on and emptied, or off; then a commandstats
+    /// snapshot.
+    pub fn begin(&mut self, count: Count) -> Mark {
+        let threshold = match count {
+            Count::Commands => "0",
+            Count::Cpu => "-1",
+        };
+        self.query::<()>(
+            "config|set",
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("slowlog-log-slower-than")
+                .arg(threshold),
+        );
+        if count == Count::Commands {
+            self.query::<()>("slowlog|reset", redis::cmd("SLOWLOG").arg("RESET"));
+        }
+        let mut mark = self.mark();
+        mark.count = count;
         mark
     }
 
-    /// The commands since `from`.
+    /// The commands since `from`, and the CPU time or the split (see [`Count`]).
     pub fn end(&mut self, from: &Mark) -> Cmds {
-        // Before SLOWLOG GET, whose thousands of entries would cost the server more than the
-        // window's own commands do.
-        let cpu = self.cpu().saturating_sub(from.cpu);
+        if from.count == Count::Cpu {
+            let cpu = self.cpu().saturating_sub(from.cpu);
+            let (total, by_name) = self.commands_since(from);
+            return Cmds {
+                total,
+                in_scripts: None,
+                by_name,
+                window: from.at.elapsed(),
+                cpu: Some(cpu),
+            };
+        }
         let log: redis::Value = self.query("slowlog|get", redis::cmd("SLOWLOG").arg("GET").arg(-1));
         let redis::Value::Array(entries) = log else {
             panic!("SLOWLOG GET answered {log:?}");
@@ -256,6 +298,32 @@ impl Admin {
                 from_clients += 1;
             }
         }
+        let (total, by_name) = self.commands_since(from);
+        let blocked = by_name
+            .iter()
+            .find(|(n, _)| n == BLOCKED)
+            .map_or(0, |(_, k)| *k);
+        if from_clients + in_scripts + blocked != total {
+            // Only commandstats counts rejected commands and a BLPOP that timed out, and it also
+            // sees what ran between SLOWLOG GET and INFO; `sent` (total - in scripts) includes
+            // them all.
+            eprintln!(
+                "contention: note: commandstats counted {total} commands, the slow log \
+                 {from_clients} from clients + {in_scripts} in scripts"
+            );
+        }
+        Cmds {
+            total,
+            in_scripts: Some(in_scripts),
+            by_name,
+            window: from.at.elapsed(),
+            cpu: None,
+        }
+    }
+
+    /// The commands run since `from` by commandstats (the bench's own excluded), in all and by
+    /// name, busiest first.
+    fn commands_since(&mut self, from: &Mark) -> (u64, Vec<(String, u64)>) {
         let to = self.mark();
         let mut by_name = Vec::new();
         let mut total = 0;
@@ -273,26 +341,11 @@ impl Admin {
         // sent before it (and is counted, when it completes, in the window: a wash).
         let blocked = to.blocked.saturating_sub(from.blocked);
         if blocked > 0 {
-            by_name.push(("(blocked at the end)".to_string(), blocked));
+            by_name.push((BLOCKED.to_string(), blocked));
             total += blocked;
         }
         by_name.sort_by_key(|b| std::cmp::Reverse(b.1));
-        if from_clients + in_scripts + blocked != total {
-            // Only commandstats counts rejected commands and a BLPOP that timed out, and it also
-            // sees what ran between SLOWLOG GET and INFO; `sent` (total - in scripts) includes
-            // them all.
-            eprintln!(
-                "contention: note: commandstats counted {total} commands, the slow log \
-                 {from_clients} from clients + {in_scripts} in scripts"
-            );
-        }
-        Cmds {
-            total,
-            in_scripts,
-            by_name,
-            window: to.at - from.at,
-            cpu,
-        }
+        (total, by_name)
     }
 
     /// `MEMORY USAGE key SAMPLES 0` in bytes: 0 for a missing key.

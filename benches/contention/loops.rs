@@ -10,7 +10,7 @@ use std::sync::{Arc, Barrier};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crate::admin::Cmds;
+use crate::admin::{Cmds, Count};
 use crate::events::Event;
 use crate::guard::{check_failed, fail, start};
 use crate::harness::Bench;
@@ -188,10 +188,11 @@ impl Bench {
         (running.start, rounds)
     }
 
-    /// Runs `spec` and checks it: exact counter, strictly alternating entries and leaves.
-    pub fn run_loops(&mut self, spec: &Spec) -> LoopRun {
+    /// Runs `spec` and checks it: exact counter, strictly alternating entries and leaves. For a
+    /// tool with a Redis server, `count` says what the server's figures of the run are.
+    pub fn run_loops(&mut self, spec: &Spec, count: Count) -> LoopRun {
         self.reset_counter();
-        let mark = (spec.tool != Tool::Flock).then(|| self.admin.begin());
+        let mark = (spec.tool != Tool::Flock).then(|| self.admin.begin(count));
         let running = self.start_loops(spec);
         let (start, rounds) = self.finish(running);
         let cmds = mark.map(|m| self.admin.end(&m));

@@ -22,8 +22,9 @@
 //!   `cargo bench` that is the `bench` profile, which inherits `release`. The bench refuses to run
 //!   against anything built outside a `release` directory.
 //! - One `redis-server` of its own: a free loopback port, no persistence, a temp dir, and
-//!   `slowlog-log-slower-than 0` (see "Redis commands" below). It is killed at the end, on a panic
-//!   and on Ctrl-C, and dies with the bench (PDEATHSIG) if the bench is killed. Workload 7 starts
+//!   `slowlog-log-slower-than 0` (see "Redis commands" below; runs that measure CPU turn it
+//!   off). It is killed at the end, on a panic and on Ctrl-C, and dies with the bench (PDEATHSIG)
+//!   if the bench is killed. Workload 7 starts
 //!   five more the same way (same guards) and kills them when it ends.
 //! - Every lock command runs in its own process group, so that a timeout or a failure kills it with
 //!   whatever it started. Each run of a workload is bounded by a 120 s watchdog that kills
@@ -100,18 +101,21 @@
 //!   existing key fails; a reservation cleared before its claim does not count as a release).
 //! - Redis commands: `INFO commandstats` before and after each run (calls + rejected calls), minus
 //!   the bench's own commands, plus the clients still blocked (a BLPOP sent in the window but not
-//!   counted until it returns), is the total; it counts the commands that Lua scripts run too. The
-//!   server logs every command to the slow log with its client, and the Lua client shows as `?:0`:
-//!   those entries are the commands run inside scripts, and `sent` = total - in scripts is what
-//!   clients sent (round trips). Targets on command counts are checked against `sent`; the total
-//!   is printed beside it.
+//!   counted until it returns), is the total; it counts the commands that Lua scripts run too. In
+//!   a run that counts commands, the server logs every command to the slow log with its client,
+//!   and the Lua client shows as `?:0`: those entries are the commands run inside scripts, and
+//!   `sent` = total - in scripts is what clients sent (round trips). Targets on command counts
+//!   are checked against `sent`; the total is printed beside it. Workloads 1 and 3 measure the
+//!   server's CPU instead (below), and count the commands in one more run per tool, at the end.
 //! - Redis server CPU (workloads 1 and 3): `INFO cpu`'s `used_cpu_sys_main_thread` +
 //!   `used_cpu_user_main_thread` (the thread that runs every command and Lua script; getrusage,
 //!   about 1 ms resolution, fine over a run of 200 critical sections) before and after each run,
-//!   divided by its critical sections, runs pooled, in µs. Nothing is subtracted: the bench's own
-//!   commands in the window are one `SLOWLOG RESET` and one `INFO cpu` (the second sample is taken
-//!   before `SLOWLOG GET`). It includes each process's connection, the server's timers and the
-//!   slow log, which every tool pays alike. Target: redlock ≤ the polling lock.
+//!   divided by its critical sections, runs pooled, in µs, with the slow log off: logging every
+//!   command costs the server per command, so it would charge the tool that runs more commands
+//!   inside scripts for the bench's instrument (a production server logs only commands slower
+//!   than 10 ms). Nothing is subtracted: the bench's own commands in the window are one `CONFIG
+//!   SET` before it and one `INFO` at each end. It includes each process's connection and the
+//!   server's timers, which every tool pays alike. Target: redlock ≤ the polling lock.
 //! - Redis memory (a step after workload 4): `MEMORY USAGE` of a held lock's keys (`redlock
 //!   acquire`: the lock, its meta hash, its history with the one `acquired` event) and of what
 //!   one queued `redlock exec` adds (queue, leases, waiter records, meta's growth); then what

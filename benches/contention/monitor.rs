@@ -10,6 +10,7 @@ use std::process::Stdio;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::admin::Count;
 use crate::guard::{STEP_TIMEOUT, kill, start, watched};
 use crate::harness::Bench;
 use crate::loops::Spec;
@@ -132,7 +133,7 @@ impl Bench {
                 rounds: 25,
                 cs: CS_EMPTY,
             };
-            let run = self.run_loops(&spec);
+            let run = self.run_loops(&spec, Count::Commands);
             let marker = format!("bench-monitor-end-{tag}");
             let _: String = self.admin.query("echo", redis::cmd("ECHO").arg(&marker));
             wait_file_contains(&path, &marker, "redis-cli MONITOR");

@@ -81,32 +81,40 @@ pub fn log_run(label: &str, run: &LoopRun) {
 }
 
 /// The runs of one tool: the median wall (and the rate of that run), waits, commands and
-/// client-side hand-overs pooled over all runs, the worst run's fairness.
-pub fn summarize(runs: &[LoopRun]) -> Summary {
+/// client-side hand-overs pooled over all runs, the worst run's fairness. Commands per critical
+/// section pool the runs that counted them, `runs` and `counted` (runs for that alone, see
+/// [`Count`](crate::admin::Count)); the server's CPU pools the runs that measured it.
+pub fn summarize(runs: &[LoopRun], counted: &[LoopRun]) -> Summary {
     assert!(!runs.is_empty(), "no run to summarize");
     let walls: Vec<Duration> = runs.iter().map(LoopRun::wall).collect();
     let wall = percentile(&walls, 0.5);
     let per_run = runs[0].rounds.len();
-    let all = runs.iter().map(|r| r.rounds.len()).sum::<usize>() as f64;
     let waits: Vec<Duration> = runs
         .iter()
         .flat_map(|r| r.waits().into_iter().map(|w| w.1))
         .collect();
     let handovers: Vec<Duration> = runs.iter().flat_map(LoopRun::client_handovers).collect();
-    let cmds = runs
-        .iter()
-        .map(|r| r.cmds.as_ref().map(|c| (c.sent(), c.total)))
-        .collect::<Option<Vec<(u64, u64)>>>()
-        .map(|cs| {
-            let sent: u64 = cs.iter().map(|c| c.0).sum();
-            let total: u64 = cs.iter().map(|c| c.1).sum();
-            (sent as f64 / all, total as f64 / all)
-        });
-    let cpu = runs
-        .iter()
-        .map(|r| r.cmds.as_ref().map(|c| c.cpu))
-        .collect::<Option<Vec<Duration>>>()
-        .map(|cs| cs.iter().sum::<Duration>().div_f64(all));
+    let mut sections = (0, 0);
+    let mut sums = (0, 0, Duration::ZERO);
+    for run in runs.iter().chain(counted) {
+        let Some(c) = &run.cmds else { continue };
+        if let Some(sent) = c.sent() {
+            sections.0 += run.rounds.len();
+            sums.0 += sent;
+            sums.1 += c.total;
+        }
+        if let Some(cpu) = c.cpu {
+            sections.1 += run.rounds.len();
+            sums.2 += cpu;
+        }
+    }
+    let cmds = (sections.0 > 0).then(|| {
+        (
+            sums.0 as f64 / sections.0 as f64,
+            sums.1 as f64 / sections.0 as f64,
+        )
+    });
+    let cpu = (sections.1 > 0).then(|| sums.2.div_f64(sections.1 as f64));
     Summary {
         runs: runs.len(),
         cpu,
@@ -129,16 +137,24 @@ pub fn describe_cmds(c: &Cmds, per: usize) -> String {
         .take(10)
         .map(|(n, k)| format!("{n} {k}"))
         .collect();
-    format!(
-        "Redis: {} sent + {} in scripts = {:.1} / {:.1} per unit [{}]; server CPU {} = {} per unit",
-        c.sent(),
-        c.in_scripts,
-        c.sent() as f64 / per as f64,
-        c.total as f64 / per as f64,
-        names.join(", "),
-        fmt_d(c.cpu),
-        fmt_us(c.cpu / per as u32)
-    )
+    let per_unit = |n: u64| n as f64 / per as f64;
+    let counted = match c.sent() {
+        Some(sent) => format!(
+            "{sent} sent + {} in scripts = {:.1} / {:.1} per unit",
+            c.total - sent,
+            per_unit(sent),
+            per_unit(c.total)
+        ),
+        None => format!("{} = {:.1} per unit", c.total, per_unit(c.total)),
+    };
+    let cpu = c.cpu.map_or(String::new(), |cpu| {
+        format!(
+            "; server CPU {} = {} per unit",
+            fmt_d(cpu),
+            fmt_us(cpu / per as u32)
+        )
+    });
+    format!("Redis: {counted} [{}]{cpu}", names.join(", "))
 }
 
 /// The table cell of commands per critical section: "sent / total", or "–" (flock).

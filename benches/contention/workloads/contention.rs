@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::admin::Count;
 use crate::guard::watched;
 use crate::harness::Bench;
 use crate::loops::{LoopRun, Spec};
@@ -22,6 +23,8 @@ use crate::tools::{CS_20MS, CS_EMPTY, Tool};
 /// Workloads 1 and 2: runs of flock and of redlock each (the polling tool runs once in workload
 /// 2, [`POLLING_REPS_W1`] times in workload 1).
 pub const REPS: usize = 5;
+/// The repetition number of a run that counts commands (see `run_contention`); only in its name.
+const COUNTING: usize = usize::MAX;
 /// Workload 1: runs of the polling tool, spread among the others (its server CPU per critical
 /// section is a target's reference: one run of it is too noisy to compare with).
 pub const POLLING_REPS_W1: usize = 3;
@@ -38,6 +41,7 @@ pub fn empty_cs(bench: &mut Bench, r: &mut Report) {
         CS_EMPTY,
         (REPS, POLLING_REPS_W1),
         baseline.as_deref(),
+        true,
     );
     let (vs_flock, vs_polling) = (ratio(s[2].wall, s[0].wall), ratio(s[2].wall, s[1].wall));
     let target = format!(
@@ -94,7 +98,7 @@ pub fn empty_cs(bench: &mut Bench, r: &mut Report) {
 /// Workload 2: 4 loops × 10 rounds, 20 ms critical section.
 pub fn sleepy_cs(bench: &mut Bench, r: &mut Report) {
     let w = "2. 4 loops × 10 rounds, 20 ms CS";
-    let (s, _) = bench.run_contention("w2", 4, 10, CS_20MS, (REPS, 1), None);
+    let (s, _) = bench.run_contention("w2", 4, 10, CS_20MS, (REPS, 1), None, false);
     let vs_flock = ratio(s[2].wall, s[0].wall);
     let target = r.check(
         "2: wall ≤ 1.15× flock",
@@ -107,7 +111,7 @@ pub fn sleepy_cs(bench: &mut Bench, r: &mut Report) {
 /// Workload 3, the crowd: 100 processes at once, 3 rounds each (one run per tool).
 pub fn crowd(bench: &mut Bench, r: &mut Report) {
     let w = "3. crowd: 100 processes at once × 3 rounds";
-    let (s, _) = bench.run_contention("w3", 100, 3, CS_EMPTY, (1, 1), None);
+    let (s, _) = bench.run_contention("w3", 100, 3, CS_EMPTY, (1, 1), None, true);
     contention_rows(r, w, &s, String::new(), Some("3"));
 }
 
@@ -118,7 +122,11 @@ impl Bench {
     /// first pair, the last at the end). With a `baseline` binary, it runs after
     /// each redlock run (flock, redlock, baseline, flock, …), on a key of its own. Every run is
     /// checked (exact counter, alternating entries and leaves) and logged on stderr; the
-    /// summaries are in `TOOLS` order, the baseline's apart.
+    /// summaries are in `TOOLS` order, the baseline's apart. With `cpu`, those runs measure the
+    /// server's CPU time (the slow log off), and each tool with a server (and the baseline) runs
+    /// once more at the end, alone, to count its commands (the slow log on; see [`Count`]);
+    /// without, the runs count the commands.
+    #[allow(clippy::too_many_arguments)]
     fn run_contention(
         &mut self,
         tag: &str,
@@ -127,6 +135,7 @@ impl Bench {
         cs: &'static str,
         (reps, polling_reps): (usize, usize),
         baseline: Option<&Path>,
+        cpu: bool,
     ) -> (Vec<Summary>, Option<Summary>) {
         // After which repetitions the polling tool runs: spread out, the last one at the end.
         let polling_after: Vec<usize> = (0..polling_reps)
@@ -148,16 +157,28 @@ impl Bench {
                 order.push((Tool::Polling, k, None));
             }
         }
+        let timed = order.len();
+        if cpu {
+            for tool in [Tool::Polling, Tool::Redlock] {
+                order.push((tool, COUNTING, None));
+            }
+            order.extend(baseline.map(|b| (Tool::Redlock, COUNTING, Some(b))));
+        }
         let mut runs: [Vec<LoopRun>; 3] = Default::default();
         let mut base_runs = Vec::new();
-        for (tool, rep, bin) in order {
+        let mut counted: [Vec<LoopRun>; 3] = Default::default();
+        let mut base_counted = Vec::new();
+        for (i, (tool, rep, bin)) in order.into_iter().enumerate() {
+            let counting = i >= timed;
             let who = if bin.is_some() { "base" } else { tool.name() };
             let repeated = if tool == Tool::Polling {
                 polling_reps > 1
             } else {
                 reps > 1
             };
-            let name = if repeated {
+            let name = if counting {
+                format!("{tag}-{who}-count")
+            } else if repeated {
                 format!("{tag}-{who}-r{}", rep + 1)
             } else {
                 format!("{tag}-{who}")
@@ -175,16 +196,26 @@ impl Bench {
                 rounds,
                 cs,
             };
-            let run = watched(&spec.tag, || self.run_loops(&spec));
-            log_run(&spec.tag, &run);
-            if bin.is_some() {
-                base_runs.push(run);
+            let count = if cpu && !counting {
+                Count::Cpu
             } else {
-                runs[tool.index()].push(run);
+                Count::Commands
+            };
+            let run = watched(&spec.tag, || self.run_loops(&spec, count));
+            log_run(&spec.tag, &run);
+            match (bin.is_some(), counting) {
+                (true, false) => base_runs.push(run),
+                (true, true) => base_counted.push(run),
+                (false, false) => runs[tool.index()].push(run),
+                (false, true) => counted[tool.index()].push(run),
             }
         }
-        let out: Vec<Summary> = runs.iter().map(|r| summarize(r)).collect();
-        let base = (!base_runs.is_empty()).then(|| summarize(&base_runs));
+        let out: Vec<Summary> = runs
+            .iter()
+            .zip(&counted)
+            .map(|(r, c)| summarize(r, c))
+            .collect();
+        let base = (!base_runs.is_empty()).then(|| summarize(&base_runs, &base_counted));
         if reps > 1 {
             let (f, r) = (&out[Tool::Flock.index()], &out[Tool::Redlock.index()]);
             let list =
@@ -346,12 +377,15 @@ fn contention_rows(
         ),
         _ => String::new(),
     };
+    // With a CPU row (workloads 1 and 3), the commands were counted in a run of their own.
+    let how = if cmds_target.is_some() {
+        " (one more run per tool, every command in the slow log)".to_string()
+    } else {
+        pooled(s, " (runs pooled)")
+    };
     r.row(
         w,
-        &format!(
-            "Redis commands per CS: sent / incl. scripts{}",
-            pooled(s, " (runs pooled)")
-        ),
+        &format!("Redis commands per CS: sent / incl. scripts{how}"),
         cells(&|s| cmds_cell(s.cmds)),
         target,
     );
@@ -368,7 +402,7 @@ fn contention_rows(
         r.row(
             w,
             &format!(
-                "Redis server CPU per CS (INFO cpu, Lua included){}",
+                "Redis server CPU per CS (INFO cpu, Lua included; slow log off){}",
                 pooled(s, " (runs pooled)")
             ),
             cells(&|s| s.cpu.map_or("–".to_string(), fmt_us)),

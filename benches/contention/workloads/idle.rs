@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::admin::Cmds;
+use crate::admin::{Cmds, Count};
 use crate::guard::{STEP_TIMEOUT, aborted, check_failed, start, watched};
 use crate::harness::Bench;
 use crate::loops::Spec;
@@ -30,7 +30,8 @@ pub fn idle(bench: &mut Bench, r: &mut Report) {
     let per_waiter_s = |c: &Option<Cmds>| {
         c.as_ref().map(|c| {
             let n = IDLE_WAITERS as f64 * c.window.as_secs_f64();
-            (c.sent() as f64 / n, c.total as f64 / n)
+            let sent = c.sent().expect("the commands were counted");
+            (sent as f64 / n, c.total as f64 / n)
         })
     };
     let rl = per_waiter_s(&idle[2].0).expect("redlock counts commands");
@@ -79,7 +80,7 @@ impl Bench {
             self.reset_counter();
             let log = self.log(&format!("{tag}.holder"));
             let held = self.hold(tool, "w4", 60_000, &log);
-            let mark = (tool != Tool::Flock).then(|| self.admin.begin());
+            let mark = (tool != Tool::Flock).then(|| self.admin.begin(Count::Commands));
             let held_at = Instant::now();
             let running = self.start_loops(&Spec {
                 bin: None,
@@ -144,11 +145,8 @@ impl Bench {
             let lock = redlock_key(MEMORY_KEY);
             // A held lock has its history too, with the one `acquired` event.
             let held_keys = [lock.clone(), format!("{lock}:meta"), format!("{lock}:log")];
-            let waiter_keys = [
-                format!("{lock}:q"),
-                format!("{lock}:leases"),
-                format!("{lock}:wr"),
-            ];
+            // The leases hash holds the waiter's record too.
+            let waiter_keys = [format!("{lock}:q"), format!("{lock}:leases")];
             let held = self.hold(Tool::Redlock, MEMORY_KEY, 60_000, &log);
             let mut sizes = |keys: &[String]| -> Vec<u64> {
                 keys.iter().map(|k| self.admin.memory_usage(k)).collect()
@@ -160,13 +158,13 @@ impl Bench {
             );
             assert_eq!(
                 sizes(&waiter_keys),
-                [0, 0, 0],
+                [0, 0],
                 "w4-memory: waiter keys before any waiter"
             );
             let mut cmd = self.env.redlock(&["exec", MEMORY_KEY, "--", "true"]);
             cmd.stderr(log.stdio());
             let waiter = start(&mut cmd, "w4-memory waiter").unwrap_or_else(|e| panic!("{e}"));
-            // The waiter's script writes its three keys at once; wait for them (bounded).
+            // The waiter's script writes its two keys at once; wait for them (bounded).
             let until = Instant::now() + STEP_TIMEOUT;
             let queued = loop {
                 let now = sizes(&waiter_keys);
