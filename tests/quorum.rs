@@ -1935,11 +1935,17 @@ impl GiveUp {
     fn assert_only_b_waits(&self, context: &str) {
         let key = lock_key("k");
         let queue: Vec<String> = self.nodes[0].query(&["ZRANGE", &format!("{key}:q"), "0", "-1"]);
-        let leases: Vec<String> = self.nodes[0].query(&["HKEYS", &format!("{key}:leases")]);
+        let mut leases: Vec<String> = self.nodes[0].query(&["HKEYS", &format!("{key}:leases")]);
+        leases.sort();
         self.monitor.sync(&self.nodes);
         let b_tokens = self.monitor.tokens_of("B");
+        // B's lease, and its record beside it (`TOKEN:who`).
+        let b_fields = queue
+            .first()
+            .map(|t| vec![t.clone(), format!("{t}:who")])
+            .unwrap_or_default();
         assert!(
-            queue.len() == 1 && b_tokens.contains(&queue[0]) && leases == queue,
+            queue.len() == 1 && b_tokens.contains(&queue[0]) && leases == b_fields,
             "{context}: the queue should be B alone: queue {queue:?}, leases {leases:?}, \
              B's tokens {b_tokens:?}\n--- B:\n{}",
             self.b.stderr()
