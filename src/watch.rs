@@ -987,25 +987,26 @@ fn subscribe(
     let channels = match subscription {
         Subscription::Channels(channels) => channels.clone(),
         // The pattern hears every lock; the channel is how the scripts know that someone does
-        // (nothing is published on it).
+        // (nothing is published on it). Subscribed first: a message the pattern hears could
+        // arrive before a later command's confirmation, and be taken for it.
         Subscription::Pattern(_) => vec![lock::watch_all_channel(&config.prefix)],
     };
+    // (command name, command, confirmations, what a refusal names)
     let mut commands = vec![(
         "SUBSCRIBE",
         redis::cmd("SUBSCRIBE").arg(&channels).clone(),
         channels.len(),
+        channels.join(", "),
     )];
     if let Subscription::Pattern(pattern) = subscription {
-        commands.insert(
-            0,
-            (
-                "PSUBSCRIBE",
-                redis::cmd("PSUBSCRIBE").arg(pattern).clone(),
-                1,
-            ),
-        );
+        commands.push((
+            "PSUBSCRIBE",
+            redis::cmd("PSUBSCRIBE").arg(pattern).clone(),
+            1,
+            pattern.clone(),
+        ));
     }
-    for (name, command, count) in &commands {
+    for (name, command, count, what) in &commands {
         let unanswered = |e: redis::RedisError| {
             failed(if e.is_timeout() {
                 failure(
@@ -1019,7 +1020,7 @@ fn subscribe(
                 e.into()
             })
         };
-        confirm(&mut con, command, *count)
+        confirm(&mut con, command, *count, what)
             .map_err(unanswered)?
             .map_err(failed)?;
     }
@@ -1030,11 +1031,13 @@ fn subscribe(
 }
 
 /// Sends one (P)SUBSCRIBE and reads its confirmations: the outer error, the connection failed;
-/// the inner one, the server refused.
+/// the inner one, the server refused (`to`: the channels or pattern, for the message: an ACL
+/// user needs a grant for each).
 fn confirm(
     con: &mut redis::Connection,
     command: &redis::Cmd,
     count: usize,
+    to: &str,
 ) -> redis::RedisResult<Result<()>> {
     if let Err((e, why)) = client::confirm_subscription(con, command, count)? {
         let what = match e.code() {
@@ -1042,7 +1045,10 @@ fn confirm(
             Some("NOAUTH" | "WRONGPASS") => {
                 format!("authentication failed for the subscription: {why}")
             }
-            _ => format!("the server refused the subscription: {why}"),
+            _ => format!(
+                "the server refused the subscription to {}: {why}",
+                printable(to)
+            ),
         };
         return Ok(Err(failure(redis_kind(&e), what)));
     }

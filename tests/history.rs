@@ -528,3 +528,85 @@ fn a_long_history_is_listed_page_by_page() {
     assert_eq!(out.stdout.lines().count(), 1, "{out}");
     assert_eq!(events(&redis, "long", &["--limit", "2"]).len(), 2);
 }
+
+/// Acquired with `--log-max 0` (no history written, so no expiry set), released with the
+/// default 1000: the release's XADD creates the stream and nothing gives it an expiry.
+/// (Found by review: a release that left the history's expiry alone made this one forever.)
+#[test]
+fn a_history_begun_by_a_release_still_expires() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = redis
+        .redlock()
+        .args(["acquire", "k", "--ttl", "60s", "--log-max", "0"])
+        .run()
+        .ok();
+    assert_eq!(redis.query::<i64>(&["EXISTS", &log_key("k")]), 0);
+    redis
+        .redlock()
+        .args(["release", "k", &token, "--log-max", "1000"])
+        .run()
+        .expect(0);
+    assert_eq!(redis.query::<i64>(&["XLEN", &log_key("k")]), 1);
+    let pttl = redis.pttl(&log_key("k"));
+    assert!(
+        pttl > 0,
+        "the history has no expiry (PTTL {pttl}): it outlives its lock forever"
+    );
+}
+
+/// `exec` that loses its lock tells `lost` with its own --meta-ttl, which resets the history's
+/// expiry to that idle time from now. When that is shorter than the new holder's TTL, the
+/// history expires under the new holder; its release then re-creates it without expiry.
+#[test]
+fn a_history_shortened_by_a_lost_report_is_not_recreated_without_expiry() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let log = log_key("k");
+    // A holds; its command runs until exec kills it when the lock is lost.
+    let a = redis
+        .redlock()
+        .args([
+            "exec",
+            "k",
+            "--ttl",
+            "10s",
+            "--meta-ttl",
+            "2s",
+            "--",
+            "sleep",
+            "60",
+        ])
+        .spawn_proc();
+    assert!(wait_for(
+        || redis.get(&lock_key("k")).is_some(),
+        Duration::from_secs(10)
+    ));
+    redis
+        .redlock()
+        .args(["release", "k", "--force"])
+        .run()
+        .expect(0);
+    // B takes it for an hour (no renewal needed).
+    let b = hold(&redis, "k", "1h");
+    // A finds out and reports `lost` (exit 75, its command killed).
+    let out = a.finish(Duration::from_secs(30));
+    assert_eq!(out.code(), 75, "{out}");
+    // The `lost` write set the history to expire 2 s from then, while B holds for an hour.
+    assert!(
+        wait_for(
+            || redis.query::<i64>(&["EXISTS", &log]) == 0,
+            Duration::from_secs(30)
+        ),
+        "the history did not expire"
+    );
+    assert!(redis.pttl(&lock_key("k")) > 0, "B still holds the lock");
+    release(&redis, "k", &b);
+    let pttl = redis.pttl(&log);
+    assert!(
+        pttl > 0,
+        "B's release re-created the history without expiry (PTTL {pttl})"
+    );
+}

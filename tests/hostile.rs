@@ -257,7 +257,8 @@ fn an_output_that_cannot_be_written_exits_74() {
 }
 
 /// The ACL rules the README gives for a user that may only touch redlock's keys and channels.
-const README_ACL: &str = "resetkeys ~redlock:* resetchannels &redlock:* -@all +@connection \
+const README_ACL: &str = "resetkeys ~redlock:* resetchannels &redlock:* &redlock:{*}:watch \
+-@all +@connection \
 +eval +evalsha +script|load +scan +blpop +subscribe +wait +get +set +del +exists +pttl +pexpire +persist +hget +hset \
 +hdel +hmget +hgetall +hincrby +zadd +zrem +zrange +zscore +zcard +lpush +publish +time +info \
 +xadd +type +xrange +xrevrange +xread +psubscribe +pubsub|numsub";
@@ -311,6 +312,26 @@ fn the_readme_acl_confines_redlock_to_its_prefix() {
     // The history was written, and is read, with these rules: 3 holds, each acquired and released.
     let log = with_user().args(["log", "k", "--json"]).run().ok();
     assert_eq!(log.lines().count(), 6, "{log}");
+    // Every lock can be watched (Redis 7 lets a user PSUBSCRIBE only to a pattern granted as
+    // written: without `&redlock:{*}:watch` this exited 77).
+    let mut watch = with_user()
+        .args(["status", "--watch", "--json"])
+        .spawn_proc();
+    watch.wait_for_stderr("listening for changes", Duration::from_secs(20));
+    with_user()
+        .args(["exec", "w", "--", "true"])
+        .run()
+        .expect(0);
+    assert!(
+        wait_for(
+            || watch.stdout().contains("\"released\""),
+            Duration::from_secs(20)
+        ),
+        "the watcher heard nothing:\n{}",
+        watch.stderr()
+    );
+    watch.signal(libc::SIGINT);
+    watch.finish(Duration::from_secs(20)).expect(130);
     // A lock key someone set without a TTL: the waiter's script keeps the record alive with
     // PERSIST (the README's list must have it: this exited 70 without).
     redis.query::<()>(&["SET", &lock_key("stuck"), "x"]);

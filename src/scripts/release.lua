@@ -88,8 +88,7 @@ if current == ARGV[1] then
       fields[#fields + 1] = 'status'
       fields[#fields + 1] = tonumber(ARGV[12])
     end
-    -- false: the history's expiry, set by our acquisition and renewals, stays.
-    event('released', current, fields, log_max, false, at)
+    event('released', current, fields, log_max, keep, at)
   end
   return {1, {}, next}
 end
