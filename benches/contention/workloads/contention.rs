@@ -119,8 +119,9 @@ impl Bench {
     /// Workloads 1 to 3: loops × rounds on one lock. flock and redlock run `reps.0` times each,
     /// alternately (flock, redlock, flock, redlock, …), so that both see the same spells of a noisy
     /// machine; the polling tool runs `reps.1` times, spread among them (the first after the
-    /// first pair, the last at the end). With a `baseline` binary, it runs after
-    /// each redlock run (flock, redlock, baseline, flock, …), on a key of its own. Every run is
+    /// first pair, the last at the end). With a `baseline` binary, it runs beside each redlock
+    /// run, after it in even repetitions and before it in odd ones (flock, redlock, baseline,
+    /// flock, baseline, redlock, …), on a key of its own. Every run is
     /// checked (exact counter, alternating entries and leaves) and logged on stderr; the
     /// summaries are in `TOOLS` order, the baseline's apart. With `cpu`, those runs measure the
     /// server's CPU time (the slow log off), and each tool with a server (and the baseline) runs
@@ -151,8 +152,17 @@ impl Bench {
         let mut order: Vec<(Tool, usize, Option<&Path>)> = Vec::new();
         for rep in 0..reps {
             order.push((Tool::Flock, rep, None));
-            order.push((Tool::Redlock, rep, None));
-            order.extend(baseline.map(|b| (Tool::Redlock, rep, Some(b))));
+            // The baseline before redlock in every other repetition: in one order only, the
+            // one that runs second met different conditions each time (in workload 1 that
+            // moved the ratio of the two by several per cent either way).
+            let pair = [(Tool::Redlock, rep, None)]
+                .into_iter()
+                .chain(baseline.map(|b| (Tool::Redlock, rep, Some(b))));
+            if rep % 2 == 0 {
+                order.extend(pair);
+            } else {
+                order.extend(pair.rev());
+            }
             for (k, _) in polling_after.iter().enumerate().filter(|(_, a)| **a == rep) {
                 order.push((Tool::Polling, k, None));
             }

@@ -49,9 +49,12 @@ pub fn notes() -> [String; 2] {
             "Workloads 1 and 2: flock and redlock ran {REPS} times each, alternately (flock, \
              redlock, flock, redlock, …) so that both met the same machine conditions; the seed \
              style ran {POLLING_REPS_W1} times among them in workload 1 (its wall and server CPU \
-             pool those runs), once after them in workload 2. Wall is the median run's (hand-overs/s is that run's), \
-             and the wall targets compare medians; every run's wall is on stderr. Waits, \
-             commands per CS and client-side hand-overs pool all runs of a tool; fairness is the \
+             pool those runs), once after them in workload 2. Wall is the median run's \
+             (hand-overs/s is that run's), and the wall targets compare medians; every run's \
+             wall is on stderr. Waits and client-side hand-overs pool all runs of a tool, \
+             commands per CS too in workload 2; workloads 1 and 3 measure the server's CPU in \
+             those runs (slow log off) and count commands in one more run per tool (slow log \
+             on); fairness is the \
              worst run's. Every run was checked (exact counter, no overlap). Workloads 3 to 5: \
              one run per tool. Workload 6: medians of {UNCONTENDED_RUNS} runs per command, \
              interleaved. Workload 7: {QUORUM_CYCLES} cycles per configuration, interleaved (the \
@@ -60,8 +63,8 @@ pub fn notes() -> [String; 2] {
              medians of {STATUS_RUNS} runs of `redlock status` per path, interleaved, with \
              {STATUS_LOCKS} locks written by the bench; \"before\" is the binary in \
              REDLOCK_BENCH_BASELINE when set (the code before batching). With \
-             REDLOCK_BENCH_BASELINE, workload 1 also runs that binary {REPS} times, after each \
-             redlock run, for the baseline row."
+             REDLOCK_BENCH_BASELINE, workload 1 also runs that binary {REPS} times, beside each \
+             redlock run (after it, then before it, alternately), for the baseline row."
         ),
         "wait: from starting the lock command to entering the critical section (the tool's \
          start-up included). Redis commands: `sent` are the commands clients sent (round \
@@ -69,8 +72,9 @@ pub fn notes() -> [String; 2] {
          both); targets use `sent`. Server-side hand-over: release to the next holder's SET \
          by the server's clock, from `redis-cli MONITOR` in a separate run of workload 1. \
          Redis server CPU: the main thread's (`INFO cpu`, Lua included) over each run ÷ its \
-         critical sections, runs pooled; it includes accepting each process's connection and \
-         the slow log the bench keeps. Redis memory: `MEMORY USAGE` of a held lock's keys (its \
+         critical sections, runs pooled, with the slow log off (it would charge each command \
+         run in a script for the bench's instrument); it includes accepting each process's \
+         connection. Redis memory: `MEMORY USAGE` of a held lock's keys (its \
          history with one event included), what one queued waiter adds (its keys and meta's \
          growth), and what one more history event costs (a history of 200 events ÷ 200)."
             .to_string(),
