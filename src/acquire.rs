@@ -3,9 +3,9 @@
 //! Waiting: wake on release, first come first served.
 //! - A failed attempt joins the queue (`:q`, ordered by a ticket) in the same script, with a lease
 //!   (`:leases`) that covers the wait it is about to do, and a record of who waits and until when
-//!   (in the same hash, for `status`; it goes with the lease). The waiter then blocks with BLPOP on its
-//!   own wake list `:w:TOKEN`, for at most the holder's remaining TTL (capped at [`BLOCK_CAP`]),
-//!   so a holder that dies without releasing is picked up when its key expires.
+//!   (in the same hash, for `status`; it goes with the lease). The waiter then blocks with BLPOP
+//!   on its own wake list `:w:TOKEN`, for at most the holder's remaining TTL (capped at
+//!   [`BLOCK_CAP`]), so a holder that dies without releasing is picked up when its key expires.
 //! - Release, in the script that deletes the lock, hands it to the first waiter whose lease is
 //!   live: the lock key becomes `~TOKEN` for [`CLAIM_WINDOW`](crate::lock::CLAIM_WINDOW) and
 //!   the waiter's wake list gets one push, which wakes exactly that waiter (no herd). Its next

@@ -11,8 +11,8 @@
 //! - Beside it, `PREFIX{NAME}:meta` (a hash) keeps the fence counter, the record of the last
 //!   holder and that of the last forced release (`forced_token`, `forced_by`, `forced_at`: see
 //!   [`Forced`]); `:q`, `:leases` and `:w:TOKEN` hold the waiters (see `acquire.rs`) and who
-//!   they are (see [`Waiting`]; a record lives as long as its lease, in the same hash). The `{NAME}` hash tag
-//!   puts every key of one lock in one Cluster slot. Meta expires `--meta-ttl` after the lock and
+//!   they are (see [`Waiting`]; a record lives as long as its lease, in the same hash). The
+//!   `{NAME}` hash tag puts every key of one lock in one Cluster slot. Meta expires `--meta-ttl` after the lock and
 //!   its queue would expire, refreshed by every script that writes it and can make them last
 //!   longer (acquire, extend, fence), so it never expires while the lock is held or waited for.
 //! - The fence is set exactly once per successful acquisition, in the same script, to

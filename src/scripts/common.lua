@@ -213,10 +213,11 @@ end
 -- Tell what just changed, in the step that changed it: published as one JSON object on the
 -- channel LOCK:watch (for `status --watch`) when someone may listen (see `listened`), and,
 -- for every kind but `queued` and `left` (told only to watchers), appended to the capped stream
--- LOCK:log (for `redlock log`) with the same fields. `token`: the token concerned (only its fingerprint is told: a token can
--- release the lock); `fields`: name, value, name, value... (strings or integers); `log_max`: how
--- many entries the stream keeps (0 or not a number: no history); `keep_ms`: how long the stream
--- outlives this write (the history of a lock nobody uses expires, as meta does); `at`: now (ms).
+-- LOCK:log (for `redlock log`) with the same fields. `token`: the token concerned (only its
+-- fingerprint is told: a token can release the lock); `fields`: name, value, name, value...
+-- (strings or integers); `log_max`: how many entries the stream keeps (0 or not a number: no
+-- history); `keep_ms`: how long the stream outlives this write (the history of a lock nobody
+-- uses expires, as meta does); `at`: now (ms).
 -- Every call is a pcall: telling must never stop the change it tells of (a server out of
 -- memory refuses XADD; an ACL user may lack the channel; anyone may write a key of another type
 -- under the stream's name).
