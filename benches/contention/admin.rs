@@ -123,8 +123,8 @@ pub struct Cmds {
     pub window: Duration,
     /// CPU time of the server's main thread in the window (`INFO cpu`, the sum of
     /// `used_cpu_sys_main_thread` and `used_cpu_user_main_thread`), which runs every command and
-    /// every Lua script: [`Count::Cpu`] only. The bench's own commands in the window are one
-    /// `INFO cpu` and the `INFO` of the window's start: negligible.
+    /// every Lua script: [`Count::Cpu`] only. The bench's own commands in the window are the
+    /// `INFO` at each end: negligible.
     pub cpu: Option<Duration>,
 }
 
@@ -229,12 +229,6 @@ impl Admin {
         }
     }
 
-    /// The server's main-thread CPU time so far (`INFO cpu`).
-    fn cpu(&mut self) -> Duration {
-        let text: String = self.query("info", redis::cmd("INFO").arg("cpu"));
-        server_cpu(&text)
-    }
-
     /// Starts counting `count`: the slow log on and emptied, or off; then a commandstats
     /// snapshot.
     pub fn begin(&mut self, count: Count) -> Mark {
@@ -260,14 +254,14 @@ impl Admin {
     /// The commands since `from`, and the CPU time or the split (see [`Count`]).
     pub fn end(&mut self, from: &Mark) -> Cmds {
         if from.count == Count::Cpu {
-            let cpu = self.cpu().saturating_sub(from.cpu);
-            let (total, by_name) = self.commands_since(from);
+            // One INFO ends the window: the commands and the CPU time at the same instant.
+            let (total, by_name, to) = self.commands_since(from);
             return Cmds {
                 total,
                 in_scripts: None,
                 by_name,
-                window: from.at.elapsed(),
-                cpu: Some(cpu),
+                window: to.at - from.at,
+                cpu: Some(to.cpu.saturating_sub(from.cpu)),
             };
         }
         let log: redis::Value = self.query("slowlog|get", redis::cmd("SLOWLOG").arg("GET").arg(-1));
@@ -298,11 +292,8 @@ impl Admin {
                 from_clients += 1;
             }
         }
-        let (total, by_name) = self.commands_since(from);
-        let blocked = by_name
-            .iter()
-            .find(|(n, _)| n == BLOCKED)
-            .map_or(0, |(_, k)| *k);
+        let (total, by_name, to) = self.commands_since(from);
+        let blocked = to.blocked.saturating_sub(from.blocked);
         if from_clients + in_scripts + blocked != total {
             // Only commandstats counts rejected commands and a BLPOP that timed out, and it also
             // sees what ran between SLOWLOG GET and INFO; `sent` (total - in scripts) includes
@@ -316,14 +307,14 @@ impl Admin {
             total,
             in_scripts: Some(in_scripts),
             by_name,
-            window: from.at.elapsed(),
+            window: to.at - from.at,
             cpu: None,
         }
     }
 
     /// The commands run since `from` by commandstats (the bench's own excluded), in all and by
-    /// name, busiest first.
-    fn commands_since(&mut self, from: &Mark) -> (u64, Vec<(String, u64)>) {
+    /// name, busiest first, and the mark they were counted to.
+    fn commands_since(&mut self, from: &Mark) -> (u64, Vec<(String, u64)>, Mark) {
         let to = self.mark();
         let mut by_name = Vec::new();
         let mut total = 0;
@@ -345,7 +336,7 @@ impl Admin {
             total += blocked;
         }
         by_name.sort_by_key(|b| std::cmp::Reverse(b.1));
-        (total, by_name)
+        (total, by_name, to)
     }
 
     /// `MEMORY USAGE key SAMPLES 0` in bytes: 0 for a missing key.
