@@ -127,7 +127,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__acquire)
-            opts="-w -n -E -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --allow-eviction --format --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --log-max --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-w -n -E -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --allow-eviction --slots --pool --shared --format --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --log-max --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -158,6 +158,14 @@ _redlock() {
                     return 0
                     ;;
                 --wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slots)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pool)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -221,7 +229,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__exec)
-            opts="-w -n -E -c -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --allow-eviction --on-lost --kill-after --report --command --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --log-max --connect-timeout --io-timeout --quiet --verbose --help --version"
+            opts="-w -n -E -c -u -q -v -h -V --ttl --wait --no-wait --conflict-exit-code --note --wait-replicas --allow-eviction --slots --pool --shared --on-lost --kill-after --report --command --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --log-max --connect-timeout --io-timeout --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -252,6 +260,14 @@ _redlock() {
                     return 0
                     ;;
                 --wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slots)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pool)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -52,8 +52,10 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s w -l wait -d
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l note -d 'Describe the holder in \'redlock status\' (default: the command line); secrets show as ***' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l wait-replicas -d 'After acquiring, wait (up to --io-timeout) until N replicas have the lock, or fail' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l slots -d 'Let up to N holders in at once; exec\'s command gets its place in REDLOCK_SLOT (0 to N-1)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l pool -d 'One holder per named resource; exec\'s command gets the one it holds in REDLOCK_RESOURCE' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l format -d 'What to print on stdout' -r -f -a "token\t'The token alone, for T=$(redlock acquire KEY)'
-env\t'REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines, for v=$(...) || exit; eval "$v"'
+env\t'REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines (and REDLOCK_SLOT=, REDLOCK_RESOURCE= with --slots or --pool), for v=$(...) || exit; eval "$v"'
 json\t'One JSON object'"
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
@@ -68,6 +70,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l connect-time
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s n -l no-wait -d 'Do not wait: fail at once if the lock is busy'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l allow-eviction -d 'Lock even on a server that may evict it: maxmemory-policy allkeys-* (refused without this)'
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l shared -d 'Hold it shared: any number of --shared holders, or one without (a writer, who goes first)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s v -l verbose -d 'Log every Redis round trip to stderr'
@@ -157,6 +160,8 @@ complete -c redlock -n "__fish_redlock_using_subcommand exec" -s w -l wait -d 'W
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l note -d 'Describe the holder in \'redlock status\' (default: the command line); secrets show as ***' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l wait-replicas -d 'After acquiring, wait (up to --io-timeout) until N replicas have the lock, or fail' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l slots -d 'Let up to N holders in at once; exec\'s command gets its place in REDLOCK_SLOT (0 to N-1)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l pool -d 'One holder per named resource; exec\'s command gets the one it holds in REDLOCK_RESOURCE' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l on-lost -d 'What to do with the command if the lock is lost while it runs' -r -f -a "term\t'SIGTERM, then SIGKILL after --kill-after'
 kill\t'SIGKILL at once'
 ignore\t'Warn and let the command finish'"
@@ -176,6 +181,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand exec" -l connect-timeout
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s n -l no-wait -d 'Do not wait: fail at once if the lock is busy'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l allow-eviction -d 'Lock even on a server that may evict it: maxmemory-policy allkeys-* (refused without this)'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l shared -d 'Hold it shared: any number of --shared holders, or one without (a writer, who goes first)'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s v -l verbose -d 'Log every Redis round trip to stderr'

@@ -32,7 +32,7 @@
 //! The protocol steps (one script call each) are in `lock.rs`; a quorum counts them in
 //! `quorum.rs`. This module decides only when to ask again and how to give up cleanly.
 //!
-//! Layer 8 of the list in `lib.rs`.
+//! Layer 9 of the list in `lib.rs`.
 
 use std::time::{Duration, Instant};
 
@@ -40,7 +40,9 @@ use anyhow::{Context, Result};
 
 use crate::client::Redis;
 use crate::error::{Failure, Kind, failure, kind_of};
-use crate::lock::{Attempt, BLOCK_CAP, Keys, Lock, Owner, QuorumVerdict, Releaser, Request, State};
+use crate::lock::{
+    Attempt, BLOCK_CAP, Keys, Lock, Mode, Owner, QuorumVerdict, Releaser, Request, State,
+};
 use crate::store::Store;
 
 /// How long to wait for a busy lock.
@@ -154,6 +156,7 @@ pub fn acquire(
     ttl: Duration,
     owner: &Owner,
     wait: Wait,
+    mode: &Mode,
     park: &mut dyn Park,
 ) -> Result<Acquired> {
     let started = Instant::now();
@@ -170,6 +173,7 @@ pub fn acquire(
         ttl,
         owner,
         wait,
+        mode,
         deadline: match wait {
             Wait::For(d) => Instant::now().checked_add(d),
             Wait::No | Wait::Forever => None,
@@ -226,6 +230,7 @@ struct Waiter<'a> {
     ttl: Duration,
     owner: &'a Owner,
     wait: Wait,
+    mode: &'a Mode,
     deadline: Option<Instant>,
     token: String,
     /// The token of the attempt before, when each attempt takes a fresh one (see `Store`).
@@ -264,6 +269,7 @@ impl Waiter<'_> {
                 wait: Some(self.remaining()).filter(|r| *r != Duration::MAX),
                 waited: self.started.elapsed(),
                 tell: join && self.report.due(Instant::now() + TELL_AHEAD),
+                mode: self.mode,
             };
             let attempt = match store.try_acquire(keys, &self.token, &req) {
                 Ok(attempt) => attempt,

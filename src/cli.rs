@@ -360,7 +360,31 @@ pub struct LockArgs {
         value_parser = parse_switch
     )]
     pub allow_eviction: bool,
+
+    /// Let up to N holders in at once; exec's command gets its place in REDLOCK_SLOT (0 to N-1)
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=MAX_SLOTS as i64),
+        conflicts_with_all = ["pool", "shared"]
+    )]
+    pub slots: Option<u32>,
+
+    /// One holder per named resource; exec's command gets the one it holds in REDLOCK_RESOURCE
+    #[arg(long, value_name = "NAME,...", value_parser = parse_pool, conflicts_with = "shared")]
+    pub pool: Option<Pool>,
+
+    /// Hold it shared: any number of --shared holders, or one without (a writer, who goes first)
+    #[arg(long)]
+    pub shared: bool,
 }
+
+/// The most holders `--slots` and `--pool` allow.
+pub const MAX_SLOTS: u32 = 1000;
+
+/// The names of `--pool`, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pool(pub Vec<String>);
 
 #[derive(Debug, Args)]
 pub struct AcquireArgs {
@@ -379,7 +403,8 @@ pub struct AcquireArgs {
 pub enum Format {
     /// The token alone, for T=$(redlock acquire KEY)
     Token,
-    /// REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines, for v=$(...) || exit; eval "$v"
+    /// REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines (and REDLOCK_SLOT=, REDLOCK_RESOURCE=
+    /// with --slots or --pool), for v=$(...) || exit; eval "$v"
     Env,
     /// One JSON object
     Json,
@@ -579,6 +604,33 @@ pub fn parse_switch(s: &str) -> Result<bool, String> {
         "" | "0" | "false" | "no" | "off" => Ok(false),
         _ => Err(format!("'{s}' is not on or off; use 1 or 0")),
     }
+}
+
+/// `--pool`: names separated by commas, each non-empty, printable and unique.
+pub fn parse_pool(s: &str) -> Result<Pool, String> {
+    let names: Vec<String> = s.split(',').map(str::to_string).collect();
+    if names.len() > MAX_SLOTS as usize {
+        return Err(format!(
+            "{} names; a pool has at most {MAX_SLOTS}",
+            names.len()
+        ));
+    }
+    for (i, name) in names.iter().enumerate() {
+        if name.is_empty() {
+            return Err(format!(
+                "'{s}' has an empty name; separate names with single commas"
+            ));
+        }
+        if let Some(c) = name.chars().find(|c| c.is_control()) {
+            return Err(format!(
+                "the name {name:?} contains the control character {c:?}"
+            ));
+        }
+        if names[..i].contains(name) {
+            return Err(format!("'{name}' is in the pool twice"));
+        }
+    }
+    Ok(Pool(names))
 }
 
 /// A TTL: a duration of at least one millisecond (Redis counts expiry in milliseconds).

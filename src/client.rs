@@ -273,18 +273,19 @@ impl Redis {
     /// a volatile-* one is warned about), in the same round trip.
     pub fn call_acquire(
         &mut self,
+        attempts: &scripts::Attempts,
         invoke: impl FnOnce(&Script, &mut dyn ConnectionLike) -> redis::RedisResult<Vec<redis::Value>>,
     ) -> Result<Vec<redis::Value>> {
         if self.stale {
             self.reconnect()?;
         }
         if self.checked {
-            return self.call("acquire", |con| invoke(&scripts::ACQUIRE, con));
+            return self.call("acquire", |con| invoke(attempts.unchecked, con));
         }
         let script: &Script = if self.config.allow_eviction {
-            &scripts::ACQUIRE_CHECKED_ALLOW_EVICTION
+            attempts.checked_allow_eviction
         } else {
-            &scripts::ACQUIRE_CHECKED
+            attempts.checked
         };
         let mut reply = self.call("acquire", |con| {
             let mut counted = Counted { con, requests: 0 };
@@ -293,7 +294,7 @@ impl Redis {
                 // The server did not know the script (a first use, a restart, SCRIPT FLUSH), so
                 // it will not know the one later attempts run either: load it now, not in the
                 // round trip of a waiter's turn.
-                scripts::ACQUIRE.load(con)?;
+                attempts.unchecked.load(con)?;
             }
             Ok(reply)
         })?;

@@ -3,7 +3,7 @@
 //! Each returns the exit status for outcomes that are not errors (busy, free) and an error for the
 //! rest, which `messages::report_error` prints and maps to its code. `exec` lives in `exec.rs`.
 //!
-//! Layer 11 of the list in `lib.rs`.
+//! Layer 12 of the list in `lib.rs`.
 
 use std::io::Write;
 use std::ops::ControlFlow;
@@ -20,7 +20,7 @@ use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
 use crate::exit;
 use crate::history::{self, Entry, Range};
-use crate::lock::{self, IfHeld, Keys, Lock, QuorumVerdict, Releaser, State, Verdict};
+use crate::lock::{self, IfHeld, Keys, Lock, Mode, QuorumVerdict, Releaser, State, Verdict};
 use crate::messages;
 use crate::owner;
 use crate::signals;
@@ -47,6 +47,16 @@ pub fn warn_short_ttl(config: &Config, ttl: std::time::Duration) {
 }
 
 impl LockArgs {
+    /// The kind of lock asked for: `--slots`, `--pool`, `--shared`, or plain.
+    pub fn mode(&self) -> Mode {
+        match (self.slots, &self.pool, self.shared) {
+            (Some(n), _, _) => Mode::Slots(n),
+            (_, Some(pool), _) => Mode::Pool(pool.0.clone()),
+            (_, _, true) => Mode::Shared,
+            _ => Mode::Exclusive,
+        }
+    }
+
     pub fn wait(&self) -> Wait {
         match (self.no_wait, self.wait) {
             (true, _) => Wait::No,
@@ -97,7 +107,16 @@ pub fn take_lock(
     events: &Receiver<Event>,
 ) -> Result<ControlFlow<GaveUp, Lock>> {
     let mut parker = Parker::new(config, events);
-    match acquire::acquire(store, keys, args.ttl, owner, args.wait(), &mut parker)? {
+    let mode = args.mode();
+    match acquire::acquire(
+        store,
+        keys,
+        args.ttl,
+        owner,
+        args.wait(),
+        &mode,
+        &mut parker,
+    )? {
         Acquired::Held(lock) => {
             if args.wait_replicas > 0 {
                 wait_for_replicas(config, store, &lock, args.wait_replicas)?;
@@ -152,6 +171,15 @@ fn wait_for_replicas(
 
 /// Refuses option combinations that cannot work with the configured servers.
 pub fn check_lock_args(config: &Config, args: &LockArgs) -> Result<()> {
+    let mode = args.mode();
+    if mode != Mode::Exclusive && matches!(config.servers, Servers::Quorum(_)) {
+        return Err(usage(format!(
+            "{} does not apply to several --url: a limit kept by each of independent masters is \
+             not one limit (with 3 masters and 2 slots, 3 clients can each win a majority with \
+             different pairs); use one server (with replicas, Sentinel or a Cluster)",
+            mode.describe()
+        )));
+    }
     if args.wait_replicas > 0 && matches!(config.servers, Servers::Quorum(_)) {
         return Err(usage(
             "--wait-replicas does not apply to several --url (a quorum of independent masters \
@@ -263,6 +291,29 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
     };
     let mut store = backend::open(config)?;
     match store.release(&keys, &by)? {
+        Verdict::Forced(holders) if holders.is_empty() => {
+            messages::notice(config, format_args!("'{}' had no holder left", keys.name));
+            Ok(exit::OK)
+        }
+        Verdict::Forced(holders) => {
+            // As for one holder: the holders are the point of --force's output, even with -q.
+            messages::outcome(format_args!(
+                "force-released '{}', held by {} holder{}:",
+                keys.name,
+                holders.len(),
+                if holders.len() == 1 { "" } else { "s" }
+            ));
+            for h in &holders {
+                messages::outcome(format_args!(
+                    "  slot {}: {} (fence {}, token {}…)",
+                    h.slot.map_or("?".to_string(), |s| s.to_string()),
+                    h.who(),
+                    h.fence,
+                    h.fingerprint()
+                ));
+            }
+            Ok(exit::OK)
+        }
         Verdict::Done(previous) => {
             if args.force {
                 let who = previous
@@ -370,6 +421,7 @@ pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
         }
         StatusFormat::Table => {
             crate::output::status_table(&states, args.show_token)
+                + &crate::output::holders_details(&states, args.show_token)
                 + &crate::output::quorum_details(&states)
                 // Named locks list their waiters: "who is next" is what a look at one lock asks.
                 + &if args.queue || !args.keys.is_empty() {

@@ -29,7 +29,7 @@
 //! `--report` notes what happened as the steps go ([`Facts`]) and writes one JSON line at the
 //! end, whatever the outcome ([`Report`]); never the token, only its fingerprint.
 //!
-//! Layer 12 of the list in `lib.rs`.
+//! Layer 13 of the list in `lib.rs`.
 
 use std::ffi::{OsStr, OsString};
 use std::ops::ControlFlow;
@@ -141,8 +141,15 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
         Err(e) => return release_after(config, store.as_mut(), &lock, Err(e), facts),
     };
     messages::log(config, || {
+        let place = match &lock.slot {
+            Some(s) => match &s.resource {
+                Some(r) => format!(", slot {} '{r}'", s.index),
+                None => format!(", slot {}", s.index),
+            },
+            None => String::new(),
+        };
         format!(
-            "holding '{}' (fence {}); started pid {}",
+            "holding '{}' (fence {}{place}); started pid {}",
             keys.name,
             lock.fence,
             child.id()
@@ -491,6 +498,8 @@ fn release(store: &mut dyn Store, lock: &Lock, status: Option<u8>) -> Released {
 /// `REDLOCK_PASSWORD`, which is removed. `REDIS_URL` is the user's own and is left as it is.
 fn spawn(argv: &[OsString], lock: &Lock, config: &Config, handled: &[i32]) -> Result<Child> {
     let fence = lock.fence.to_string();
+    let slot = lock.slot.as_ref().map(|s| s.index.to_string());
+    let resource = lock.slot.as_ref().and_then(|s| s.resource.as_deref());
     let urls = config.servers.public_urls();
     let files = &config.for_child;
     let password = files
@@ -526,6 +535,10 @@ fn spawn(argv: &[OsString], lock: &Lock, config: &Config, handled: &[i32]) -> Re
         ("REDLOCK_KEY", Some(OsStr::new(&lock.keys.name))),
         ("REDLOCK_TOKEN", Some(OsStr::new(&lock.token))),
         ("REDLOCK_FENCE", Some(OsStr::new(&fence))),
+        // A lock with more than one holder: our place (and its name, in a pool). Removed
+        // otherwise, so that an exec inside another's command does not pass on the outer place.
+        ("REDLOCK_SLOT", slot.as_deref().map(OsStr::new)),
+        ("REDLOCK_RESOURCE", resource.map(OsStr::new)),
         ("REDLOCK_URL", Some(OsStr::new(&urls))),
         ("REDLOCK_PREFIX", Some(OsStr::new(&config.prefix))),
         ("REDLOCK_PASSWORD", None),
@@ -702,7 +715,8 @@ fn lost_reason(v: &Verdict) -> String {
             h.fingerprint()
         ),
         Verdict::HeldByOther(None) => "the lock key now holds another token".into(),
-        Verdict::Done(_) => "the lock was released".into(),
+        Verdict::Done(_) | Verdict::Forced(_) => "the lock was released".into(),
+        Verdict::Slots => "the lock key now holds a lock with more than one holder".into(),
     }
 }
 

@@ -7,7 +7,7 @@
 //! escaped for display (printable.rs), the note redacted (redact.rs), numbers parsed, never
 //! trusted to fit. The stream lives on the lock's server (a quorum's queue node, the first URL).
 //!
-//! Layer 6 of the list in `lib.rs`.
+//! Layer 7 of the list in `lib.rs`.
 
 use std::ops::ControlFlow;
 use std::time::Duration;
@@ -72,6 +72,10 @@ impl Entry {
         if let Some(fence) = self.get("fence").filter(|f| !f.is_empty()) {
             said.push(format!("fence {fence}"));
         }
+        // A lock with more than one holder: whose place it was.
+        if let Some(slot) = self.get("slot").filter(|s| !s.is_empty()) {
+            said.push(format!("slot {slot}"));
+        }
         match self.kind() {
             "acquired" => {
                 if let Some(who) = self.who() {
@@ -135,7 +139,7 @@ impl Entry {
         for (k, v) in &self.fields {
             let numeric = matches!(
                 k.as_str(),
-                "waited_ms" | "ttl_ms" | "held_ms" | "status" | "expires_ms"
+                "waited_ms" | "ttl_ms" | "held_ms" | "status" | "expires_ms" | "slot"
             );
             let value = match v.parse::<i64>() {
                 Ok(n) if numeric => json!(n),

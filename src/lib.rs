@@ -17,15 +17,16 @@
 //! 3. `messages`: every line for humans on stderr, and what `-q` silences
 //! 4. `client`: a connection to one server (timeouts, TLS, auth, Redis errors mapped to ours)
 //! 5. `lock`: the lock model and the one-server protocol, one script call per operation
-//! 6. `store`, `history`: the `Store` trait and its one-server implementation; a lock's history
-//! 7. `quorum`: a quorum of independent masters, the same trait over N servers
-//! 8. `acquire`, `backend`: taking a lock and waiting over any store; picking the store
-//! 9. `metrics`, `owner`, `output`, `wait`: `status` as Prometheus metrics; who we are; what
-//!    goes to stdout; parking a waiter on signals
-//! 10. `notify`, `complete`, `watch`: hearing that our lock was taken; completing lock names in a
+//! 6. `slots`: locks with more than one holder (`--slots`, `--pool`, `--shared`) on one server
+//! 7. `store`, `history`: the `Store` trait and its one-server implementation; a lock's history
+//! 8. `quorum`: a quorum of independent masters, the same trait over N servers
+//! 9. `acquire`, `backend`: taking a lock and waiting over any store; picking the store
+//! 10. `metrics`, `owner`, `output`, `wait`: `status` as Prometheus metrics; who we are; what
+//!     goes to stdout; parking a waiter on signals
+//! 11. `notify`, `complete`, `watch`: hearing that our lock was taken; completing lock names in a
 //!     shell; following locks as they change (`status --watch`)
-//! 11. `commands`: `acquire`, `release`, `extend`, `status`, `log`
-//! 12. `exec`: the supervisor (it takes its lock as the `acquire` command does)
+//! 12. `commands`: `acquire`, `release`, `extend`, `status`, `log`
+//! 13. `exec`: the supervisor (it takes its lock as the `acquire` command does)
 
 /// `eprintln!` that never panics, for `messages` (the one module that writes lines for humans to
 /// stderr, and knows what `-q` and `-v` do to them): a closed or broken stderr (the reader of a
@@ -61,6 +62,7 @@ mod quorum;
 mod redact;
 mod scripts;
 mod signals;
+mod slots;
 mod spawn;
 mod store;
 mod wait;

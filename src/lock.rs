@@ -30,7 +30,7 @@ use anyhow::Result;
 use redis::Value;
 
 use crate::client::{Redis, unexpected_reply};
-use crate::error::{Kind, failure, usage};
+use crate::error::{Kind, failure, refusal, usage};
 use crate::printable::{is_bidi_control, printable};
 use crate::redact::redact;
 use crate::scripts;
@@ -113,7 +113,7 @@ impl Keys {
     }
 
     /// The keys in the order every script declares them.
-    fn all(&self) -> [&str; 4] {
+    pub fn all(&self) -> [&str; 4] {
         [&self.lock, &self.meta, &self.queue, &self.leases]
     }
 
@@ -155,6 +155,191 @@ pub struct Holder {
     pub released_ms: Option<i64>,
     /// The holder's pid namespace (see [`Owner::pidns`]); empty in records of older versions.
     pub pidns: String,
+    /// Its place in a lock with more than one holder (see [`Mode`]); `None` in a plain lock.
+    pub slot: Option<u32>,
+}
+
+/// What kind of lock a call asks for: plain (one holder), or one with more than one holder
+/// (`--slots N`, `--pool A,B,C`, `--shared`; see `slots_common.lua`). The scripts record it in the
+/// meta hash as a spec (`slots`): the first holder sets it, and a call that asks for another
+/// kind while the lock has holders or waiters is refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// One holder at a time.
+    #[default]
+    Exclusive,
+    /// At most N holders at once (a counting semaphore).
+    Slots(u32),
+    /// One holder per named resource: slot i is the i-th name.
+    Pool(Vec<String>),
+    /// Any number of shared holders, or one exclusive holder (a plain request, a writer).
+    Shared,
+}
+
+impl Mode {
+    /// The spec the scripts record ('' for a plain lock).
+    pub fn spec(&self) -> String {
+        match self {
+            Mode::Exclusive => String::new(),
+            Mode::Slots(n) => format!("n:{n}"),
+            Mode::Pool(names) => format!("p:{}", names.join(",")),
+            Mode::Shared => "s".to_string(),
+        }
+    }
+
+    /// The mode a recorded spec names; `None` for a spec no version writes.
+    pub fn from_spec(spec: &str) -> Option<Mode> {
+        match spec.split_once(':') {
+            None if spec.is_empty() => Some(Mode::Exclusive),
+            None if spec == "s" => Some(Mode::Shared),
+            Some(("n", n)) => n.parse().ok().map(Mode::Slots),
+            Some(("p", names)) => Some(Mode::Pool(names.split(',').map(str::to_string).collect())),
+            _ => None,
+        }
+    }
+
+    /// How many holders it admits at once; `None`: any number (shared).
+    pub fn limit(&self) -> Option<usize> {
+        match self {
+            Mode::Exclusive => Some(1),
+            Mode::Slots(n) => Some(*n as usize),
+            Mode::Pool(names) => Some(names.len()),
+            Mode::Shared => None,
+        }
+    }
+
+    /// The name of slot `slot` in a pool.
+    pub fn resource(&self, slot: u32) -> Option<&str> {
+        match self {
+            Mode::Pool(names) => names.get(slot as usize).map(String::as_str),
+            _ => None,
+        }
+    }
+
+    /// As the options that ask for it: `--slots 3`, `--pool a,b`, `--shared`, or `an exclusive
+    /// lock`.
+    pub fn describe(&self) -> String {
+        match self {
+            Mode::Exclusive => "an exclusive lock".to_string(),
+            Mode::Slots(n) => format!("--slots {n}"),
+            Mode::Pool(names) => format!("--pool {}", names.join(",")),
+            Mode::Shared => "--shared".to_string(),
+        }
+    }
+}
+
+/// [`Mode::Exclusive`], where a reference must outlive a call.
+pub static EXCLUSIVE: Mode = Mode::Exclusive;
+
+/// A refused attempt: the lock is of another kind than the call asks for (see [`Mode`]), as
+/// recorded (`spec`) by `by` ('user@host (pid N)'), or held by a plain holder `by`.
+pub fn mismatch(keys: &Keys, asked: &Mode, spec: &str, by: &str) -> anyhow::Error {
+    let by = printable(by);
+    let is = match Mode::from_spec(spec) {
+        Some(Mode::Exclusive) if by.is_empty() => "an exclusive lock".to_string(),
+        Some(Mode::Exclusive) => format!("held as an exclusive lock by {by}"),
+        Some(mode) if by.is_empty() => format!("a {} lock", mode.describe()),
+        Some(mode) => format!("a {} lock (set by {by})", mode.describe()),
+        None => format!("a lock of another kind ({})", printable(spec)),
+    };
+    // A refusal: the script wrote nothing, so there is nothing to undo (no tombstone either).
+    refusal(
+        Kind::Usage,
+        format!(
+            "'{}' is {is}; this call asks for {}. A lock's kind can change once it has no holders \
+         and no waiters",
+            keys.name,
+            match asked {
+                Mode::Exclusive => "an exclusive lock".to_string(),
+                other => other.describe(),
+            }
+        ),
+    )
+}
+
+/// The place a holder has in a lock with more than one holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    /// From 0: unique among the lock's holders at any time, and the same for the whole hold.
+    pub index: u32,
+    /// In a pool, the name of the resource at that index.
+    pub resource: Option<String>,
+}
+
+/// The holders of a lock with more than one holder, as `status` reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slots {
+    /// What the lock is (from the meta hash; [`Mode::Exclusive`] if the record is gone).
+    pub mode: Mode,
+    /// Who made it so: 'user@host (pid N)'.
+    pub set_by: String,
+    /// The live holders, by slot.
+    pub holders: Vec<Holder>,
+    /// Places reserved for waiters whose turn came, not claimed yet.
+    pub reserved: usize,
+}
+
+/// The live holders in HGETALL of `LOCK:slots` (see `slots_common.lua`) at `now_ms`. Records are
+/// anyone's to write: fields escaped for display, the note redacted.
+fn parse_slots(v: &Value, now_ms: i64, meta: &HashMap<String, String>) -> Slots {
+    let mode = meta
+        .get("slots")
+        .and_then(|spec| Mode::from_spec(spec))
+        .unwrap_or_default();
+    let mut slots = Slots {
+        mode,
+        set_by: meta.get("slots_by").cloned().unwrap_or_default(),
+        holders: Vec::new(),
+        reserved: 0,
+    };
+    let Value::Array(items) = v else {
+        return slots;
+    };
+    for pair in items.chunks_exact(2) {
+        let (Some(field), Some(value)) = (text(&pair[0]), text(&pair[1])) else {
+            continue;
+        };
+        let live = |expires: Option<i64>| expires.is_some_and(|e| e > now_ms);
+        if field.starts_with('~') {
+            slots.reserved += usize::from(live(value.parse().ok()));
+            continue;
+        }
+        let holder = slot_holder(&field, &value);
+        if live(holder.expires_ms) {
+            slots.holders.push(holder);
+        }
+    }
+    slots.holders.sort_by_key(|h| (h.slot, h.acquired_ms));
+    slots
+}
+
+/// A holder as its record in `LOCK:slots` describes it (`EXPIRES\tSLOT\tFENCE\tACQUIRED\tTTL\t
+/// PID\tUSER\tHOST\tPIDNS\tNOTE`, see `slots_common.lua`). Records are anyone's to write: every
+/// field is escaped for display, the note redacted.
+pub fn slot_holder(token: &str, record: &str) -> Holder {
+    let clean = |s: &str| printable(s).into_owned();
+    let mut f = record.splitn(10, '\t');
+    let mut next = || f.next().unwrap_or_default();
+    let expires_ms = next().parse().ok();
+    let slot = next().parse().ok();
+    let fence = next().parse().unwrap_or(0);
+    let acquired_ms = next().parse().ok();
+    let ttl_ms = next().parse().ok();
+    let (pid, user, host, pidns) = (clean(next()), clean(next()), clean(next()), clean(next()));
+    Holder {
+        token: clean(token),
+        fence,
+        host,
+        pid,
+        user,
+        note: clean(&redact(next())),
+        acquired_ms,
+        ttl_ms,
+        expires_ms,
+        released_ms: None,
+        pidns,
+        slot,
+    }
 }
 
 /// How the hold of a lock that is free now came to an end.
@@ -343,6 +528,9 @@ pub struct State {
     pub quorum: Option<QuorumView>,
     /// What the meta hash counts of this lock's acquisitions (see [`Counters`]).
     pub counters: Counters,
+    /// A lock with more than one holder: its kind and holders (the lock key then holds the
+    /// marker `#slots` or `#shared`, and `holder` is `None`).
+    pub slots: Option<Box<Slots>>,
 }
 
 /// Every acquisition's count and waits, which `acquire.lua` adds to the meta hash (fields
@@ -427,6 +615,9 @@ impl State {
         if !self.held() {
             return "free".to_string();
         }
+        if let Some(sl) = &self.slots {
+            return self.describe_slots(sl);
+        }
         let mut s = match &self.holder {
             Some(h) => format!("held by {}", h.who()),
             None if self.handing_over() => "being handed over to the next waiter".to_string(),
@@ -447,6 +638,30 @@ impl State {
             )),
             -1 => s.push_str(", with no expiry"),
             _ => {}
+        }
+        if self.waiters > 0 {
+            s.push_str(&format!(", {} waiting", self.waiters));
+        }
+        s
+    }
+}
+
+impl State {
+    /// "2 of 3 places held (--slots 3) by alice@web1 (pid 42) and 1 more, 4 waiting"
+    fn describe_slots(&self, sl: &Slots) -> String {
+        let n = sl.holders.len();
+        let mut s = match sl.mode.limit() {
+            Some(limit) => format!("{n} of {limit} places held ({})", sl.mode.describe()),
+            None => format!("held shared by {n}"),
+        };
+        if let Some(first) = sl.holders.first() {
+            s.push_str(&format!(" by {}", first.who()));
+            if n > 1 {
+                s.push_str(&format!(" and {} more", n - 1));
+            }
+        }
+        if sl.reserved > 0 {
+            s.push_str(&format!(", {} being handed over", sl.reserved));
         }
         if self.waiters > 0 {
             s.push_str(&format!(", {} waiting", self.waiters));
@@ -479,6 +694,8 @@ pub struct Lock {
     pub drift: Duration,
     /// Each node's `run_id` when the lock was taken (a quorum only), to notice restarts.
     pub run_ids: Vec<Option<String>>,
+    /// Our place, in a lock with more than one holder.
+    pub slot: Option<Slot>,
 }
 
 /// Who releases a lock.
@@ -532,6 +749,11 @@ pub enum Verdict {
     Free,
     /// Another token holds the lock; nothing was changed.
     HeldByOther(Option<Holder>),
+    /// Forced on a lock with more than one holder: these holders were let go.
+    Forced(Vec<Holder>),
+    /// A lock with more than one holder, which the plain scripts leave alone (see [`Mode`]): the
+    /// slot scripts answer for it (`store.rs` asks them).
+    Slots,
 }
 
 impl Lock {
@@ -573,7 +795,7 @@ pub const LEASE_MARGIN: Duration = Duration::from_secs(2);
 /// short enough that tombstones never pile up (they are only written when in doubt).
 pub const TOMBSTONE: Duration = Duration::from_secs(300);
 
-fn millis(d: Duration) -> u64 {
+pub fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
@@ -596,6 +818,8 @@ pub struct Request<'a> {
     /// A waiter's status line is due: a busy attempt that queues us also returns the lock's
     /// state ([`Attempt::Busy`]'s `seen`), so that the line costs no round trip of its own.
     pub tell: bool,
+    /// The kind of lock asked for (plain, or with more than one holder: see `slots.rs`).
+    pub mode: &'a Mode,
 }
 
 /// What a quorum tells about the acquisition it won (`fence.lua`): who, after how long a wait,
@@ -609,6 +833,20 @@ pub struct Told {
 
 /// One atomic attempt to take the lock with `token`.
 pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -> Result<Attempt> {
+    attempt(redis, &scripts::PLAIN, keys, token, req, &[])
+}
+
+/// One attempt with one of the attempt scripts (`acquire.lua`, `slots.lua`), which read the same
+/// arguments, then `extra`; their replies differ only in what a grant carries after the run_id
+/// (`slots.lua`: the slot).
+pub fn attempt(
+    redis: &mut Redis,
+    attempts: &scripts::Attempts,
+    keys: &Keys,
+    token: &str,
+    req: &Request,
+    extra: &[&str],
+) -> Result<Attempt> {
     let Request {
         ttl,
         owner,
@@ -618,14 +856,14 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
         wait,
         waited,
         tell,
+        mode,
     } = *req;
     let sent = Instant::now();
     let meta_ttl = millis(redis.meta_ttl());
     let (log_max, watch_all) = (redis.log_max(), watch_all_arg(redis));
-    let reply: Vec<Value> = redis.call_acquire(|script, con| {
-        script
-            .key(keys.all().as_slice())
-            .arg(token)
+    let reply: Vec<Value> = redis.call_acquire(attempts, |script, con| {
+        let mut call = script.key(keys.all().as_slice());
+        call.arg(token)
             .arg(millis(ttl))
             .arg(&owner.host)
             .arg(owner.pid)
@@ -645,20 +883,51 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
             .arg(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX))
             .arg(log_max)
             .arg(if tell { "1" } else { "0" })
-            .arg(&watch_all)
-            .invoke(con)
+            .arg(&watch_all);
+        for a in extra {
+            call.arg(*a);
+        }
+        call.invoke(con)
     })?;
-    match reply.as_slice() {
-        [Value::Int(1), Value::Int(fence), Value::Int(now), run_id] => Ok(Attempt::Granted(Lock {
+    let granted = |fence: i64, now: i64, run_id: &Value, slot: Option<Slot>| {
+        Attempt::Granted(Lock {
             keys: keys.clone(),
             token: token.to_string(),
-            fence: *fence,
-            acquired_ms: *now,
+            fence,
+            acquired_ms: now,
             ttl,
             sent,
             drift: Duration::ZERO,
             run_ids: vec![text(run_id)],
-        })),
+            slot,
+        })
+    };
+    match reply.as_slice() {
+        [Value::Int(1), Value::Int(fence), Value::Int(now), run_id] => {
+            Ok(granted(*fence, *now, run_id, None))
+        }
+        [
+            Value::Int(1),
+            Value::Int(fence),
+            Value::Int(now),
+            run_id,
+            Value::Int(slot),
+        ] => {
+            let index = u32::try_from(*slot).unwrap_or(u32::MAX);
+            let resource = mode.resource(index).map(str::to_string);
+            Ok(granted(
+                *fence,
+                *now,
+                run_id,
+                Some(Slot { index, resource }),
+            ))
+        }
+        [Value::Int(-2), spec, by] => Err(mismatch(
+            keys,
+            mode,
+            &text(spec).unwrap_or_default(),
+            &text(by).unwrap_or_default(),
+        )),
         [
             Value::Int(0),
             Value::Int(pttl),
@@ -914,6 +1183,7 @@ fn verdict(what: &str, reply: &[Value]) -> Result<Verdict> {
         [Value::Int(1), meta, ..] => Ok(Verdict::Done(parse_meta(meta).1)),
         [Value::Int(0), ..] => Ok(Verdict::Free),
         [Value::Int(-1), meta, ..] => Ok(Verdict::HeldByOther(parse_meta(meta).1)),
+        [Value::Int(-2), ..] => Ok(Verdict::Slots),
         other => Err(unexpected_reply(what, format!("{other:?}"))),
     }
 }
@@ -947,7 +1217,8 @@ pub fn not_owner(verdict: &Verdict, token: &str) -> anyhow::Error {
         Verdict::HeldByOther(None) => {
             "the lock is held by another token (no redlock record)".to_string()
         }
-        Verdict::Done(_) => "the lock was released".to_string(),
+        Verdict::Done(_) | Verdict::Forced(_) => "the lock was released".to_string(),
+        Verdict::Slots => "the lock has more than one holder now".to_string(),
     };
     failure(Kind::NotOwner, format!("not the owner: {why}"))
 }
@@ -1046,8 +1317,11 @@ fn transaction_batch(
             };
             let queue = queue_reply(listed, &leases);
             let reply = [token, pttl, Value::Int(now), meta, waiters, queue];
+            // A lock with more than one holder is read again alone: `status.lua` adds its
+            // holders (rare enough not to cost the batch a read per lock).
+            let marked = matches!(&reply[0], Value::BulkString(b) if b.first() == Some(&b'#'));
             states.push(
-                if reply.iter().any(|v| matches!(v, Value::ServerError(_))) {
+                if marked || reply.iter().any(|v| matches!(v, Value::ServerError(_))) {
                     None
                 } else {
                     Some(state_of(keys, &reply)?)
@@ -1173,6 +1447,8 @@ fn is_noscript(e: &redis::RedisError) -> bool {
 
 /// A lock's state from the STATUS script's reply.
 fn state_of(keys: &Keys, reply: &[Value]) -> Result<State> {
+    // A lock with more than one holder has a seventh item: its holders (see `snapshot`).
+    let (head, slots) = reply.split_at(reply.len().min(6));
     let [
         token,
         Value::Int(pttl),
@@ -1180,9 +1456,14 @@ fn state_of(keys: &Keys, reply: &[Value]) -> Result<State> {
         meta,
         Value::Int(waiters),
         queue,
-    ] = reply
+    ] = head
     else {
         return Err(unexpected_reply("status", format!("{reply:?}")));
+    };
+    let slots = match slots {
+        [] => None,
+        [slots] => Some(slots),
+        _ => return Err(unexpected_reply("status", format!("{reply:?}"))),
     };
     // The lock key's value is anyone's to write: escaped for display (see printable.rs), which
     // keeps equal tokens equal.
@@ -1206,6 +1487,7 @@ fn state_of(keys: &Keys, reply: &[Value]) -> Result<State> {
         forced,
         quorum: None,
         counters: counters(&map),
+        slots: slots.map(|v| Box::new(parse_slots(v, *now, &map))),
     })
 }
 
@@ -1272,7 +1554,7 @@ pub fn watch_all_channel(prefix: &str) -> String {
 /// The scripts' `watch_all` argument: [`watch_all_channel`], or '' in a Redis Cluster, where a
 /// watcher may subscribe on another node than the lock's (a PUBLISH reaches every node): a
 /// script cannot count its listeners there and publishes every change.
-fn watch_all_arg(redis: &Redis) -> String {
+pub fn watch_all_arg(redis: &Redis) -> String {
     if redis.in_cluster() {
         String::new()
     } else {
@@ -1357,6 +1639,7 @@ fn holder_record(map: &HashMap<String, String>) -> (i64, Option<Holder>) {
         expires_ms: ms("expires_ms"),
         released_ms: ms("released_ms"),
         pidns: map.get("pidns").cloned().unwrap_or_default(),
+        slot: None,
     });
     (fence, holder)
 }

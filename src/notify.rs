@@ -11,7 +11,7 @@
 //! command runs on as before. It costs one connection per `exec` and no polling: it blocks on its
 //! subscription, and reconnects (with backoff) only after losing it.
 //!
-//! Layer 10 of the list in `lib.rs`.
+//! Layer 11 of the list in `lib.rs`.
 
 use std::sync::mpsc::Sender;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! forced release ended that hold) and FENCE is the counter, while the other columns stay `-`. Columns are padded by display width, so wide (CJK) characters, which
 //! take two terminal cells, keep them aligned.
 //!
-//! Layer 9 of the list in `lib.rs`.
+//! Layer 10 of the list in `lib.rs`.
 
 use std::time::Duration;
 
@@ -16,27 +16,41 @@ use unicode_width::UnicodeWidthStr;
 
 use crate::cli::Format;
 use crate::lock::{
-    Forced, Holder, Lock, QuorumVerdict, State, Waiting, fingerprint, human_ms, rfc3339,
+    Forced, Holder, Lock, Mode, QuorumVerdict, Slots, State, Waiting, fingerprint, human_ms,
+    rfc3339,
 };
 
 /// The text `acquire` prints on stdout for `format`.
 pub fn acquired(lock: &Lock, format: Format) -> String {
     match format {
         Format::Token => format!("{}\n", lock.token),
-        Format::Env => format!(
-            "REDLOCK_KEY={}\nREDLOCK_TOKEN={}\nREDLOCK_FENCE={}\n",
-            shell_quote(&lock.keys.name),
-            lock.token,
-            lock.fence
-        ),
+        Format::Env => {
+            let mut env = format!(
+                "REDLOCK_KEY={}\nREDLOCK_TOKEN={}\nREDLOCK_FENCE={}\n",
+                shell_quote(&lock.keys.name),
+                lock.token,
+                lock.fence
+            );
+            if let Some(slot) = &lock.slot {
+                env.push_str(&format!("REDLOCK_SLOT={}\n", slot.index));
+                if let Some(r) = &slot.resource {
+                    env.push_str(&format!("REDLOCK_RESOURCE={}\n", shell_quote(r)));
+                }
+            }
+            env
+        }
         Format::Json => {
-            let v = json!({
+            let mut v = json!({
                 "key": lock.keys.name,
                 "token": lock.token,
                 "fence": lock.fence,
                 "ttl_ms": lock.ttl.as_millis() as u64,
                 "acquired_at": rfc3339(lock.acquired_ms),
             });
+            if let Some(slot) = &lock.slot {
+                v["slot"] = json!(slot.index);
+                v["resource"] = json!(slot.resource);
+            }
             format!("{v}\n")
         }
     }
@@ -67,7 +81,9 @@ fn coarse(d: Duration) -> String {
 
 /// One lock as a JSON object.
 pub fn state_json(s: &State, show_token: bool) -> Value {
-    let token = s.token.as_deref().map(|t| {
+    // A lock with more than one holder keeps a marker there, not a token (its holders have
+    // theirs under `slots`).
+    let token = s.token.as_deref().filter(|_| s.slots.is_none()).map(|t| {
         if show_token {
             t.to_string()
         } else {
@@ -91,6 +107,9 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
         "stale": s.stale,
         "queue": s.queue.iter().map(waiting_json).collect::<Vec<_>>(),
     });
+    if let Some(sl) = &s.slots {
+        v["slots"] = slots_json(s, sl, show_token);
+    }
     if let Some(q) = &s.quorum {
         let nodes: Vec<Value> = q
             .nodes
@@ -101,6 +120,107 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
         v["nodes"] = Value::Array(nodes);
     }
     v
+}
+
+/// A lock with more than one holder: what it is and who holds it, as `status --json` shows it
+/// under `slots`.
+fn slots_json(s: &State, sl: &Slots, show_token: bool) -> Value {
+    let kind = match sl.mode {
+        Mode::Slots(_) => "slots",
+        Mode::Pool(_) => "pool",
+        Mode::Shared => "shared",
+        Mode::Exclusive => "unknown",
+    };
+    let holders: Vec<Value> = sl
+        .holders
+        .iter()
+        .map(|h| {
+            json!({
+                "slot": h.slot,
+                "resource": h.slot.and_then(|i| sl.mode.resource(i)),
+                "user": h.user,
+                "host": h.host,
+                "pid": h.pid.parse::<u64>().ok(),
+                "note": h.note,
+                "fence": h.fence,
+                "acquired_at": h.acquired_ms.map(rfc3339),
+                "held_for_ms": h.acquired_ms.map(|a| s.now_ms.saturating_sub(a).max(0)),
+                "ttl_ms": h.expires_ms.map(|e| e.saturating_sub(s.now_ms).max(0)),
+                if show_token { "token" } else { "token_fingerprint" }:
+                    if show_token { h.token.clone() } else { h.fingerprint() },
+            })
+        })
+        .collect();
+    json!({
+        "kind": kind,
+        "limit": sl.mode.limit(),
+        "pool": match &sl.mode {
+            Mode::Pool(names) => json!(names),
+            _ => Value::Null,
+        },
+        "set_by": sl.set_by,
+        "held": sl.holders.len(),
+        "reserved": sl.reserved,
+        "holders": holders,
+    })
+}
+
+/// For each lock with more than one holder: its holders, one line each, after the table.
+pub fn holders_details(states: &[State], show_token: bool) -> String {
+    let mut out = String::new();
+    for s in states {
+        let Some(sl) = s.slots.as_deref().filter(|sl| !sl.holders.is_empty()) else {
+            continue;
+        };
+        out.push_str(&format!(
+            "\nholders of {} ({}):\n",
+            s.keys.name,
+            sl.mode.describe()
+        ));
+        let pool = matches!(sl.mode, Mode::Pool(_));
+        let mut header = vec!["SLOT"];
+        if pool {
+            header.push("RESOURCE");
+        }
+        header.extend([
+            "HOLDER", "FENCE", "ACQUIRED", "HELD", "TTL", "TOKEN", "NOTE",
+        ]);
+        let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+        for h in &sl.holders {
+            let dash = || "-".to_string();
+            let ms = |v: i64| coarse(Duration::from_millis(u64::try_from(v).unwrap_or(0)));
+            let mut row = vec![h.slot.map_or_else(dash, |i| i.to_string())];
+            if pool {
+                row.push(
+                    h.slot
+                        .and_then(|i| sl.mode.resource(i))
+                        .map_or_else(dash, str::to_string),
+                );
+            }
+            row.extend([
+                h.who(),
+                h.fence.to_string(),
+                h.acquired_ms.map_or_else(dash, rfc3339),
+                h.acquired_ms.map_or_else(dash, |a| ms(s.now_ms - a)),
+                h.expires_ms.map_or_else(dash, |e| ms(e - s.now_ms)),
+                if show_token {
+                    h.token.clone()
+                } else {
+                    h.fingerprint()
+                },
+                Some(h.note.clone())
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or_else(dash),
+            ]);
+            rows.push(row);
+        }
+        for line in aligned(rows) {
+            out.push_str("  ");
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// One waiter, as `status --json` lists it under `queue`.
@@ -274,6 +394,10 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
     for s in states {
         let dash = || "-".to_string();
         let h = s.holder.as_ref().filter(|_| s.held());
+        if let Some(sl) = &s.slots {
+            rows.push(slots_row(s, sl));
+            continue;
+        }
         rows.push(vec![
             s.keys.name.clone(),
             state_word(s).to_string(),
@@ -314,6 +438,34 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The table row of a lock with more than one holder: STATE counts them (`2/3 held`, `shared
+/// ×3`), HOLDER says how many, and the other columns of one hold stay `-` (the holders are listed
+/// below the table, see [`holders_details`]).
+fn slots_row(s: &State, sl: &Slots) -> Vec<String> {
+    let dash = || "-".to_string();
+    let n = sl.holders.len();
+    let state = match sl.mode.limit() {
+        _ if n == 0 && sl.reserved > 0 => "handover".to_string(),
+        Some(limit) => format!("{n}/{limit} held"),
+        None => format!("shared ×{n}"),
+    };
+    vec![
+        s.keys.name.clone(),
+        state,
+        format!("{n} holder{}", if n == 1 { "" } else { "s" }),
+        s.fence.to_string(),
+        dash(),
+        dash(),
+        match s.pttl_ms {
+            ms if ms >= 0 => coarse(Duration::from_millis(ms as u64)),
+            _ => dash(),
+        },
+        s.waiters.to_string(),
+        dash(),
+        dash(),
+    ]
 }
 
 /// `s` and spaces up to `width` terminal cells (`format!`'s padding counts chars instead).

@@ -51,7 +51,7 @@
 //! - Extend needs a majority within the validity; a majority that can no longer be reached
 //!   (enough nodes say free or another token) means the lock is lost.
 //!
-//! Layer 7 of the list in `lib.rs`.
+//! Layer 8 of the list in `lib.rs`.
 
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -488,6 +488,7 @@ impl Nodes {
                     waited,
                     // A waiter's status line shows the queue node's view.
                     tell: tell && i == 0,
+                    mode: &lock::EXCLUSIVE,
                 };
                 lock::try_acquire(con, &k, &t, &req)
             },
@@ -907,6 +908,7 @@ impl Store for Nodes {
                         sent,
                         drift: drift(ttl),
                         run_ids: tally.run_ids,
+                        slot: None,
                     }));
                 }
                 Decision::RetryTurn => {
@@ -1209,6 +1211,7 @@ fn verdict(
             .filter_map(|s| s.forced.clone())
             .max_by_key(|f| f.at_ms),
         quorum: None,
+        slots: None,
         // Each node counts the acquisitions that ran on it (`status --format prometheus` shows
         // each node's); these are the counters of the node that counted the most.
         counters: answered
@@ -1322,6 +1325,7 @@ mod tests {
                         sent: Instant::now(),
                         drift: Duration::ZERO,
                         run_ids: vec![Some(format!("run{i}"))],
+                        slot: None,
                     }),
                     'B' => busy(i, false, false),
                     'Q' => busy(i, true, false),
@@ -1492,6 +1496,7 @@ mod tests {
             expires_ms: None,
             released_ms: None,
             pidns: String::new(),
+            slot: None,
         }
     }
 
@@ -1514,6 +1519,7 @@ mod tests {
             forced: None,
             quorum: None,
             counters: Default::default(),
+            slots: None,
         }
     }
 

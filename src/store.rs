@@ -5,14 +5,15 @@
 //! (`quorum.rs`); `backend.rs` picks one for the configuration, and the waiting loop
 //! (`acquire.rs`), the commands and `exec` talk to a [`Store`] without caring which.
 //!
-//! Layer 6 of the list in `lib.rs`.
+//! Layer 7 of the list in `lib.rs`.
 
 use std::time::Duration;
 
 use anyhow::Result;
 
 use crate::client::{Redis, unexpected_reply};
-use crate::lock::{self, Attempt, HandOver, Keys, Releaser, Request, State, Verdict};
+use crate::lock::{self, Attempt, HandOver, Keys, Mode, Releaser, Request, State, Verdict};
+use crate::slots;
 
 /// The lock operations, on whatever servers the configuration names.
 pub trait Store: Send {
@@ -58,7 +59,10 @@ pub trait Store: Send {
 
 impl Store for Redis {
     fn try_acquire(&mut self, keys: &Keys, token: &str, req: &Request) -> Result<Attempt> {
-        lock::try_acquire(self, keys, token, req)
+        match req.mode {
+            Mode::Exclusive => lock::try_acquire(self, keys, token, req),
+            _ => slots::try_acquire(self, keys, token, req),
+        }
     }
 
     fn leave(&mut self, keys: &Keys, token: &str) -> Result<()> {
@@ -69,12 +73,20 @@ impl Store for Redis {
         lock::leave_to(self, keys, token, HandOver::Wake, lock::Doubt::Unsure).map(|_| ())
     }
 
+    // A lock with more than one holder answers to its own scripts: the plain ones say so, and
+    // change nothing (one round trip more, for those locks only).
     fn release(&mut self, keys: &Keys, by: &Releaser) -> Result<Verdict> {
-        Ok(lock::release(self, keys, by, HandOver::Wake)?.0)
+        match lock::release(self, keys, by, HandOver::Wake)?.0 {
+            Verdict::Slots => slots::release(self, keys, by),
+            verdict => Ok(verdict),
+        }
     }
 
     fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {
-        Ok(lock::extend(self, keys, token, ttl, false)?.0)
+        match lock::extend(self, keys, token, ttl, false)?.0 {
+            Verdict::Slots => slots::extend(self, keys, token, ttl),
+            verdict => Ok(verdict),
+        }
     }
 
     fn inspect(&mut self, keys: &Keys) -> Result<State> {

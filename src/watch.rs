@@ -31,7 +31,7 @@
 //! line per change. Everything in an event came from Redis, which anyone may write to: strings
 //! are escaped for the terminal ([`printable`]) and notes redacted, in every mode.
 //!
-//! Layer 10 of the list in `lib.rs`.
+//! Layer 11 of the list in `lib.rs`.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{IsTerminal, Write as _};
@@ -744,6 +744,10 @@ impl Watcher<'_> {
             ));
         } else {
             text.push_str(&crate::output::status_table(
+                &self.states,
+                self.args.show_token,
+            ));
+            text.push_str(&crate::output::holders_details(
                 &self.states,
                 self.args.show_token,
             ));

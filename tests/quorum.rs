@@ -558,6 +558,7 @@ fn a_late_undo_of_a_failed_attempt_spares_the_next_attempts_grant() {
     let key = lock_key("k");
     let leave = redis::Script::new(concat!(
         include_str!("../src/scripts/common.lua"),
+        include_str!("../src/scripts/slots_common.lua"),
         include_str!("../src/scripts/leave.lua")
     ));
     // Loaded, so that redlock sends EVALSHA with the SHA1 (not EVAL after a NOSCRIPT).

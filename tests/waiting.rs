@@ -41,6 +41,7 @@ const RELEASE_LUA: &str = concat!(
 );
 const LEAVE_LUA: &str = concat!(
     include_str!("../src/scripts/common.lua"),
+    include_str!("../src/scripts/slots_common.lua"),
     include_str!("../src/scripts/leave.lua")
 );
 /// What `lock::release` passes after the token, for a plain (not forced, not quorum) release:

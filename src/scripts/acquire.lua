@@ -14,7 +14,8 @@
 --      tell ('1': a queued waiter's status line is due; the busy reply adds the lock's state),
 --      watch_all (see `listened` in common.lua)
 --
--- Returns {1, fence, acquired_ms, run_id} when taken, {0, pttl, queued, reserved} when busy (queued: 1 if we are in
+-- Returns {1, fence, acquired_ms, run_id} when taken, {-2, spec, by} for a lock with more than
+-- one holder (see other_kind), {0, pttl, queued, reserved} when busy (queued: 1 if we are in
 -- the queue now, 0 if not; reserved: 1 if the lock is some waiter's turn rather than held, see
 -- below; with tell, once queued, a fifth item: the lock's state as `status` reads it, see
 -- snapshot in common.lua), and busy, not queued, for a token that has a tombstone (see leave.lua). Who holds the lock is for `status` to tell, and for a waiter's status line (tell).
@@ -70,11 +71,16 @@ local function take(queued, woken)
   local now = math.floor(us / 1000)
   local waited = math.max(tonumber(ARGV[16]) or 0, 0)
   local before = redis.call('HMGET', META, 'fence', 'acquisitions', 'waited_ms', 'token',
-    'released_ms', 'told')
+    'released_ms', 'told', 'slots')
   -- released_ms '' (not deleted: one command less): the new holder has not released yet.
   local record = {'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
     'note', ARGV[6], 'acquired_ms', int(now), 'ttl_ms', ttl, 'expires_ms', int(now + ttl),
     'pidns', ARGV[15] or '', 'released_ms', ''}
+  if before[7] and before[7] ~= '' then
+    -- It was a lock with more than one holder, idle now: a plain lock from here on.
+    table.insert(record, 'slots')
+    table.insert(record, '')
+  end
   if not quorum then
     -- `told`: the acquisition of this token is in the history, so its end will be too.
     table.insert(record, 'told')
@@ -121,6 +127,17 @@ local function take(queued, woken)
   return {1, fence, now, run_id(ARGV[11])}
 end
 
+-- A lock with more than one holder (see slots_common.lua) is not for a plain request, except a
+-- shared lock, whose writers queue here: {-2, spec, by} says what it is (META `slots`), and
+-- nothing is written. Read only where such a lock can show: its marker in the lock key, or a
+-- queue with no holder (its holders gone, its waiters not).
+local function other_kind(marked)
+  local kind = redis.call('HMGET', META, 'slots', 'slots_by')
+  if marked or (kind[1] and kind[1] ~= '' and kind[1] ~= 's') then
+    return {-2, kind[1] or '', kind[2] or ''}
+  end
+end
+
 local current = redis.call('GET', LOCK)
 local prev = ARGV[12]
 if prev and prev ~= '' and prev ~= token then
@@ -143,6 +160,9 @@ if prev and prev ~= '' and prev ~= token then
     current = '~' .. token
   end
 end
+if current and string.sub(current, 1, 1) == '#' and current ~= '#shared' then
+  return other_kind(true)
+end
 if current == token then
   -- Taken already by this token: an attempt re-sent after its reply was lost (a Cluster client
   -- retries). Report it again, with the TTL counted from now, and burn no fence.
@@ -162,9 +182,18 @@ if not current then
   if not first or first == token then
     return take(first ~= nil)
   end
+  local other = other_kind()
+  if other then
+    return other
+  end
   -- Free, but another waiter's turn: hand it over now rather than wait for a release.
   hand_over(first, ARGV[8])
   current = '~' .. first
+elseif string.sub(current, 1, 1) == '~' then
+  local other = other_kind()
+  if other then
+    return other
+  end
 end
 
 local pttl = redis.call('PTTL', LOCK)

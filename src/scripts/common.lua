@@ -11,6 +11,7 @@
 --                last, so that nothing in it can shift the other fields). A record is written by
 --                the attempt that queues the waiter, with its first lease, and deleted with it
 --                (drop_waiter). (A token never contains ':', so no record is taken for a lease.)
+--                And token .. ':s' -> '1' for a waiter that wants a shared hold (slots.lua).
 -- Wake lists KEYS[1] .. ':w:' .. token are derived from KEYS[1]: same hash tag, same slot. So is
 -- the pub/sub channel KEYS[1] .. ':events', where a lock taken away from its holder is announced,
 -- and the tombstones KEYS[1] .. ':gone:' .. token (a string with a PX expiry) of tokens given up
@@ -80,11 +81,11 @@ local function gone_key(token)
   return LOCK .. ':gone:' .. token
 end
 
--- Take `token` out of the queue: its ticket, its lease and its record go together (true if it was
--- queued).
+-- Take `token` out of the queue: its ticket, its lease and its records go together (true if it
+-- was queued).
 local function drop_waiter(token)
   local queued = redis.call('ZREM', QUEUE, token)
-  redis.call('HDEL', LEASES, token, who_field(token))
+  redis.call('HDEL', LEASES, token, who_field(token), token .. ':s')
   return queued == 1
 end
 
@@ -274,7 +275,9 @@ end
 -- lock is free) the last holder; the caller tells which by comparing its token with the lock's
 -- value. `waiters` counts the queue; `queue` is its first MAX_LISTED entries in arrival order,
 -- flat: token, lease (false if none), record (false if none; see KEYS[4] above) for each. The
--- caller drops those whose lease has run out (dead waiters not pruned yet).
+-- caller drops those whose lease has run out (dead waiters not pruned yet). A lock with more
+-- than one holder (the value '#slots' or '#shared', see slots_common.lua) adds a seventh item:
+-- its holders and reserved places, HGETALL of LOCK:slots as it stands (dead entries included).
 local MAX_LISTED = 100
 local function snapshot()
   local current = redis.call('GET', LOCK)
@@ -293,6 +296,10 @@ local function snapshot()
       queue[#queue + 1] = found[2 * i]
     end
   end
-  return {current, redis.call('PTTL', LOCK), now_ms(), redis.call('HGETALL', META),
+  local state = {current, redis.call('PTTL', LOCK), now_ms(), redis.call('HGETALL', META),
     redis.call('ZCARD', QUEUE), queue}
+  if current and string.sub(current, 1, 1) == '#' then
+    state[7] = redis.call('HGETALL', LOCK .. ':slots')
+  end
+  return state
 end

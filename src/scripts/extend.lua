@@ -4,7 +4,8 @@
 --      keep_meta: meta must outlive the lock's new expiry)
 --
 -- Returns {1, {}, run_id} extended, {0, {}, run_id} free (expired: it is never brought back),
--- {-1, holder-record, run_id} held by another token; run_id is false unless asked for. An expired
+-- {-1, holder-record, run_id} held by another token, {-2} a lock with more than one holder (see
+-- slots_common.lua); run_id is false unless asked for. An expired
 -- key is gone, so PEXPIRE is never reached for it: extend cannot resurrect a lock. The holder
 -- record's expires_ms follows the renewal, so that `status` can tell when a lock that nobody
 -- released expired. The lock's history (`:log`) and meta live on as long as the renewed lock plus
@@ -12,6 +13,10 @@
 local current = redis.call('GET', LOCK)
 if not current then
   return {0, {}, run_id(ARGV[3])}
+end
+if string.sub(current, 1, 1) == '#' then
+  -- A lock with more than one holder: slots_extend.lua answers for it.
+  return {-2, {}, false}
 end
 if current == ARGV[1] then
   redis.call('PEXPIRE', LOCK, ARGV[2])

@@ -32,12 +32,26 @@ local next = false
 if current == '~' .. ARGV[1] or current == ARGV[1] then
   next = pass_on(ARGV[2], ARGV[3] == 'quiet', ARGV[4])
 end
+-- A lock with more than one holder (see slots_common.lua): a place reserved for us, or taken by
+-- an attempt whose reply we never read, goes to the waiter whose turn it is.
+local gave = 0
+if current and string.sub(current, 1, 1) == '#' then
+  gave = redis.call('HDEL', SLOTS, '~' .. ARGV[1], ARGV[1])
+  if gave > 0 then
+    local now = now_ms()
+    local view = live_slots(now)
+    local shared = current == '#shared'
+    admit(view, shared and math.huge or limit_of(redis.call('HGET', META, 'slots')), shared,
+      ARGV[2], now)
+    keep_marker(view, current, now)
+  end
+end
 local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence', 'told')
 if mine[1] == ARGV[1] then
   redis.call('HDEL', META, 'token', 'host', 'pid', 'user', 'note', 'acquired_ms', 'ttl_ms',
     'expires_ms', 'released_ms')
 end
-if queued or current == '~' .. ARGV[1] or mine[1] == ARGV[1] then
+if queued or current == '~' .. ARGV[1] or mine[1] == ARGV[1] or gave > 0 then
   local at = now_ms()
   if current == ARGV[1] and mine[1] == ARGV[1] and mine[4] == ARGV[1] then
     -- Taken by an attempt whose reply we never read, and given back: its history closes.

@@ -12,7 +12,8 @@
 --
 -- Returns {1, holder-record, next} released: the record names who held it (for --force; empty
 -- otherwise) and `next` is the waiter it was handed to, or false; {0} already free (expired or
--- never taken); {-1, holder-record} held by another token (nothing changed).
+-- never taken); {-1, holder-record} held by another token (nothing changed); {-2} a lock with
+-- more than one holder (see slots_common.lua; nothing changed).
 --
 -- The compare and the delete must be one atomic step: with two round trips the lock could expire
 -- between them and a new holder's lock would be deleted (the seed's "classic wrong release"). The
@@ -64,6 +65,10 @@ watch_all = ARGV[14] or ''
 local current = redis.call('GET', LOCK)
 if not current then
   return {0, {}, next_here(current)}
+end
+if string.sub(current, 1, 1) == '#' then
+  -- A lock with more than one holder: slots_release.lua answers for it.
+  return {-2, {}, false}
 end
 -- The lock changes first, the records after, with pcall: a server out of memory (maxmemory,
 -- noeviction) refuses HSET but not DEL, and a release must not fail for want of a date.

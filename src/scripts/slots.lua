@@ -1,0 +1,187 @@
+-- Take a place in a lock with more than one holder (`--slots N`, `--pool`, `--shared`; see
+-- slots_common.lua), or join the queue of waiters.
+--
+-- ARGV as acquire.lua's (want_run_id and previous token unused: a quorum is refused before it
+--      gets here), then who asks, as 'user@host (pid N)' (recorded as `slots_by` when this call
+--      sets what the lock is), and the spec: 'n:N', 'p:A,B,C' or 's' (see META `slots`).
+--
+-- Returns {1, fence, acquired_ms, false, slot} when taken (slot: the lowest index from 0 that no
+-- other holder has; in a pool, the index of the name), {0, pttl, queued, reserved[, state]} when
+-- busy (as acquire.lua; pttl: until the earliest place may free itself), or {-2, spec, by} when
+-- the lock is something else now ('' for a plain lock, and `by` then names its holder, if any):
+-- nothing is written then.
+--
+-- Atomic together, as for a plain lock: the count of live holders, the test that it is our turn
+-- (no live waiter ahead of us: strict first come, first served, so a waiter that needs a place
+-- blocks the ones behind it and nobody starves), the record, the fence and the marker; joining
+-- the queue is in the same step as the failed attempt (no lost wake-ups). A shared lock is
+-- writer-preferring: a reader that finds any waiter ahead of it (a writer) queues behind it.
+-- A reader that takes a shared lock lets in the readers queued right behind it (admit), so
+-- consecutive readers at the head of the queue are woken together.
+--
+-- Told (see `event` in common.lua): `acquired` (with the slot), `expired` for each holder found
+-- dead, `queued`.
+local token, ttl, spec = ARGV[1], ARGV[2], ARGV[21]
+watch_all = ARGV[19] or ''
+local log_max = ARGV[17]
+local shared = spec == 's'
+local marker = shared and '#shared' or '#slots'
+local limit = limit_of(spec)
+local meta_idle = tonumber(ARGV[13]) or 0
+
+if redis.call('EXISTS', gone_key(token)) == 1 then
+  return {0, redis.call('PTTL', LOCK), 0, 0}
+end
+
+local now = now_ms()
+local current = redis.call('GET', LOCK)
+local first_char = current and string.sub(current, 1, 1)
+-- A plain holder: a writer of a shared lock (readers wait for it), or a plain lock.
+local plain_held = current and first_char ~= '#' and first_char ~= '~'
+if plain_held and not shared then
+  local h = redis.call('HMGET', META, 'token', 'user', 'host', 'pid')
+  local who = ''
+  if h[1] == current then
+    who = (h[2] or '?') .. '@' .. (h[3] or '?') .. ' (pid ' .. (h[4] or '?') .. ')'
+  end
+  return {-2, '', who}
+end
+local view = live_slots(now, {log_max, tonumber(ttl) + meta_idle})
+
+-- Taken already by this token: an attempt re-sent after its reply was lost. Report it again.
+local mine = view.holders[token]
+if mine then
+  return {1, tonumber(mine.fence) or 0, mine.acquired or now, false, mine.slot or 0}
+end
+
+local first = first_live_waiter()
+local recorded = redis.call('HMGET', META, 'slots', 'slots_by')
+local ours = current == '~' .. token or view.reserved[token] ~= nil
+-- No holder, no place reserved, no waiter but us: whatever the lock was, it may become ours.
+local idle = view.count == 0 and not plain_held and (not current or ours or first_char == '#')
+  and (not first or first == token)
+local agrees
+if shared then
+  agrees = not recorded[1] or recorded[1] == '' or recorded[1] == 's'
+else
+  agrees = recorded[1] == spec
+end
+if not idle and not agrees then
+  return {-2, recorded[1] or '', recorded[2] or ''}
+end
+
+local function take(queued)
+  local us = now_us()
+  local used = {}
+  for _, h in pairs(view.holders) do
+    if h.slot then
+      used[h.slot] = true
+    end
+  end
+  local slot = 0
+  while used[slot] do
+    slot = slot + 1
+  end
+  local waited = math.max(tonumber(ARGV[16]) or 0, 0)
+  local before = redis.call('HMGET', META, 'fence', 'acquisitions', 'waited_ms')
+  local last = tonumber(before[1]) or 0
+  local fence = us
+  local set = {'acquisitions', int((tonumber(before[2]) or 0) + 1),
+    'waited_ms', int((tonumber(before[3]) or 0) + waited)}
+  if last >= 2^53 - 1 then
+    fence = redis.call('HINCRBY', META, 'fence', 1)
+  else
+    if last >= us then
+      fence = last + 1
+    end
+    set[#set + 1] = 'fence'
+    set[#set + 1] = int(fence)
+  end
+  if recorded[1] ~= spec then
+    set[#set + 1] = 'slots'
+    set[#set + 1] = spec
+    set[#set + 1] = 'slots_by'
+    set[#set + 1] = ARGV[20] or ''
+  end
+  redis.call('HSET', META, unpack(set))
+  local expires = now + tonumber(ttl)
+  redis.call('HSET', SLOTS, token, table.concat({int(expires), slot, int(fence), int(now), ttl,
+    ARGV[4], ARGV[5], ARGV[3], ARGV[15] or '', ARGV[6]}, '\t'))
+  if view.reserved[token] then
+    redis.call('HDEL', SLOTS, '~' .. token)
+    view.reserved[token] = nil
+  else
+    view.count = view.count + 1
+  end
+  view.holders[token] = {expires = expires, slot = slot}
+  view.latest = math.max(view.latest, expires)
+  if queued then
+    drop_waiter(token)
+  end
+  redis.call('DEL', wake_key(token))
+  if shared then
+    admit(view, limit, true, ARGV[8], now)
+  end
+  keep_marker(view, marker, now)
+  keep_meta(ARGV[13], view.latest - now)
+  event('acquired', token, {'fence', int(fence), 'slot', slot, 'user', ARGV[5], 'host', ARGV[3],
+    'pid', ARGV[4], 'note', ARGV[6], 'waited_ms', waited, 'ttl_ms', tonumber(ttl)}, log_max,
+    tonumber(ttl) + meta_idle, now)
+  return {1, fence, now, false, slot}
+end
+
+-- Our turn came: a place reserved for us here, or the whole lock handed to us as a plain
+-- release hands it over (the key '~' .. token).
+if ours then
+  return take(first == token)
+end
+local room = view.count < limit and not plain_held and (not current or first_char == '#')
+if room and (not first or first == token) then
+  return take(first == token)
+end
+if room then
+  -- Free places, but others' turn: give them their places now rather than at the next release.
+  admit(view, limit, shared, ARGV[8], now)
+  keep_marker(view, marker, now)
+  current = redis.call('GET', LOCK)
+end
+
+local pttl = redis.call('PTTL', LOCK)
+if view.earliest and not plain_held then
+  pttl = math.max(view.earliest - now, 0)
+end
+local reserved = (current and string.sub(current, 1, 1) == '~') and 1 or 0
+if ARGV[7] ~= '1' then
+  return {0, pttl, 0, reserved}
+end
+local cap, margin = tonumber(ARGV[9]), tonumber(ARGV[10])
+local block = cap
+if pttl >= 0 and pttl < cap then
+  block = pttl
+end
+local lease = int(now + block + margin)
+if not redis.call('ZSCORE', QUEUE, token) then
+  redis.call('ZADD', QUEUE, int(redis.call('HINCRBY', META, 'tickets', 1)), token)
+  local wait = tonumber(ARGV[14])
+  redis.call('HSET', LEASES, token, lease, who_field(token), table.concat({int(now),
+    wait and int(now + wait) or '', ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
+  if shared then
+    redis.call('HSET', LEASES, token .. ':s', '1')
+  end
+  local who = {'user', ARGV[5], 'host', ARGV[3], 'pid', ARGV[4], 'note', ARGV[6]}
+  if wait then
+    who[#who + 1] = 'deadline_ms'
+    who[#who + 1] = now + wait
+  end
+  event('queued', token, who, log_max, 0, now)
+else
+  redis.call('HSET', LEASES, token, lease)
+end
+local keep_queue = int(cap + margin)
+redis.call('PEXPIRE', QUEUE, keep_queue)
+redis.call('PEXPIRE', LEASES, keep_queue)
+keep_meta(ARGV[13], redis.call('PTTL', LOCK), cap + margin)
+if ARGV[18] == '1' then
+  return {0, pttl, 1, reserved, snapshot()}
+end
+return {0, pttl, 1, reserved}

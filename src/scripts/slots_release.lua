@@ -1,0 +1,81 @@
+-- Give back a place in a lock with more than one holder (see slots_common.lua), and pass the
+-- freed place on to the waiter whose turn it is.
+--
+-- ARGV as release.lua's (token, 'force', claim_ms, -, -, the forcer's host, pid and user, a
+-- condition and its value, log_max, status, meta_idle_ms, watch_all).
+--
+-- Returns {1, {}, false, freed} released, {0, {}, false, {}} when the token holds no place here
+-- (it expired, or was released), {-1, {}, false, {}} when a conditional force found no holder
+-- with that fence or fingerprint. `freed`: token, record (as in LOCK:slots) for each holder that
+-- was let go (--force: all of them; each is told on LOCK:events, as release.lua tells one).
+--
+-- Atomic together: the removal, the places given to the waiters at the head of the queue (one
+-- wake-up per freed place: no herd; a shared lock's writer at the head gets the whole lock once
+-- the last reader is gone, see admit), and the marker's expiry, which follows the latest holder.
+watch_all = ARGV[14] or ''
+local current = redis.call('GET', LOCK)
+if not current or string.sub(current, 1, 1) ~= '#' then
+  return {0, {}, false, {}}
+end
+local now = now_ms()
+local log_max, keep = ARGV[11], tonumber(ARGV[13]) or 0
+local view = live_slots(now, {log_max, keep})
+local spec = redis.call('HGET', META, 'slots')
+local shared = current == '#shared'
+local freed = {}
+
+local function let_go(token, why, by)
+  local h = view.holders[token]
+  redis.call('HDEL', SLOTS, token)
+  view.holders[token] = nil
+  view.count = view.count - 1
+  freed[#freed + 1] = token
+  freed[#freed + 1] = h.value
+  local fields = {'fence', h.fence or '', 'slot', h.slot or '',
+    'held_ms', math.max(now - (h.acquired or now), 0)}
+  if why == 'forced' then
+    local _, _, _, _, _, pid, user, host = string.match(h.value,
+      '^(%d*)\t(%d*)\t(%d*)\t(%d*)\t(%d*)\t([^\t]*)\t([^\t]*)\t([^\t]*)')
+    fields = {'fence', h.fence or '', 'slot', h.slot or '', 'by', by, 'user', user or '',
+      'host', host or '', 'pid', pid or ''}
+    redis.pcall('HSET', META, 'forced_token', token, 'forced_by', by, 'forced_at', int(now))
+    redis.pcall('PUBLISH', LOCK .. ':events', 'forced:' .. token .. ':' .. now .. ':' .. by)
+  elseif tonumber(ARGV[12]) then
+    fields[#fields + 1] = 'status'
+    fields[#fields + 1] = tonumber(ARGV[12])
+  end
+  event(why, token, fields, log_max, keep, now)
+end
+
+if ARGV[2] == 'force' then
+  local by = (ARGV[8] or '?') .. '@' .. (ARGV[6] or '?') .. ' (pid ' .. (ARGV[7] or '?') .. ')'
+  local chosen = {}
+  for token, h in pairs(view.holders) do
+    local fits = true
+    if ARGV[9] == 'fence' then
+      fits = h.fence == ARGV[10]
+    elseif ARGV[9] == 'token' then
+      fits = string.sub(token, 1, string.len(ARGV[10])) == ARGV[10]
+    end
+    if fits then
+      chosen[#chosen + 1] = token
+    end
+  end
+  if #chosen == 0 and ARGV[9] ~= '' then
+    return {-1, {}, false, {}}
+  end
+  table.sort(chosen, function(a, b)
+    return (view.holders[a].slot or 0) < (view.holders[b].slot or 0)
+  end)
+  for _, token in ipairs(chosen) do
+    let_go(token, 'forced', by)
+  end
+elseif view.holders[ARGV[1]] then
+  let_go(ARGV[1], 'released')
+else
+  keep_marker(view, current, now)
+  return {0, {}, false, {}}
+end
+admit(view, shared and math.huge or limit_of(spec), shared, ARGV[3], now)
+keep_marker(view, current, now)
+return {1, {}, false, freed}

@@ -1,0 +1,119 @@
+//! Locks with more than one holder on one server: counting semaphores (`--slots N`), pools
+//! (`--pool A,B,C`) and shared locks (`--shared`). One script call per operation, as for a plain
+//! lock (`lock.rs`); the layout and the rules are in `slots_common.lua`.
+//!
+//! They share the plain lock's queue, leases, wake lists and history, so the waiting loop
+//! (`acquire.rs`) is the same; only the attempt, the release and the renewal differ. The plain
+//! scripts refuse to touch a lock with more than one holder (it holds a marker where a token
+//! would be): a release or a renewal that does not know what it holds (`redlock release KEY
+//! TOKEN`) asks the plain script first and comes here when it answers [`Verdict::Slots`] (see
+//! `store.rs`). Not on a quorum: a limit kept per node is not one limit (three masters and N = 2
+//! let three clients each win a majority with different pairs), so the configuration refuses it.
+//!
+//! Layer 6 of the list in `lib.rs`.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use redis::Value;
+
+use crate::client::{Redis, unexpected_reply};
+use crate::lock::{
+    self, Attempt, CLAIM_WINDOW, Holder, IfHeld, Keys, Releaser, Request, Verdict, millis,
+    watch_all_arg,
+};
+use crate::scripts;
+
+/// One attempt to take a place in the lock (see `slots.lua`).
+pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -> Result<Attempt> {
+    let o = req.owner;
+    let by = format!("{}@{} (pid {})", o.user, o.host, o.pid);
+    lock::attempt(
+        redis,
+        &scripts::SLOTS,
+        keys,
+        token,
+        req,
+        &[&by, &req.mode.spec()],
+    )
+}
+
+/// Gives back the releaser's place, or, with [`Releaser::Force`], every holder's (or the one the
+/// condition names), and passes the freed places on to the waiters whose turn it is.
+pub fn release(redis: &mut Redis, keys: &Keys, by: &Releaser) -> Result<Verdict> {
+    let (token, forcer, status) = match by {
+        Releaser::Holder { token, status } => (token.as_str(), None, *status),
+        Releaser::Force(owner, cond) => ("", Some((owner, cond)), None),
+    };
+    let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
+    let watch_all = watch_all_arg(redis);
+    let reply: Vec<Value> = redis.call("release", |con| {
+        let mut call = scripts::SLOTS_RELEASE.key(keys.all().as_slice());
+        call.arg(token)
+            .arg(if forcer.is_some() { "force" } else { "" })
+            .arg(millis(CLAIM_WINDOW))
+            .arg("")
+            .arg("");
+        match forcer {
+            Some((o, cond)) => {
+                call.arg(&o.host).arg(o.pid).arg(&o.user);
+                let (name, value) = match cond {
+                    Some(IfHeld::Fence(n)) => ("fence", n.to_string()),
+                    Some(IfHeld::Token(fp)) => ("token", fp.clone()),
+                    None => ("", String::new()),
+                };
+                call.arg(name).arg(value);
+            }
+            None => {
+                call.arg("").arg("").arg("").arg("").arg("");
+            }
+        }
+        call.arg(log_max)
+            .arg(status.map_or(String::new(), |s| s.to_string()))
+            .arg(meta_ttl)
+            .arg(&watch_all);
+        call.invoke(con)
+    })?;
+    match reply.as_slice() {
+        [Value::Int(1), _, _, freed] if forcer.is_some() => Ok(Verdict::Forced(holders(freed))),
+        [Value::Int(1), ..] => Ok(Verdict::Done(None)),
+        [Value::Int(0), ..] => Ok(Verdict::Free),
+        [Value::Int(-1), ..] => Ok(Verdict::HeldByOther(None)),
+        other => Err(unexpected_reply("release", format!("{other:?}"))),
+    }
+}
+
+/// Resets the TTL of `token`'s place, if it still has one.
+pub fn extend(redis: &mut Redis, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {
+    let meta_ttl = millis(redis.meta_ttl());
+    let reply: Vec<Value> = redis.call("extend", |con| {
+        scripts::SLOTS_EXTEND
+            .key(keys.all().as_slice())
+            .arg(token)
+            .arg(millis(ttl))
+            .arg("0")
+            .arg(meta_ttl)
+            .invoke(con)
+    })?;
+    match reply.as_slice() {
+        [Value::Int(1), ..] => Ok(Verdict::Done(None)),
+        [Value::Int(0), ..] => Ok(Verdict::Free),
+        other => Err(unexpected_reply("extend", format!("{other:?}"))),
+    }
+}
+
+/// The holders a forced release let go: token, record (as in `LOCK:slots`) for each.
+fn holders(freed: &Value) -> Vec<Holder> {
+    let Value::Array(items) = freed else {
+        return Vec::new();
+    };
+    items
+        .chunks_exact(2)
+        .filter_map(|pair| {
+            Some(lock::slot_holder(
+                &lock::text(&pair[0])?,
+                &lock::text(&pair[1])?,
+            ))
+        })
+        .collect()
+}

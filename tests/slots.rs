@@ -1,0 +1,678 @@
+//! Locks with more than one holder: counting semaphores (`--slots N`), pools (`--pool`) and shared
+//! locks (`--shared`), with the guarantees of the exclusive lock: a limit that holds under
+//! contention, crashed holders dropping out within their TTL, fences that keep increasing, first
+//! come first served, and nothing left behind.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn slots_key(name: &str) -> String {
+    format!("{}:slots", lock_key(name))
+}
+
+/// The fences of the lock's `acquired` events, in the order the history has them (the order in
+/// which the scripts granted them).
+fn acquired_fences(redis: &RedisServer, name: &str) -> Vec<i64> {
+    let out = redis
+        .redlock()
+        .args(["log", name, "--json", "--limit", "100000"])
+        .run()
+        .ok();
+    out.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["event"] == "acquired")
+        .map(|v| v["fence"].as_str().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// A critical section for `sh`: under flock, count this holder in (`active`, and its
+/// `REDLOCK_SLOT` or `REDLOCK_RESOURCE` in `held`), note any overlap of places (`bad`) and the
+/// most holders seen (`max`); then sleep `secs` and count it out.
+fn section(place: &str, secs: &str) -> String {
+    format!(
+        r#"flock lk sh -c '
+          a=$(($(cat active) + 1)); echo $a > active
+          [ $a -gt $(cat max) ] && echo $a > max
+          grep -qx "{place}" held && echo "{place} twice" >> bad
+          echo "{place}" >> held; echo "{place}" >> seen'
+        sleep {secs}
+        flock lk sh -c '
+          echo $(($(cat active) - 1)) > active
+          grep -vx "{place}" held > held.new; mv held.new held'"#
+    )
+}
+
+fn prepare(dir: &Path) {
+    for (file, text) in [
+        ("active", "0\n"),
+        ("max", "0\n"),
+        ("held", ""),
+        ("seen", ""),
+    ] {
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+}
+
+fn read(dir: &Path, file: &str) -> String {
+    std::fs::read_to_string(dir.join(file)).unwrap_or_default()
+}
+
+#[test]
+fn twelve_processes_never_hold_more_than_three_slots() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    prepare(dir.path());
+    let cs = section("$REDLOCK_SLOT", "0.05");
+    let script = format!(
+        r#"i=0
+        while [ "$i" -lt 10 ]; do
+          redlock exec sem --slots 3 -- sh -c '{}' || exit 1
+          i=$((i + 1))
+        done"#,
+        cs.replace('\'', r"'\''")
+    );
+    let loops: Vec<Proc> = (0..12)
+        .map(|_| redis.sh(&script).current_dir(dir.path()).spawn_proc())
+        .collect();
+    for l in loops {
+        l.finish(Duration::from_secs(300)).expect(0);
+    }
+    assert_eq!(read(dir.path(), "bad"), "", "two holders had the same slot");
+    assert_eq!(
+        read(dir.path(), "max").trim(),
+        "3",
+        "never 3 at once, or more"
+    );
+    assert_eq!(read(dir.path(), "active").trim(), "0");
+    let seen = read(dir.path(), "seen");
+    assert_eq!(seen.lines().count(), 120, "a round did not complete");
+    let slots: BTreeSet<&str> = seen.lines().collect();
+    assert_eq!(slots, BTreeSet::from(["0", "1", "2"]));
+    let fences = acquired_fences(&redis, "sem");
+    assert_eq!(fences.len(), 120);
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences not strictly increasing in acquisition order: {fences:?}"
+    );
+    assert_eq!(redis.keys(), [meta_key("sem")], "every place given back");
+}
+
+/// The control for the test above: the same loops with a limit of 4 are seen holding 4 at
+/// once, so the count in the critical section would catch a limit that did not hold.
+#[test]
+fn the_count_of_holders_sees_a_fourth() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    prepare(dir.path());
+    // Each holder waits until 4 are in: with a limit of 4 that must happen.
+    let script = r#"redlock exec sem --slots 4 -- sh -c '
+        flock lk sh -c "echo \$((\$(cat active) + 1)) > active"
+        i=0; while [ "$(cat active)" -lt 4 ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+        cat active >> seen'"#;
+    let loops: Vec<Proc> = (0..4)
+        .map(|_| redis.sh(script).current_dir(dir.path()).spawn_proc())
+        .collect();
+    for l in loops {
+        l.finish(HANG).expect(0);
+    }
+    assert_eq!(
+        read(dir.path(), "seen").lines().collect::<Vec<_>>(),
+        ["4"; 4]
+    );
+}
+
+#[test]
+fn killed_holders_free_their_slots_and_none_leak() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("holding")).unwrap();
+    // 50 holders in turn, 3 at a time, each killed (SIGKILL: no release) once it holds its slot.
+    let holders: Vec<Proc> = (0..50)
+        .map(|_| {
+            redis
+                .redlock()
+                .args(["exec", "sem", "--slots", "3", "--ttl", "1s", "--"])
+                .args(["sh", "-c", "echo > holding/$PPID; exec sleep 60"])
+                .current_dir(dir.path())
+                .spawn_proc()
+        })
+        .collect();
+    let mut killed = 0;
+    let started = Instant::now();
+    while killed < 50 {
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "only {killed} holders got a slot; a killed one's slot leaked?"
+        );
+        for entry in std::fs::read_dir(dir.path().join("holding")).unwrap() {
+            let entry = entry.unwrap();
+            let pid: u32 = entry.file_name().to_str().unwrap().parse().unwrap();
+            signal(pid, libc::SIGKILL);
+            std::fs::remove_file(entry.path()).unwrap();
+            killed += 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for h in holders {
+        let out = h.finish(HANG);
+        assert_eq!(out.status.code(), None, "not killed:\n{out}");
+    }
+    // Within a TTL of the last kill, all three slots are free again.
+    for _ in 0..3 {
+        redis
+            .redlock()
+            .args(["acquire", "sem", "--slots", "3", "--wait", "5s"])
+            .run()
+            .expect(0);
+    }
+    let live: std::collections::HashMap<String, String> =
+        redis.query(&["HGETALL", &slots_key("sem")]);
+    assert_eq!(live.len(), 3, "{live:?}");
+}
+
+#[test]
+fn a_killed_holder_frees_its_slot_within_its_ttl() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = redis
+        .redlock()
+        .args(["exec", "sem", "--slots", "1", "--ttl", "2s", "--"])
+        .args(["sh", "-c", "echo $PPID > pid; exec sleep 60"])
+        .current_dir(dir.path())
+        .spawn_proc();
+    assert!(wait_for(|| !read(dir.path(), "pid").is_empty(), HANG));
+    let pid: u32 = read(dir.path(), "pid").trim().parse().unwrap();
+    signal(pid, libc::SIGKILL);
+    let killed = Instant::now();
+    let next = redis
+        .redlock()
+        .args(["acquire", "sem", "--slots", "1", "--wait", "30s"])
+        .run()
+        .ok();
+    assert!(!next.is_empty());
+    let waited = killed.elapsed();
+    assert!(
+        waited < Duration::from_secs(2) + Duration::from_millis(1500),
+        "the slot came free {waited:?} after the kill (TTL 2s)"
+    );
+    assert!(!holder.running());
+}
+
+#[test]
+fn a_pool_hands_out_each_resource_to_one_holder_at_a_time() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    prepare(dir.path());
+    let cs = section("$REDLOCK_RESOURCE", "0.03");
+    let script = format!(
+        r#"i=0
+        while [ "$i" -lt 5 ]; do
+          redlock exec devices --pool gpu-a,gpu-b,gpu-c -- sh -c '{}' || exit 1
+          i=$((i + 1))
+        done"#,
+        cs.replace('\'', r"'\''")
+    );
+    let loops: Vec<Proc> = (0..6)
+        .map(|_| redis.sh(&script).current_dir(dir.path()).spawn_proc())
+        .collect();
+    for l in loops {
+        l.finish(Duration::from_secs(240)).expect(0);
+    }
+    assert_eq!(read(dir.path(), "bad"), "", "a resource had two holders");
+    let seen = read(dir.path(), "seen");
+    assert_eq!(seen.lines().count(), 30);
+    let names: BTreeSet<&str> = seen.lines().collect();
+    assert_eq!(names, BTreeSet::from(["gpu-a", "gpu-b", "gpu-c"]));
+}
+
+#[test]
+fn the_resource_a_holder_gets_is_the_one_status_shows() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let first = redis
+        .redlock()
+        .args([
+            "acquire",
+            "devices",
+            "--pool",
+            "gpu-a,gpu-b",
+            "--format",
+            "env",
+        ])
+        .run()
+        .ok();
+    assert!(
+        first.contains("REDLOCK_SLOT=0\nREDLOCK_RESOURCE=gpu-a"),
+        "{first}"
+    );
+    // The second holder gets gpu-b and looks itself up in `status --json`.
+    redis
+        .redlock()
+        .args(["exec", "devices", "--pool", "gpu-a,gpu-b", "--"])
+        .args([
+            "sh",
+            "-c",
+            &format!(
+                r#"echo "$REDLOCK_RESOURCE $REDLOCK_TOKEN" > me
+                {BIN} status devices --json --show-token > status"#
+            ),
+        ])
+        .current_dir(dir.path())
+        .run()
+        .expect(0);
+    let me = read(dir.path(), "me");
+    let (resource, token) = me.trim().split_once(' ').unwrap();
+    assert_eq!(resource, "gpu-b");
+    let status: serde_json::Value = serde_json::from_str(&read(dir.path(), "status")).unwrap();
+    let slots = &status[0]["slots"];
+    assert_eq!(slots["kind"], "pool", "{status}");
+    assert_eq!(slots["held"], 2, "{status}");
+    let mine = slots["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["token"] == token)
+        .unwrap_or_else(|| panic!("{token} not in {status}"));
+    assert_eq!(mine["resource"], resource);
+    assert_eq!(mine["slot"], 1);
+}
+
+/// 8 reader loops and a writer loop: readers share, the writer is alone, and it is not starved.
+#[test]
+fn readers_share_the_writer_is_alone_and_not_starved() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("log"), "").unwrap();
+    // Each line: what happened and when (ns); appends of one short line do not interleave.
+    let reader = r#"i=0
+        while [ "$i" -lt 12 ]; do
+          redlock exec rw --shared -- sh -c 'echo "R+ $(date +%s%N)" >> log; sleep 0.2
+            echo "R- $(date +%s%N)" >> log' || exit 1
+          i=$((i + 1))
+        done"#;
+    let writer = r#"sleep 0.5; i=0
+        while [ "$i" -lt 4 ]; do
+          t=$(date +%s%N)
+          redlock exec rw -- sh -c "echo \"W+ \$(date +%s%N) $t\" >> log; sleep 0.05
+            echo \"W- \$(date +%s%N)\" >> log" || exit 1
+          i=$((i + 1))
+        done"#;
+    let mut loops: Vec<Proc> = (0..8)
+        .map(|_| redis.sh(reader).current_dir(dir.path()).spawn_proc())
+        .collect();
+    loops.push(redis.sh(writer).current_dir(dir.path()).spawn_proc());
+    for l in loops {
+        l.finish(Duration::from_secs(240)).expect(0);
+    }
+    let log = read(dir.path(), "log");
+    let mut events: Vec<(u128, &str, Option<u128>)> = log
+        .lines()
+        .map(|l| {
+            let mut f = l.split(' ');
+            let what = f.next().unwrap();
+            let at = f.next().unwrap().parse().unwrap();
+            (at, what, f.next().map(|t| t.parse().unwrap()))
+        })
+        .collect();
+    events.sort();
+    let (mut readers, mut writers, mut most_readers) = (0, 0, 0);
+    let mut longest_wait = Duration::ZERO;
+    for (at, what, asked) in &events {
+        match *what {
+            "R+" => readers += 1,
+            "R-" => readers -= 1,
+            "W+" => {
+                writers += 1;
+                let waited = Duration::from_nanos((at - asked.unwrap()) as u64);
+                longest_wait = longest_wait.max(waited);
+            }
+            "W-" => writers -= 1,
+            other => panic!("{other}"),
+        }
+        assert!(
+            writers == 0 || (writers == 1 && readers == 0),
+            "the writer overlapped {readers} readers (or another writer) at {at}:\n{log}"
+        );
+        most_readers = most_readers.max(readers);
+    }
+    assert_eq!(events.len(), 2 * (8 * 12 + 4));
+    assert!(most_readers >= 2, "readers never overlapped");
+    // Starved, the writer would wait for the readers' loops to end (12 rounds of 0.2s each).
+    assert!(
+        longest_wait < Duration::from_millis(1800),
+        "the writer waited {longest_wait:?}: readers kept overtaking it"
+    );
+}
+
+#[test]
+fn a_queued_writer_goes_before_later_readers() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let reader = redis
+        .redlock()
+        .args(["acquire", "rw", "--shared"])
+        .run()
+        .ok();
+    // A second reader joins the first at once.
+    redis
+        .redlock()
+        .args(["acquire", "rw", "--shared", "-n", "--ttl", "1m"])
+        .run()
+        .expect(0);
+    let writer = redis
+        .redlock()
+        .args(["acquire", "rw", "--wait", "30s"])
+        .spawn_proc();
+    assert!(wait_for(|| queue(&redis, "rw").len() == 1, HANG));
+    // With a writer queued, a new reader queues behind it (here: -n gives up).
+    redis
+        .redlock()
+        .args(["acquire", "rw", "--shared", "-n"])
+        .run()
+        .expect(1);
+    // One reader left: the writer still waits (a release hands over in its own script, so
+    // this is what it left).
+    redis
+        .redlock()
+        .args(["release", "rw", &reader])
+        .run()
+        .expect(0);
+    assert_eq!(redis.get(&lock_key("rw")).as_deref(), Some("#shared"));
+    assert_eq!(queue(&redis, "rw").len(), 1);
+    redis
+        .redlock()
+        .args(["release", "rw", "--force"])
+        .run()
+        .expect(0);
+    let writer_token = writer.finish(HANG).ok();
+    assert_eq!(redis.get(&lock_key("rw")), Some(writer_token));
+}
+
+/// A writer releases a lock that 3 readers wait for: they get it together (each holds on until
+/// it sees the other two in).
+#[test]
+fn readers_behind_a_writer_are_let_in_together() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let writer = redis.redlock().args(["acquire", "rw"]).run().ok();
+    let readers: Vec<Proc> = (0..3)
+        .map(|i| {
+            redis
+                .redlock()
+                .args(["exec", "rw", "--shared", "--wait", "60s", "--"])
+                .args([
+                    "sh",
+                    "-c",
+                    &format!(
+                        "touch in{i}; n=0; while [ $(ls in* | wc -l) -lt 3 ] && [ $n -lt 400 ]; \
+                         do sleep 0.05; n=$((n+1)); done; [ $n -lt 400 ]"
+                    ),
+                ])
+                .current_dir(dir.path())
+                .spawn_proc()
+        })
+        .collect();
+    assert!(wait_for(|| queue(&redis, "rw").len() == 3, HANG));
+    redis
+        .redlock()
+        .args(["release", "rw", &writer])
+        .run()
+        .expect(0);
+    for r in readers {
+        r.finish(HANG).expect(0);
+    }
+    assert_eq!(redis.keys(), [meta_key("rw")]);
+}
+
+#[test]
+fn a_call_of_another_kind_exits_2_and_writes_nothing() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis
+        .redlock()
+        .args(["acquire", "sem", "--slots", "3", "--note", "nightly"])
+        .run()
+        .expect(0);
+    let before = (
+        redis.keys(),
+        redis.meta("sem"),
+        redis.query::<Vec<String>>(&["HGETALL", &slots_key("sem")]),
+    );
+    for (args, asked) in [
+        (vec!["--slots", "2"], "--slots 2"),
+        (vec![], "an exclusive lock"),
+        (vec!["--pool", "a,b,c"], "--pool a,b,c"),
+        (vec!["--shared"], "--shared"),
+    ] {
+        let out = redis
+            .redlock()
+            .args(["acquire", "sem", "-n"])
+            .args(&args)
+            .run()
+            .expect(2);
+        assert!(
+            out.stderr.contains("'sem' is a --slots 3 lock (set by ")
+                && out.stderr.contains(&format!("this call asks for {asked}")),
+            "{out}"
+        );
+        assert_eq!(out.stderr.lines().count(), 1, "{out}");
+    }
+    let after = (
+        redis.keys(),
+        redis.meta("sem"),
+        redis.query::<Vec<String>>(&["HGETALL", &slots_key("sem")]),
+    );
+    assert_eq!(before, after, "a refused call wrote something");
+}
+
+#[test]
+fn a_slot_call_on_an_exclusive_lock_exits_2_naming_the_holder() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis.redlock().args(["acquire", "x"]).run().expect(0);
+    let keys = redis.keys();
+    let out = redis
+        .redlock()
+        .args(["exec", "x", "--slots", "2", "--", "true"])
+        .run()
+        .expect(2);
+    assert!(
+        out.stderr.contains("'x' is held as an exclusive lock by ")
+            && out.stderr.contains("this call asks for --slots 2"),
+        "{out}"
+    );
+    assert_eq!(redis.keys(), keys);
+    // A reader waits for an exclusive holder instead (a writer, to it).
+    redis
+        .redlock()
+        .args(["acquire", "x", "--shared", "-n"])
+        .run()
+        .expect(1);
+}
+
+#[test]
+fn a_new_limit_takes_once_the_lock_is_idle() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let t = redis
+        .redlock()
+        .args(["acquire", "sem", "--slots", "3"])
+        .run()
+        .ok();
+    redis
+        .redlock()
+        .args(["acquire", "sem", "--slots", "2", "-n"])
+        .run()
+        .expect(2);
+    redis.redlock().args(["release", "sem", &t]).run().expect(0);
+    redis
+        .redlock()
+        .args(["exec", "sem", "--slots", "2", "--", "true"])
+        .run()
+        .expect(0);
+    assert_eq!(redis.meta("sem")["slots"], "n:2");
+    redis
+        .redlock()
+        .args(["exec", "sem", "--", "true"])
+        .run()
+        .expect(0);
+    assert_eq!(redis.meta("sem")["slots"], "");
+}
+
+#[test]
+fn several_servers_refuse_slots_pools_and_shared_locks() {
+    let urls = [closed_port(), closed_port(), closed_port()]
+        .map(|p| format!("--url=redis://127.0.0.1:{p}"));
+    for kind in [
+        ["--slots", "2"],
+        ["--pool", "a,b"],
+        ["--shared", "--ttl=5s"],
+    ] {
+        let out = redlock()
+            .args(&urls)
+            .args(["acquire", "k", "-n"])
+            .args(kind)
+            .run()
+            .expect(2);
+        assert!(
+            out.stderr.contains("does not apply to several --url"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn release_frees_one_holder_and_force_frees_all() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let tokens: Vec<String> = (0..3)
+        .map(|_| {
+            redis
+                .redlock()
+                .args(["acquire", "sem", "--slots", "3"])
+                .run()
+                .ok()
+        })
+        .collect();
+    redis
+        .redlock()
+        .args(["release", "sem", &tokens[1]])
+        .run()
+        .expect(0);
+    let held: Vec<String> = redis.query(&["HKEYS", &slots_key("sem")]);
+    assert_eq!(
+        held.iter().collect::<BTreeSet<_>>(),
+        [&tokens[0], &tokens[2]].into_iter().collect()
+    );
+    // Released once, the token holds nothing.
+    redis
+        .redlock()
+        .args(["release", "sem", &tokens[1]])
+        .run()
+        .expect(3);
+    let table = redis.redlock().args(["status", "sem"]).run().ok();
+    assert!(table.contains("2/3 held"), "{table}");
+    let out = redis
+        .redlock()
+        .args(["release", "sem", "--force"])
+        .run()
+        .expect(0);
+    assert!(out.stderr.contains("held by 2 holders"), "{out}");
+    for t in [&tokens[0], &tokens[2]] {
+        assert!(out.stderr.contains(&t[..8]), "{out}");
+    }
+    assert_eq!(redis.keys(), [meta_key("sem")]);
+    // `extend` of a holder let go says so.
+    redis
+        .redlock()
+        .args(["extend", "sem", &tokens[0], "--ttl", "10s"])
+        .run()
+        .expect(3);
+}
+
+#[test]
+fn exec_renews_its_slot_past_the_ttl() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // TTL 1s, the command runs 3s: without renewals its place would expire and the second
+    // holder below would get in; with them the second waits.
+    let mut first = redis
+        .redlock()
+        .args(["exec", "sem", "--slots", "1", "--ttl", "1s", "--"])
+        .args(["sh", "-c", "touch in; sleep 3"])
+        .current_dir(dir.path())
+        .spawn_proc();
+    assert!(wait_for(|| dir.path().join("in").exists(), HANG));
+    redis
+        .redlock()
+        .args(["acquire", "sem", "--slots", "1", "--wait", "2s"])
+        .run()
+        .expect(1);
+    assert!(first.running());
+    first.finish(HANG).expect(0);
+}
+
+#[test]
+fn status_lists_each_holder_with_its_slot() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    for note in ["first", "second"] {
+        redis
+            .redlock()
+            .args(["acquire", "sem", "--slots", "3", "--note", note])
+            .run()
+            .expect(0);
+    }
+    let table = redis.redlock().args(["status"]).run().ok();
+    let row = table.lines().nth(1).unwrap();
+    assert!(
+        row.starts_with("sem") && row.contains("2/3 held"),
+        "{table}"
+    );
+    let holders: Vec<&str> = table
+        .lines()
+        .skip_while(|l| *l != "holders of sem (--slots 3):")
+        .skip(2)
+        .collect();
+    assert_eq!(holders.len(), 2, "{table}");
+    assert!(holders[0].trim_start().starts_with("0 ") && holders[0].ends_with("first"));
+    assert!(holders[1].trim_start().starts_with("1 ") && holders[1].ends_with("second"));
+    let json: serde_json::Value =
+        serde_json::from_str(&redis.redlock().args(["status", "sem", "--json"]).run().ok())
+            .unwrap();
+    let slots = &json[0]["slots"];
+    assert_eq!(slots["kind"], "slots");
+    assert_eq!(slots["limit"], 3);
+    assert_eq!(slots["held"], 2);
+    assert_eq!(slots["holders"][1]["note"], "second");
+    assert!(json[0]["token_fingerprint"].is_null(), "{json}");
+}
