@@ -616,7 +616,7 @@ impl State {
             return "free".to_string();
         }
         if let Some(sl) = &self.slots {
-            return self.describe_slots(sl);
+            return self.describe_slots(sl, true);
         }
         let mut s = match &self.holder {
             Some(h) => format!("held by {}", h.who()),
@@ -647,18 +647,30 @@ impl State {
 }
 
 impl State {
-    /// "2 of 3 places held (--slots 3) by alice@web1 (pid 42) and 1 more, 4 waiting"
-    fn describe_slots(&self, sl: &Slots) -> String {
+    /// For a lock with more than one holder: "2 of 3 places held (--slots 3): alice@web1 (pid
+    /// 42) and 1 more" ([`State::describe`] without the waiters); otherwise what `describe` says.
+    pub fn describe_holders(&self) -> String {
+        match &self.slots {
+            Some(sl) => self.describe_slots(sl, false),
+            None => self.describe(),
+        }
+    }
+
+    /// "2 of 3 places held (--slots 3): alice@web1 (pid 42) and 1 more, 4 waiting"
+    fn describe_slots(&self, sl: &Slots, waiters: bool) -> String {
         let n = sl.holders.len();
         let mut s = match sl.mode.limit() {
             Some(limit) => format!("{n} of {limit} places held ({})", sl.mode.describe()),
-            None => format!("held shared by {n}"),
+            None => format!("held shared by {n} reader{}", if n == 1 { "" } else { "s" }),
         };
         if let Some(first) = sl.holders.first() {
-            s.push_str(&format!(" by {}", first.who()));
+            s.push_str(&format!(": {}", first.who()));
             if n > 1 {
                 s.push_str(&format!(" and {} more", n - 1));
             }
+        }
+        if !waiters {
+            return s;
         }
         if sl.reserved > 0 {
             s.push_str(&format!(", {} being handed over", sl.reserved));

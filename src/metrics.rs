@@ -75,12 +75,41 @@ const FAMILIES: &[Family] = &[
     },
     Family {
         name: "redlock_held_seconds",
-        help: "How long the current holder has held the lock, by the server's clock (0 when free; absent when held by a client with no redlock record).",
+        help: "How long the current holder has held the lock, by the server's clock (0 when free; absent when held by a client with no redlock record; with more than one holder, the longest hold).",
         kind: "gauge",
-        value: |s| match (s.held(), s.held_for()) {
-            (false, _) => vec![("", Value::Int(0))],
-            (true, Some(d)) => vec![("", Value::Millis(millis(d)))],
-            (true, None) => Vec::new(),
+        value: |s| match (s.held(), s.held_for(), &s.slots) {
+            (false, ..) => vec![("", Value::Int(0))],
+            (true, _, Some(sl)) => sl
+                .holders
+                .iter()
+                .filter_map(|h| h.acquired_ms)
+                .min()
+                .map(|a| vec![("", Value::Millis(s.now_ms.saturating_sub(a).max(0)))])
+                .unwrap_or_default(),
+            (true, Some(d), None) => vec![("", Value::Millis(millis(d)))],
+            (true, None, None) => Vec::new(),
+        },
+    },
+    Family {
+        name: "redlock_holders",
+        help: "Holders of the lock now: 0 or 1 for an exclusive lock, up to redlock_holders_limit with --slots or --pool, any number of readers with --shared.",
+        kind: "gauge",
+        value: |s| {
+            let n = match &s.slots {
+                Some(sl) => sl.holders.len(),
+                None => usize::from(s.held() && !s.handing_over()),
+            };
+            vec![("", Value::Count(n as u64))]
+        },
+    },
+    Family {
+        name: "redlock_holders_limit",
+        help: "How many holders the lock admits at once: 1 for an exclusive lock, N with --slots or --pool, +Inf with --shared.",
+        kind: "gauge",
+        value: |s| match s.slots.as_deref().map(|sl| sl.mode.limit()) {
+            None => vec![("", Value::Int(1))],
+            Some(Some(n)) => vec![("", Value::Count(n as u64))],
+            Some(None) => vec![("", Value::Infinite)],
         },
     },
     Family {

@@ -155,6 +155,8 @@ pub fn status_text(w: &Waiting) -> String {
         s.push_str(": ");
         match &state.holder {
             _ if !state.held() => s.push_str("free"),
+            // A lock with more than one holder: how many, and the first of them.
+            _ if state.slots.is_some() => s.push_str(&state.describe_holders()),
             Some(h) => {
                 s.push_str(&format!("held by {}", h.who()));
                 if !h.note.is_empty() {

@@ -676,3 +676,71 @@ fn status_lists_each_holder_with_its_slot() {
     assert_eq!(slots["holders"][1]["note"], "second");
     assert!(json[0]["token_fingerprint"].is_null(), "{json}");
 }
+
+#[test]
+fn metrics_count_the_holders_and_the_limit() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    for _ in 0..2 {
+        redis
+            .redlock()
+            .args(["acquire", "sem", "--slots", "3"])
+            .run()
+            .expect(0);
+    }
+    redis
+        .redlock()
+        .args(["acquire", "rw", "--shared"])
+        .run()
+        .expect(0);
+    redis.redlock().args(["acquire", "x"]).run().expect(0);
+    let text = redis
+        .redlock()
+        .args(["status", "--format", "prometheus"])
+        .run()
+        .ok();
+    for line in [
+        r#"redlock_holders{lock="sem"} 2"#,
+        r#"redlock_holders_limit{lock="sem"} 3"#,
+        r#"redlock_holders{lock="rw"} 1"#,
+        r#"redlock_holders_limit{lock="rw"} +Inf"#,
+        r#"redlock_holders{lock="x"} 1"#,
+        r#"redlock_holders_limit{lock="x"} 1"#,
+        r#"redlock_held{lock="sem"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line}:\n{text}");
+    }
+}
+
+/// A writer that gives up lets the readers queued behind it in at once (they would otherwise
+/// wait for their next look, up to 3 s later).
+#[test]
+fn readers_behind_a_writer_that_gives_up_get_in_at_once() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis
+        .redlock()
+        .args(["acquire", "rw", "--shared", "--ttl", "1m"])
+        .run()
+        .expect(0);
+    let writer = redis
+        .redlock()
+        .args(["acquire", "rw", "--wait", "1s"])
+        .spawn_proc();
+    assert!(wait_for(|| queue(&redis, "rw").len() == 1, HANG));
+    let reader = redis
+        .redlock()
+        .args(["exec", "rw", "--shared", "--wait", "30s", "--", "true"])
+        .spawn_proc();
+    assert!(wait_for(|| queue(&redis, "rw").len() == 2, HANG));
+    writer.finish(HANG).expect(1);
+    let gave_up = Instant::now();
+    reader.finish(HANG).expect(0);
+    let after = gave_up.elapsed();
+    assert!(
+        after < Duration::from_millis(1500),
+        "the reader got in {after:?} after the writer gave up"
+    );
+}

@@ -33,11 +33,12 @@ if current == '~' .. ARGV[1] or current == ARGV[1] then
   next = pass_on(ARGV[2], ARGV[3] == 'quiet', ARGV[4])
 end
 -- A lock with more than one holder (see slots_common.lua): a place reserved for us, or taken by
--- an attempt whose reply we never read, goes to the waiter whose turn it is.
+-- an attempt whose reply we never read, goes to the waiter whose turn it is; and a writer that
+-- leaves a shared lock's queue lets in the readers that waited behind it.
 local gave = 0
 if current and string.sub(current, 1, 1) == '#' then
   gave = redis.call('HDEL', SLOTS, '~' .. ARGV[1], ARGV[1])
-  if gave > 0 then
+  if gave > 0 or (queued and current == '#shared') then
     local now = now_ms()
     local view = live_slots(now)
     local shared = current == '#shared'

@@ -143,6 +143,10 @@ if room then
   -- Free places, but others' turn: give them their places now rather than at the next release.
   admit(view, limit, shared, ARGV[8], now)
   keep_marker(view, marker, now)
+  if view.reserved[token] then
+    -- We were among them (queued behind waiters that had left or died).
+    return take(false)
+  end
   current = redis.call('GET', LOCK)
 end
 
