@@ -571,3 +571,64 @@ fn status_of_many_locks_reads_them_on_every_master() {
         "the table differs:\n{out}\n{each}"
     );
 }
+
+/// `--slots` on a lock whose master is not the seed: its places, its marker and its records all
+/// on that master, and `status` finds them there.
+#[test]
+fn slots_work_on_a_lock_of_another_master() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let name = cluster.names_on_each_node("sem").remove(2);
+    let take = || {
+        cluster
+            .redlock()
+            .args(["acquire", &name, "--slots", "2", "--ttl", "60s", "-n"])
+            .run()
+    };
+    let first = take().ok();
+    take().expect(0);
+    take().expect(1);
+    let slots_key = format!("{}:slots", lock_key(&name));
+    assert_on_one_node(
+        &cluster,
+        &[lock_key(&name), meta_key(&name), slots_key.clone()],
+        2,
+    );
+    let table = cluster.redlock().args(["status"]).run().ok();
+    assert!(table.contains("2/2 held"), "{table}");
+    assert!(
+        table.contains(&format!("holders of {name} (--slots 2):")),
+        "{table}"
+    );
+    cluster
+        .redlock()
+        .args(["release", &name, &first])
+        .run()
+        .expect(0);
+    let out = cluster
+        .redlock()
+        .args([
+            "exec",
+            &name,
+            "--slots",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "echo $REDLOCK_SLOT",
+        ])
+        .run()
+        .ok();
+    assert_eq!(out, "0");
+    let json: Value = serde_json::from_str(
+        &cluster
+            .redlock()
+            .args(["status", &name, "--json"])
+            .run()
+            .ok(),
+    )
+    .unwrap();
+    assert_eq!(json[0]["slots"]["held"], 1, "{json}");
+    assert_eq!(json[0]["slots"]["holders"][0]["slot"], 1, "{json}");
+}

@@ -567,6 +567,31 @@ fn child_environment(r: &mut Roff) {
     item(r, "REDLOCK_FENCE", [roman(capitalized(FENCE_HELP))]);
     item(
         r,
+        "REDLOCK_SLOT",
+        [
+            roman("With "),
+            bold("--slots"),
+            roman(", "),
+            bold("--pool"),
+            roman(" or "),
+            bold("--shared"),
+            roman(
+                ": the command's place, from 0, unique among the lock's holders and the same for \
+                 the whole hold (the lowest free one when it started). Removed otherwise.",
+            ),
+        ],
+    );
+    item(
+        r,
+        "REDLOCK_RESOURCE",
+        [
+            roman("With "),
+            bold("--pool"),
+            roman(": the name of the place the command holds. Removed otherwise."),
+        ],
+    );
+    item(
+        r,
         "REDLOCK_URL",
         [roman(
             "The Redis URLs in use, comma-separated and without passwords (an ACL user stays), \
@@ -947,6 +972,20 @@ fn root_sections(r: &mut Roff) {
              lock, signal) as a build artifact:",
         )],
         &["redlock exec deploy-prod --wait 30m --report lock-report.jsonl -- ./deploy.sh"],
+    );
+    example(
+        r,
+        [roman(
+            "Let at most three test jobs run at once, on any runner; hand each job a device of \
+             its own; let reports read a database together while a migration runs alone \
+             (everyone using a lock must ask for the same kind of lock, or exit 2):",
+        )],
+        &[
+            "redlock exec ci-tests --slots 3 -- make test",
+            "redlock exec devices --pool gpu-a,gpu-b -- sh -c './train.sh --device \"$REDLOCK_RESOURCE\"'",
+            "redlock exec reports-db --shared -- ./nightly-report.sh",
+            "redlock exec reports-db -- ./migrate.sh",
+        ],
     );
 }
 
