@@ -717,6 +717,9 @@ fn lost_reason(v: &Verdict) -> String {
         Verdict::HeldByOther(None) => "the lock key now holds another token".into(),
         Verdict::Done(_) | Verdict::Forced(_) => "the lock was released".into(),
         Verdict::Slots => "the lock key now holds a lock with more than one holder".into(),
+        Verdict::PlaceGone => {
+            "our place in the lock is gone (it expired, or was released or force-released)".into()
+        }
     }
 }
 

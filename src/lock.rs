@@ -222,6 +222,14 @@ impl Mode {
         match self {
             Mode::Exclusive => "an exclusive lock".to_string(),
             Mode::Slots(n) => format!("--slots {n}"),
+            // A long pool is shortened: it is for a human, in one line.
+            Mode::Pool(names) if names.len() > 4 => format!(
+                "--pool {},{},…,{} ({} names)",
+                names[0],
+                names[1],
+                names[names.len() - 1],
+                names.len()
+            ),
             Mode::Pool(names) => format!("--pool {}", names.join(",")),
             Mode::Shared => "--shared".to_string(),
         }
@@ -763,6 +771,9 @@ pub enum Verdict {
     HeldByOther(Option<Holder>),
     /// Forced on a lock with more than one holder: these holders were let go.
     Forced(Vec<Holder>),
+    /// A lock with more than one holder where the token has no place (any more): it expired, or
+    /// was released or forced; others may hold the lock.
+    PlaceGone,
     /// A lock with more than one holder, which the plain scripts leave alone (see [`Mode`]): the
     /// slot scripts answer for it (`store.rs` asks them).
     Slots,
@@ -1231,6 +1242,10 @@ pub fn not_owner(verdict: &Verdict, token: &str) -> anyhow::Error {
         }
         Verdict::Done(_) | Verdict::Forced(_) => "the lock was released".to_string(),
         Verdict::Slots => "the lock has more than one holder now".to_string(),
+        Verdict::PlaceGone => {
+            "the token holds no place in the lock (it expired, or was released or force-released)"
+                .to_string()
+        }
     };
     failure(Kind::NotOwner, format!("not the owner: {why}"))
 }
@@ -1481,6 +1496,13 @@ fn state_of(keys: &Keys, reply: &[Value]) -> Result<State> {
     // keeps equal tokens equal.
     let token = text(token).map(|t| printable(&t).into_owned());
     let map = meta_map(meta);
+    let slots = slots.map(|v| Box::new(parse_slots(v, *now, &map)));
+    // A marker with no live holder and no place reserved (its expiry not caught up yet, or its
+    // records deleted by hand) holds nothing: the lock is free.
+    let (token, slots, pttl) = match slots {
+        Some(sl) if sl.holders.is_empty() && sl.reserved == 0 => (None, None, &-2),
+        slots => (token, slots, pttl),
+    };
     let (fence, recorded) = holder_record(&map);
     let forced = forced_record(&map).map(Box::new);
     let last = recorded.clone().filter(|_| token.is_none()).map(Box::new);
@@ -1499,7 +1521,7 @@ fn state_of(keys: &Keys, reply: &[Value]) -> Result<State> {
         forced,
         quorum: None,
         counters: counters(&map),
-        slots: slots.map(|v| Box::new(parse_slots(v, *now, &map))),
+        slots,
     })
 }
 
@@ -1659,6 +1681,26 @@ fn holder_record(map: &HashMap<String, String>) -> (i64, Option<Holder>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn modes_round_trip_their_spec_and_a_long_pool_is_shortened() {
+        for mode in [
+            Mode::Exclusive,
+            Mode::Slots(3),
+            Mode::Pool(vec!["a".into(), "b".into()]),
+            Mode::Shared,
+        ] {
+            assert_eq!(Mode::from_spec(&mode.spec()), Some(mode));
+        }
+        assert_eq!(Mode::from_spec("x:1"), None);
+        let names: Vec<String> = (0..1000).map(|i| format!("res{i}")).collect();
+        assert_eq!(
+            Mode::Pool(names).describe(),
+            "--pool res0,res1,…,res999 (1000 names)"
+        );
+        assert_eq!(Mode::Slots(3).limit(), Some(3));
+        assert_eq!(Mode::Shared.limit(), None);
+    }
 
     #[test]
     fn keys_share_one_hash_tag() {

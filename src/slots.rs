@@ -18,6 +18,7 @@ use anyhow::Result;
 use redis::Value;
 
 use crate::client::{Redis, unexpected_reply};
+use crate::error::{Kind, failure};
 use crate::lock::{
     self, Attempt, CLAIM_WINDOW, Holder, IfHeld, Keys, Releaser, Request, Verdict, millis,
     watch_all_arg,
@@ -77,15 +78,28 @@ pub fn release(redis: &mut Redis, keys: &Keys, by: &Releaser) -> Result<Verdict>
     match reply.as_slice() {
         [Value::Int(1), _, _, freed] if forcer.is_some() => Ok(Verdict::Forced(holders(freed))),
         [Value::Int(1), ..] => Ok(Verdict::Done(None)),
-        [Value::Int(0), ..] => Ok(Verdict::Free),
-        [Value::Int(-1), ..] => Ok(Verdict::HeldByOther(None)),
+        [Value::Int(0), ..] => Ok(Verdict::PlaceGone),
+        // A conditional force that matched no holder: nothing changed.
+        [Value::Int(-1), ..] => Err(failure(
+            Kind::NotOwner,
+            format!(
+                "not released: no holder of '{}' has {}",
+                keys.name,
+                match forcer.and_then(|(_, c)| c.as_ref()) {
+                    Some(IfHeld::Fence(n)) => format!("fence {n}"),
+                    Some(IfHeld::Token(fp)) => format!("a token starting with {fp}"),
+                    None => "that token".to_string(),
+                }
+            ),
+        )),
         other => Err(unexpected_reply("release", format!("{other:?}"))),
     }
 }
 
 /// Resets the TTL of `token`'s place, if it still has one.
 pub fn extend(redis: &mut Redis, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {
-    let meta_ttl = millis(redis.meta_ttl());
+    let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
+    let watch_all = watch_all_arg(redis);
     let reply: Vec<Value> = redis.call("extend", |con| {
         scripts::SLOTS_EXTEND
             .key(keys.all().as_slice())
@@ -93,11 +107,13 @@ pub fn extend(redis: &mut Redis, keys: &Keys, token: &str, ttl: Duration) -> Res
             .arg(millis(ttl))
             .arg("0")
             .arg(meta_ttl)
+            .arg(log_max)
+            .arg(&watch_all)
             .invoke(con)
     })?;
     match reply.as_slice() {
         [Value::Int(1), ..] => Ok(Verdict::Done(None)),
-        [Value::Int(0), ..] => Ok(Verdict::Free),
+        [Value::Int(0), ..] => Ok(Verdict::PlaceGone),
         other => Err(unexpected_reply("extend", format!("{other:?}"))),
     }
 }

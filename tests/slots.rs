@@ -591,11 +591,32 @@ fn release_frees_one_holder_and_force_frees_all() {
         [&tokens[0], &tokens[2]].into_iter().collect()
     );
     // Released once, the token holds nothing.
-    redis
+    let out = redis
         .redlock()
         .args(["release", "sem", &tokens[1]])
         .run()
         .expect(3);
+    assert!(
+        out.stderr.contains("the token holds no place in the lock"),
+        "{out}"
+    );
+    // A condition that matches no holder changes nothing.
+    let out = redis
+        .redlock()
+        .args(["release", "sem", "--force", "--if-fence", "12345"])
+        .run()
+        .expect(3);
+    assert!(
+        out.stderr
+            .contains("not released: no holder of 'sem' has fence 12345"),
+        "{out}"
+    );
+    assert_eq!(
+        redis
+            .query::<Vec<String>>(&["HKEYS", &slots_key("sem")])
+            .len(),
+        2
+    );
     let table = redis.redlock().args(["status", "sem"]).run().ok();
     assert!(table.contains("2/3 held"), "{table}");
     let out = redis
@@ -742,5 +763,165 @@ fn readers_behind_a_writer_that_gives_up_get_in_at_once() {
     assert!(
         after < Duration::from_millis(1500),
         "the reader got in {after:?} after the writer gave up"
+    );
+}
+
+// Found by review (each failed on the first version of the feature).
+
+/// A released holder's expiry must not keep the marker alive: after R1 (1m) is released, only
+/// R2 (1s) is left, so the marker must expire with R2 and a writer get the lock within ~1s.
+/// (slots_release.lua used to set the marker to R1's old expiry: the writer waited a minute for
+/// a lock nobody held.)
+#[test]
+fn a_released_holder_does_not_keep_the_marker_alive() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let r1 = redis
+        .redlock()
+        .args(["acquire", "rw", "--shared", "--ttl", "1m"])
+        .run()
+        .ok();
+    redis
+        .redlock()
+        .args(["acquire", "rw", "--shared", "--ttl", "1s"])
+        .run()
+        .expect(0);
+    release(&redis, "rw", &r1);
+    let pttl = redis.pttl(&lock_key("rw"));
+    assert!(
+        pttl <= 1000,
+        "the marker outlives the last holder: PTTL {pttl}ms, holder 1s"
+    );
+    // The writer: the reader (1s) crashed without releasing; the lock is free within ~1s.
+    let out = redis
+        .redlock()
+        .args(["acquire", "rw", "--wait", "8s"])
+        .run();
+    assert_eq!(
+        out.code(),
+        0,
+        "writer starved by a marker with no holder:\n{out}"
+    );
+}
+
+/// `extend --ttl` shorter than the place had: the marker follows (as a plain lock's key does).
+#[test]
+fn extending_a_place_to_a_shorter_ttl_shortens_the_marker() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let r = redis
+        .redlock()
+        .args(["acquire", "rw", "--shared", "--ttl", "1m"])
+        .run()
+        .ok();
+    redis
+        .redlock()
+        .args(["extend", "rw", &r, "--ttl", "1s"])
+        .run()
+        .expect(0);
+    let pttl = redis.pttl(&lock_key("rw"));
+    assert!(pttl <= 1000, "marker PTTL {pttl}ms after extend --ttl 1s");
+}
+
+/// A holder that crashed (no release) frees its place by itself; nothing may stay in Redis
+/// without an expiry. (LOCK:slots had none: it stayed forever once the marker expired.)
+#[test]
+fn a_crashed_holder_leaves_nothing_without_expiry() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis
+        .redlock()
+        .args(["acquire", "sem", "--slots", "2", "--ttl", "1s"])
+        .run()
+        .expect(0);
+    assert!(wait_for(|| redis.get(&lock_key("sem")).is_none(), HANG));
+    for key in redis.keys() {
+        assert_ne!(
+            redis.pttl(&key),
+            -1,
+            "{key} has no expiry: {:?}",
+            redis.keys()
+        );
+    }
+    assert!(
+        !redis.keys().contains(&slots_key("sem")),
+        "{} left behind",
+        slots_key("sem")
+    );
+}
+
+/// A waiter's status line names the holders of a lock with more than one holder, as `status`
+/// and the busy message do, rather than "held by an unknown client (no redlock record)".
+#[test]
+fn a_waiters_status_line_describes_the_places() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis
+        .redlock()
+        .args(["acquire", "sem", "--slots", "1", "--ttl", "1m"])
+        .run()
+        .expect(0);
+    let mut waiter = redis
+        .redlock()
+        .args(["acquire", "sem", "--slots", "1", "--wait", "30s"])
+        .spawn_proc();
+    waiter.wait_for_stderr("waiting for 'sem'", HANG);
+    let line = waiter.stderr();
+    redis
+        .redlock()
+        .args(["release", "sem", "--force"])
+        .run()
+        .expect(0);
+    waiter.finish(HANG).expect(0);
+    assert!(!line.contains("unknown client"), "{line}");
+}
+
+/// A place that ran out is told as `expired` in the history whoever notices it first. When the
+/// first to look is the holder's own renewal (exec's `extend`, typical of a hung command). (It
+/// used to drop the dead record silently: the history showed the acquisition, never its end.)
+#[test]
+fn a_place_found_dead_by_its_own_renewal_is_told_as_expired() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let a = redis
+        .redlock()
+        .args(["acquire", "sem", "--slots", "2", "--ttl", "300ms"])
+        .run()
+        .ok();
+    let b = redis
+        .redlock()
+        .args(["acquire", "sem", "--slots", "2", "--ttl", "1m"])
+        .run()
+        .ok();
+    // Wait until A's place has run out by the server's clock (reading it changes nothing).
+    let key = slots_key("sem");
+    assert!(wait_for(
+        || {
+            let record: Option<String> = redis.query(&["HGET", &key, &a]);
+            let expires: i64 = record
+                .and_then(|r| r.split('\t').next().and_then(|e| e.parse().ok()))
+                .unwrap_or(0);
+            expires < redis.now_ms()
+        },
+        HANG
+    ));
+    // The holder's own renewal is the first to look: refused, as it should be.
+    let out = redis
+        .redlock()
+        .args(["extend", "sem", &a, "--ttl", "1m"])
+        .run();
+    assert_ne!(out.code(), 0, "{out}");
+    release(&redis, "sem", &b);
+    let log = redis.redlock().args(["log", "sem"]).run().ok();
+    assert!(
+        log.lines()
+            .any(|l| l.contains(" expired ") && l.contains(&a[..8])),
+        "no end for {}:\n{log}",
+        &a[..8]
     );
 }

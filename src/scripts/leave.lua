@@ -40,7 +40,7 @@ if current and string.sub(current, 1, 1) == '#' then
   gave = redis.call('HDEL', SLOTS, '~' .. ARGV[1], ARGV[1])
   if gave > 0 or (queued and current == '#shared') then
     local now = now_ms()
-    local view = live_slots(now)
+    local view = live_slots(now, {ARGV[6], tonumber(ARGV[7]) or 0})
     local shared = current == '#shared'
     admit(view, shared and math.huge or limit_of(redis.call('HGET', META, 'slots')), shared,
       ARGV[2], now)

@@ -87,16 +87,29 @@ local function live_slots(now, log)
   return view
 end
 
--- After a change: the lock key is `marker` until the latest live entry expires, or, with none
--- left, the lock is free (unless it was just handed to a writer: then the key is the writer's
--- reservation, see admit).
+-- After a change: the lock key is `marker`, and LOCK:slots kept, until the latest entry left in
+-- `view` expires (counted again here: a release or a shorter renewal can bring it closer), or,
+-- with none left, the lock is free (unless it was just handed to a writer: then the key is the
+-- writer's reservation, see admit). Nothing of it outlives its last holder.
 local function keep_marker(view, marker, now)
   if view.handed then
     redis.call('DEL', SLOTS)
-  elseif view.count == 0 then
+    return
+  end
+  local latest = 0
+  for _, h in pairs(view.holders) do
+    latest = math.max(latest, h.expires)
+  end
+  for _, expires in pairs(view.reserved) do
+    latest = math.max(latest, expires)
+  end
+  view.latest = latest
+  if latest <= now then
     redis.call('DEL', LOCK, SLOTS)
   else
-    redis.call('SET', LOCK, marker, 'PX', int(math.max(view.latest - now, 1)))
+    local px = int(latest - now)
+    redis.call('SET', LOCK, marker, 'PX', px)
+    redis.call('PEXPIRE', SLOTS, px)
   end
 end
 
@@ -104,7 +117,8 @@ end
 -- each (no herd), while there is room. In a shared lock, a writer (a plain waiter) at the head
 -- stops it: nobody behind the writer gets in (writers are not starved), and once no holder and
 -- no reservation is left, the lock is handed to the writer as a plain release would (the key
--- becomes '~' .. writer; view.handed). Bounded: a script never runs long.
+-- becomes '~' .. writer; view.handed). Bounded: a script never runs long (a forced release that
+-- frees more than 64 places wakes 64; the others look again within their block, 3 s at most).
 local function admit(view, limit, shared, claim_ms, now)
   for _ = 1, 64 do
     if view.count >= limit then
