@@ -13,9 +13,11 @@
 //!   of 100 ms sections and one writer loop (`redlock exec KEY`, `flock -x`) of 20 ms sections,
 //!   [`SHARED_ROUNDS`] rounds each, on one lock. The readers alone would keep the lock busy
 //!   almost all the time, so a writer that only gets in when no reader is inside (a
-//!   reader-preferring lock) would wait for most of the run: its wait p99 shows it.
+//!   reader-preferring lock) would wait for most of the run: its wait p99 shows it. A row splits
+//!   the client-side hand-over by direction: the writer's leave line to the first reader's entry,
+//!   a reader's leave line to the writer's entry (the lock empty in between).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::contention::REPS;
 use crate::admin::Count;
@@ -151,6 +153,21 @@ pub fn shared_lock(bench: &mut Bench, r: &mut Report) {
         [p50_p99(&readers[0]), "–".to_string(), p50_p99(&readers[1])],
         String::new(),
     );
+    let handovers = [shared_handovers(&local), shared_handovers(&redlock)];
+    let p50s = |h: &(Vec<Duration>, Vec<Duration>)| {
+        format!(
+            "{} / {}",
+            fmt_d(percentile(&h.0, 0.5)),
+            fmt_d(percentile(&h.1, 0.5))
+        )
+    };
+    r.row(
+        &w,
+        "hand-over p50, client side: writer leaves → first reader in / last reader leaves → \
+         writer in (runs pooled)",
+        [p50s(&handovers[0]), "–".to_string(), p50s(&handovers[1])],
+        String::new(),
+    );
     r.row(
         &w,
         "most readers in their CS at once, per run (checked: ≥ 2; the writer always alone)",
@@ -171,6 +188,33 @@ pub fn shared_lock(bench: &mut Bench, r: &mut Report) {
             fmt_d(percentile(ws, 1.0))
         );
     }
+}
+
+/// A shared lock's hand-overs, client side, from the runs' entry and leave lines (loop 0 is the
+/// writer): from each writer's leave line to the next reader's entry, and from a reader's leave
+/// line to the writer's entry that follows it (the lock empty in between).
+fn shared_handovers(runs: &[LoopRun]) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut to_readers, mut to_writer) = (Vec::new(), Vec::new());
+    for run in runs {
+        // The last leave line, and whether the writer wrote it.
+        let mut left: Option<(Instant, bool)> = None;
+        for e in &run.events {
+            let writer = e.l == 0;
+            match (e.kind, left) {
+                ('L', _) => left = Some((e.at, writer)),
+                ('E', Some((t, was_writer))) => {
+                    if was_writer && !writer {
+                        to_readers.push(e.at - t);
+                    } else if !was_writer && writer {
+                        to_writer.push(e.at - t);
+                    }
+                    left = None;
+                }
+                _ => {}
+            }
+        }
+    }
+    (to_readers, to_writer)
 }
 
 /// A row's cells from the local tool's summary and redlock's (the polling lock: "–").
