@@ -1,6 +1,6 @@
 //! The harness every workload runs in: [`Bench`] owns the temp dir's layout (the polling lock's
-//! script, the logs, the FIFO, the counter file), the bench's `redis-server` and its admin
-//! connection, and runs single commands that must succeed ([`Bench::run_one`],
+//! script, the logs, the FIFO, the counter file, GNU `sem`'s home), the bench's `redis-server`
+//! and its admin connection, and runs single commands that must succeed ([`Bench::run_one`],
 //! [`Bench::time_one`]). It also takes and drops a lock from the bench itself with each tool's own
 //! commands ([`Bench::hold`], [`Bench::release`]) for the workloads that need a holder, and
 //! describes the machine for the report's header. Above [`guard`](crate::guard),
@@ -37,6 +37,8 @@ impl Bench {
         fs::create_dir(&logs).expect("cannot create the log dir");
         let fifo = dir.join("events.fifo");
         let events = Events::open(&fifo);
+        let sem_home = dir.join("sem");
+        fs::create_dir(&sem_home).expect("cannot create sem's dir");
         let server = Server::start(dir);
         let admin = Admin::connect(server.port);
         Bench {
@@ -48,6 +50,7 @@ impl Bench {
                 dir: dir.to_path_buf(),
                 fifo,
                 counter: dir.join("counter"),
+                sem_home,
             },
             admin,
             events,

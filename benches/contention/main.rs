@@ -1,7 +1,8 @@
 //! `cargo bench --bench contention`: redlock side by side with `flock` and a polling Redis lock
-//! (SET NX PX with a fixed retry interval), on eight workloads (contention at three scales, idle
-//! waiters, a dead holder, the uncontended cost, the cost of a quorum, `status` of 10,000 locks),
-//! in one run, printed as one markdown table.
+//! (SET NX PX with a fixed retry interval), on ten workloads (contention at three scales, idle
+//! waiters, a dead holder, the uncontended cost, the cost of a quorum, `status` of 10,000 locks, a
+//! counting semaphore against GNU `sem`, a shared lock against `flock -s`), in one run, printed as
+//! one markdown table.
 //!
 //! # Running part of it
 //! - `REDLOCK_BENCH_ONLY=8 cargo bench --bench contention` runs only workload 8 (about a minute;
@@ -13,9 +14,10 @@
 //!   round trips per critical section; targets: redlock's wall within 5% of it, ≤ 4.0 round
 //!   trips).
 //!
-//! Needs `redis-server`, `redis-cli`, `flock` and `sh` on PATH; uses loopback only; takes three to
-//! five minutes on two CPUs (most of it the polling lock's crowd). Under `cargo test --benches`
-//! (no `--bench` argument) it does nothing.
+//! Needs `redis-server`, `redis-cli`, `flock`, `sem` (GNU parallel) and `sh` on PATH; uses
+//! loopback only; takes five to seven minutes on two CPUs (most of it the polling lock's crowd and
+//! `sem`'s runs in workload 9; workloads 9 and 10 alone take between two and three). Under `cargo
+//! test --benches` (no `--bench` argument) it does nothing.
 //!
 //! # Set-up
 //! - `redlock` is the binary Cargo builds for this bench (`CARGO_BIN_EXE_redlock`); under
@@ -82,6 +84,21 @@
 //! away. The locks are deleted afterwards. While it runs, the server's slow log is back at Redis's
 //! default threshold (10 ms) instead of logging every command (see "Redis commands" below, which
 //! workload 8 does not count).
+//!
+//! # Workloads 9 and 10: locks with several holders
+//! Loops as in workloads 1 and 2 (`REPS` (5) runs of each tool, interleaved, the median
+//! run's wall, waits pooled), holding the lock as one of several: 9 is a counting semaphore, 16
+//! loops × 10 rounds of a 50 ms section (`sleep 0.05` between the entry and leave lines, no
+//! counter) under `redlock exec KEY --slots 4`, against GNU `sem --id KEY -j 4 --fg` (its
+//! semaphore under a HOME, PARALLEL_HOME and `--tmpdir` in the temp dir) in flock's column and the
+//! ideal, 160 × 50 ms ÷ 4 = 2 s; targets: wall ≤ 1.2× the ideal and ≤ 0.5× sem's. 10 is a
+//! shared lock: 8 reader loops of 100 ms sections (`redlock exec KEY --shared`, `flock -s`) and one
+//! writer loop of 20 ms sections (`redlock exec KEY`, `flock -x`, the counter increment of
+//! workload 2), 20 rounds each; the readers alone keep the lock busy, so a writer let in only
+//! when no reader is inside would wait most of the run. Targets: the writer's wait p99 and the
+//! wall within 1.5× flock's. Every run is checked from the entry and leave lines: every round
+//! once; in 9 never more than 4 inside and 4 reached; in 10 the writer alone and readers together.
+//! The polling lock has neither mode.
 //!
 //! # Measures
 //! - Loops are threads of this process: each round, a thread notes the time, starts the lock
@@ -195,7 +212,7 @@ fn main() {
     if (1..=7).any(|n| run(&n.to_string())) {
         workloads::warm_up(&mut bench);
     }
-    let all: [(&str, Workload); 8] = [
+    let all: [(&str, Workload); 10] = [
         ("1", workloads::empty_cs),
         ("2", workloads::sleepy_cs),
         ("3", workloads::crowd),
@@ -204,6 +221,8 @@ fn main() {
         ("6", workloads::uncontended),
         ("7", workloads::quorum),
         ("8", workloads::status_scale),
+        ("9", workloads::semaphore),
+        ("10", workloads::shared_lock),
     ];
     for (n, workload) in all {
         if run(n) {

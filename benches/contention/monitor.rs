@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::admin::Count;
 use crate::guard::{STEP_TIMEOUT, kill, start, watched};
 use crate::harness::Bench;
-use crate::loops::Spec;
+use crate::loops::{Hold, Spec};
 use crate::stats::{fmt_d, percentile};
 use crate::tools::{CS_EMPTY, Tool, polling_key, redlock_key};
 
@@ -132,6 +132,7 @@ impl Bench {
                 loops: 8,
                 rounds: 25,
                 cs: CS_EMPTY,
+                hold: Hold::Exclusive,
             };
             let run = self.run_loops(&spec, Count::Commands);
             let marker = format!("bench-monitor-end-{tag}");

@@ -74,10 +74,36 @@ pub fn log_run(label: &str, run: &LoopRun) {
         run.fairness(),
         fmt_d(percentile(&run.client_handovers(), 0.5))
     );
+    if run.peak > 1 {
+        let _ = write!(line, ", at most {} inside at once", run.peak);
+    }
     if let Some(c) = &run.cmds {
         let _ = write!(line, "; {}", describe_cmds(c, n));
     }
     eprintln!("{line}");
+}
+
+/// Logs on stderr the walls of a repeated workload's runs of two tools, interleaved in pairs
+/// (`other`, then redlock): each tool's in run order, each pair's redlock ÷ `other` and the
+/// ratio of the medians, so that the spread is visible.
+pub fn log_walls(tag: &str, (name, other): (&str, &Summary), redlock: &Summary) {
+    let list = |ws: &[Duration]| ws.iter().map(|w| fmt_d(*w)).collect::<Vec<_>>().join(", ");
+    let pairs: Vec<String> = other
+        .walls
+        .iter()
+        .zip(&redlock.walls)
+        .map(|(o, r)| format!("{:.2}", ratio(*r, *o)))
+        .collect();
+    eprintln!(
+        "contention: {tag}: wall per run, in run order: {name} [{}], redlock [{}]; \
+         redlock ÷ {name} per pair [{}]; medians {name} {}, redlock {}: {:.2}×",
+        list(&other.walls),
+        list(&redlock.walls),
+        pairs.join(", "),
+        fmt_d(other.wall),
+        fmt_d(redlock.wall),
+        ratio(redlock.wall, other.wall)
+    );
 }
 
 /// The runs of one tool: the median wall (and the rate of that run), waits, commands and

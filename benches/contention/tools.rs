@@ -26,6 +26,15 @@ pub const CS_EMPTY: &str = r#"echo "E $BT $BL $BR" > "$BF"; read n < "$BC"; echo
 pub const CS_20MS: &str = r#"echo "E $BT $BL $BR" > "$BF"; read n < "$BC"; sleep 0.02; echo $((n + 1)) > "$BC"; echo "L $BT $BL $BR" > "$BF""#;
 /// A holder that says it holds the lock, then sleeps until killed.
 pub const CS_HOLD: &str = r#"echo "H $BT 0 0" > "$BF"; exec sleep 60"#;
+/// Workload 9's section, for a lock with several holders: no counter (holders are meant to
+/// overlap), only the entry and leave lines around a 50 ms sleep.
+pub const CS_50MS: &str =
+    r#"echo "E $BT $BL $BR" > "$BF"; sleep 0.05; echo "L $BT $BL $BR" > "$BF""#;
+/// Workload 10's readers: 100 ms inside.
+pub const CS_100MS: &str =
+    r#"echo "E $BT $BL $BR" > "$BF"; sleep 0.1; echo "L $BT $BL $BR" > "$BF""#;
+/// Workload 10's writer: the counter increment around a 20 ms sleep (as [`CS_20MS`]).
+pub const CS_WRITE_20MS: &str = CS_20MS;
 
 /// Every tool, in the order of the table's columns.
 pub const TOOLS: [Tool; 3] = [Tool::Flock, Tool::Polling, Tool::Redlock];
@@ -61,6 +70,28 @@ impl Tool {
     }
 }
 
+/// How one lock command holds the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Alone: each tool's plain lock command.
+    Exclusive,
+    /// One of up to N holders: `redlock exec KEY --slots N`; in flock's column GNU
+    /// `sem --id KEY -j N --fg` (flock has no counting mode); the polling lock has none.
+    Slots(u32),
+    /// Shared with other shared holders (a reader): `redlock exec KEY --shared`, `flock -s`; a
+    /// writer is [`Mode::Exclusive`] on the same lock. The polling lock has none.
+    Shared,
+}
+
+/// The program that runs `tool`'s lock in `mode`, for run tags and messages: `sem` for flock's
+/// column with several holders, else the tool's name.
+pub fn program(tool: Tool, mode: Mode) -> &'static str {
+    match (tool, mode) {
+        (Tool::Flock, Mode::Slots(_)) => "sem",
+        _ => tool.name(),
+    }
+}
+
 /// What every lock command needs; cloned into the loop threads.
 #[derive(Clone)]
 pub struct Env {
@@ -72,6 +103,8 @@ pub struct Env {
     pub dir: PathBuf,
     pub fifo: PathBuf,
     pub counter: PathBuf,
+    /// GNU `sem`'s home (its semaphores under `.parallel/`) and `--tmpdir`, in the temp dir.
+    pub sem_home: PathBuf,
 }
 
 impl Env {
@@ -113,13 +146,52 @@ impl Env {
 
     /// `argv` run under `tool`'s lock on `key`.
     pub fn under_lock(&self, tool: Tool, key: &str, ttl_ms: u64, argv: &[&str]) -> Command {
-        match tool {
-            Tool::Flock => {
+        self.lock_cmd(tool, Mode::Exclusive, key, ttl_ms, argv)
+    }
+
+    /// `argv` run under `tool`'s lock on `key`, held in `mode`; panics for the polling lock in a
+    /// mode other than [`Mode::Exclusive`] (it has none).
+    pub fn lock_cmd(
+        &self,
+        tool: Tool,
+        mode: Mode,
+        key: &str,
+        ttl_ms: u64,
+        argv: &[&str],
+    ) -> Command {
+        match (tool, mode) {
+            (Tool::Flock, Mode::Slots(n)) => {
+                // `--fg`: sem runs the command itself and exits with it (without, it would
+                // start it in the background and return at once). `-q`: argv is passed as
+                // words, not as one shell line. Its semaphore (`.parallel/semaphores/`) lives
+                // under HOME and PARALLEL_HOME, both in the bench's temp dir, its temporary files
+                // in `--tmpdir`.
+                let mut cmd = self.base("sem");
+                cmd.env("HOME", &self.sem_home)
+                    .env("PARALLEL_HOME", self.sem_home.join(".parallel"))
+                    .arg("--id")
+                    .arg(key)
+                    .arg("-j")
+                    .arg(n.to_string())
+                    .arg("--fg")
+                    .arg("-q")
+                    .arg("--tmpdir")
+                    .arg(&self.sem_home)
+                    .args(argv);
+                cmd
+            }
+            (Tool::Flock, _) => {
                 let mut cmd = self.base("flock");
+                if mode == Mode::Shared {
+                    cmd.arg("-s");
+                }
                 cmd.arg(self.dir.join(format!("{key}.lock"))).args(argv);
                 cmd
             }
-            Tool::Polling => {
+            (Tool::Polling, Mode::Slots(_) | Mode::Shared) => {
+                panic!("the polling lock has no {mode:?} mode")
+            }
+            (Tool::Polling, Mode::Exclusive) => {
                 let mut cmd = self.base("sh");
                 cmd.arg(&self.polling_lock)
                     .arg(&self.port)
@@ -128,9 +200,19 @@ impl Env {
                     .args(argv);
                 cmd
             }
-            Tool::Redlock => {
+            (Tool::Redlock, _) => {
                 let ttl = format!("{ttl_ms}ms");
-                let mut args = vec!["exec", key, "--ttl", &ttl, "--"];
+                let slots;
+                let mut args = vec!["exec", key, "--ttl", &ttl];
+                match mode {
+                    Mode::Exclusive => {}
+                    Mode::Slots(n) => {
+                        slots = n.to_string();
+                        args.extend(["--slots", &slots]);
+                    }
+                    Mode::Shared => args.push("--shared"),
+                }
+                args.push("--");
                 args.extend_from_slice(argv);
                 self.redlock(&args)
             }
@@ -176,6 +258,7 @@ pub fn require_tools() {
         ("redis-server", "redis-server"),
         ("redis-cli", "redis-tools"),
         ("flock", "util-linux"),
+        ("sem", "parallel"),
         ("sh", "dash"),
         ("mkfifo", "coreutils"),
         ("sleep", "coreutils"),

@@ -15,9 +15,11 @@ use std::time::Duration;
 use crate::admin::Count;
 use crate::guard::watched;
 use crate::harness::Bench;
-use crate::loops::{LoopRun, Spec};
+use crate::loops::{Hold, LoopRun, Spec};
 use crate::report::Report;
-use crate::stats::{Summary, cmds_cell, fmt_d, fmt_us, log_run, percentile, ratio, summarize};
+use crate::stats::{
+    Summary, cmds_cell, fmt_d, fmt_us, log_run, log_walls, percentile, ratio, summarize,
+};
 use crate::tools::{CS_20MS, CS_EMPTY, Tool};
 
 /// Workloads 1 and 2: runs of flock and of redlock each (the polling tool runs once in workload
@@ -205,6 +207,7 @@ impl Bench {
                 loops,
                 rounds,
                 cs,
+                hold: Hold::Exclusive,
             };
             let count = if cpu && !counting {
                 Count::Cpu
@@ -227,24 +230,10 @@ impl Bench {
             .collect();
         let base = (!base_runs.is_empty()).then(|| summarize(&base_runs, &base_counted));
         if reps > 1 {
-            let (f, r) = (&out[Tool::Flock.index()], &out[Tool::Redlock.index()]);
-            let list =
-                |ws: &[Duration]| ws.iter().map(|w| fmt_d(*w)).collect::<Vec<_>>().join(", ");
-            let pairs: Vec<String> = f
-                .walls
-                .iter()
-                .zip(&r.walls)
-                .map(|(f, r)| format!("{:.2}", ratio(*r, *f)))
-                .collect();
-            eprintln!(
-                "contention: {tag}: wall per run, in run order: flock [{}], redlock [{}]; \
-                 redlock ÷ flock per pair [{}]; medians flock {}, redlock {}: {:.2}×",
-                list(&f.walls),
-                list(&r.walls),
-                pairs.join(", "),
-                fmt_d(f.wall),
-                fmt_d(r.wall),
-                ratio(r.wall, f.wall)
+            log_walls(
+                tag,
+                ("flock", &out[Tool::Flock.index()]),
+                &out[Tool::Redlock.index()],
             );
         }
         if let Some(b) = &base {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::guard::{kill, start, tail, watched};
 use crate::harness::Bench;
-use crate::loops::Spec;
+use crate::loops::{Hold, Spec};
 use crate::report::Report;
 use crate::stats::fmt_d;
 use crate::tools::{CS_EMPTY, CS_HOLD, TOOLS, Tool, polling_key, redlock_key};
@@ -65,6 +65,7 @@ impl Bench {
                 loops: DEAD_WAITERS,
                 rounds: 1,
                 cs: CS_EMPTY,
+                hold: Hold::Exclusive,
             });
             // Let the waiters start and queue up.
             thread::sleep(Duration::from_millis(200));

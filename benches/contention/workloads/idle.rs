@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::admin::{Cmds, Count};
 use crate::guard::{STEP_TIMEOUT, aborted, check_failed, start, watched};
 use crate::harness::Bench;
-use crate::loops::Spec;
+use crate::loops::{Hold, Spec};
 use crate::report::Report;
 use crate::stats::{describe_cmds, fmt_d};
 use crate::tools::{CS_EMPTY, TOOLS, Tool, polling_key, redlock_key};
@@ -90,6 +90,7 @@ impl Bench {
                 loops: IDLE_WAITERS,
                 rounds: 1,
                 cs: CS_EMPTY,
+                hold: Hold::Exclusive,
             });
             while held_at.elapsed() < IDLE_HOLD && !aborted() {
                 thread::sleep(Duration::from_millis(20));

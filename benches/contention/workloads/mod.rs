@@ -1,10 +1,12 @@
-//! The eight workloads, the top layer below `main`: each module runs one workload (or, for
-//! `contention`, the three that share the loops) for every tool and adds its rows and targets to
-//! the [`Report`](crate::report::Report). This module also owns the warm-up that precedes them and the notes printed
-//! under the table, which describe how the workloads ran.
+//! The ten workloads, the top layer below `main`: each module runs one workload (or, for
+//! `contention`, the three that share the loops; for `holders`, the two with several holders) for
+//! every tool and adds its rows and targets to the [`Report`](crate::report::Report). This module
+//! also owns the warm-up that precedes them and the notes printed under the table, which describe
+//! how the workloads ran.
 
 mod contention;
 mod dead_holder;
+mod holders;
 mod idle;
 mod quorum;
 mod status;
@@ -12,6 +14,7 @@ mod uncontended;
 
 pub use contention::{crowd, empty_cs, sleepy_cs};
 pub use dead_holder::dead_holder;
+pub use holders::{semaphore, shared_lock};
 pub use idle::idle;
 pub use quorum::quorum;
 pub use status::status_scale;
@@ -41,6 +44,7 @@ pub fn warm_up(bench: &mut Bench) {
 /// The paragraphs printed under the table: how the workloads ran, and what the metrics mean.
 pub fn notes() -> [String; 2] {
     use contention::{POLLING_REPS_W1, REPS};
+    use holders::{READERS, SEM_LOOPS, SEM_ROUNDS, SEM_SLOTS, SHARED_ROUNDS};
     use quorum::{QUORUM_CYCLES, QUORUM_NODES};
     use status::{STATUS_LOCKS, STATUS_RUNS};
     use uncontended::UNCONTENDED_RUNS;
@@ -64,7 +68,20 @@ pub fn notes() -> [String; 2] {
              {STATUS_LOCKS} locks written by the bench; \"before\" is the binary in \
              REDLOCK_BENCH_BASELINE when set (the code before batching). With \
              REDLOCK_BENCH_BASELINE, workload 1 also runs that binary {REPS} times, beside each \
-             redlock run (after it, then before it, alternately), for the baseline row."
+             redlock run (after it, then before it, alternately), for the baseline row. \
+             Workloads 9 and 10 (locks with several holders; the seed style has neither mode): \
+             the local tool in flock's column (GNU `sem --id KEY -j {SEM_SLOTS} --fg` in \
+             workload 9, flock has no counting mode; `flock -s` readers and a `flock -x` writer \
+             in workload 10) and redlock (`--slots {SEM_SLOTS}`; `--shared` readers and a plain \
+             writer) ran {REPS} times each, alternately, as in workloads 1 and 2; wall is the \
+             median run's, waits pool all runs. Workload 9's ideal is its total work ÷ \
+             {SEM_SLOTS} slots ({} × 50 ms ÷ {SEM_SLOTS}). Workload 10: {READERS} reader loops \
+             and 1 writer loop, {SHARED_ROUNDS} rounds each. Every run was checked: in workload \
+             9, never more than {SEM_SLOTS} critical sections inside at once, {SEM_SLOTS} \
+             reached, every round done; in workload 10, the writer entered only an empty lock \
+             and nobody entered while it was inside, readers were inside together, every round \
+             done, the counter only the writer increments exact.",
+            SEM_LOOPS * SEM_ROUNDS
         ),
         "wait: from starting the lock command to entering the critical section (the tool's \
          start-up included). Redis commands: `sent` are the commands clients sent (round \
