@@ -293,7 +293,7 @@ impl Waiter<'_> {
                     self.queued = false;
                     if let Some(sig) = park.interrupted() {
                         store
-                            .release(keys, &Releaser::holder(&lock.token))
+                            .release(keys, &Releaser::of(&lock, None))
                             .context("interrupted right after acquiring; releasing failed")?;
                         return Ok(Acquired::Interrupted(sig));
                     }

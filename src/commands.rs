@@ -218,7 +218,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         .and_then(|()| stdout.flush())
     {
         // Nobody received the token, so nobody could ever release this lock: give it back.
-        store.release(&keys, &Releaser::holder(&lock.token))?;
+        store.release(&keys, &Releaser::of(&lock, None))?;
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             messages::alert(format_args!(
                 "cannot print the token ({e}); released '{}' again",
@@ -389,7 +389,7 @@ pub fn extend(config: &Config, args: &ExtendArgs) -> Result<u8> {
     let token = token_arg(args.token.as_deref())?;
     warn_short_ttl(config, args.ttl);
     let mut store = backend::open(config)?;
-    match store.extend(&keys, token, args.ttl)? {
+    match store.extend(&keys, token, args.ttl, false)? {
         Verdict::Done(_) => Ok(exit::OK),
         other => {
             Err(lock::not_owner(&other, token)).context(format!("cannot extend '{}'", keys.name))

@@ -465,10 +465,7 @@ enum Released {
 
 /// Releases the lock; `status`: the command's exit status, for the lock's history.
 fn release(store: &mut dyn Store, lock: &Lock, status: Option<u8>) -> Released {
-    let by = Releaser::Holder {
-        token: lock.token.clone(),
-        status,
-    };
+    let by = Releaser::of(lock, status);
     let released = store.release(&lock.keys, &by).or_else(|first| {
         // The main connection may have gone stale during a long run: try once on a fresh one.
         store
@@ -656,7 +653,8 @@ fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Even
                     },
                 };
                 let sent = Instant::now();
-                let event = match con.extend(&lock.keys, &lock.token, lock.ttl) {
+                let event = match con.extend(&lock.keys, &lock.token, lock.ttl, lock.slot.is_some())
+                {
                     Ok(Verdict::Done(_)) => {
                         // Counted from when this one was sent, so that slow renewals (a quorum
                         // giving a frozen node its grace) do not push the next ones later.

@@ -722,8 +722,14 @@ pub struct Lock {
 #[derive(Debug, Clone)]
 pub enum Releaser {
     /// The holder of this token: the lock is released only if the token holds it. `status`: the
-    /// exit status of the command it ran (`exec`), told in the lock's history.
-    Holder { token: String, status: Option<u8> },
+    /// exit status of the command it ran (`exec`), told in the lock's history. `place`: the
+    /// token holds a place in a lock with more than one holder, as its acquisition said (then
+    /// the slot scripts are asked at once; `false` when unknown: the plain script says so).
+    Holder {
+        token: String,
+        status: Option<u8>,
+        place: bool,
+    },
     /// Anyone, whoever holds the lock (`release --force`); this owner is recorded in the meta
     /// hash as the one who forced it (see [`Forced`]). With a condition, only the holder it
     /// describes (`--if-fence`, `--if-token`); another holder makes it [`Verdict::HeldByOther`].
@@ -736,6 +742,16 @@ impl Releaser {
         Releaser::Holder {
             token: token.to_string(),
             status: None,
+            place: false,
+        }
+    }
+
+    /// The holder of `lock`, as it was acquired; `status` as for [`Releaser::Holder`].
+    pub fn of(lock: &Lock, status: Option<u8>) -> Releaser {
+        Releaser::Holder {
+            token: lock.token.clone(),
+            status,
+            place: lock.slot.is_some(),
         }
     }
 }
@@ -1096,7 +1112,7 @@ pub fn release(
     hand_over: HandOver,
 ) -> Result<(Verdict, Option<String>)> {
     let (token, forcer, status) = match by {
-        Releaser::Holder { token, status } => (token.as_str(), None, *status),
+        Releaser::Holder { token, status, .. } => (token.as_str(), None, *status),
         Releaser::Force(owner, cond) => ("", Some((owner, cond)), None),
     };
     let (quiet, to) = hand_over.args();

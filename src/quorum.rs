@@ -1036,7 +1036,7 @@ impl Store for Nodes {
             .unwrap_or(Verdict::Free))
     }
 
-    fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {
+    fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration, _place: bool) -> Result<Verdict> {
         let (n, q) = (self.n(), self.q());
         let sent = Instant::now();
         let is_done = |a: &Option<Result<(Verdict, Option<String>)>>| {

@@ -43,7 +43,7 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
 /// condition names), and passes the freed places on to the waiters whose turn it is.
 pub fn release(redis: &mut Redis, keys: &Keys, by: &Releaser) -> Result<Verdict> {
     let (token, forcer, status) = match by {
-        Releaser::Holder { token, status } => (token.as_str(), None, *status),
+        Releaser::Holder { token, status, .. } => (token.as_str(), None, *status),
         Releaser::Force(owner, cond) => ("", Some((owner, cond)), None),
     };
     let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());

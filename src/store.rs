@@ -34,8 +34,9 @@ pub trait Store: Send {
     fn abandon(&mut self, keys: &Keys, token: &str) -> Result<()>;
     /// Releases the lock if the releaser's token holds it (or, by force, whoever holds it).
     fn release(&mut self, keys: &Keys, by: &Releaser) -> Result<Verdict>;
-    /// Resets the TTL if `token` holds the lock.
-    fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict>;
+    /// Resets the TTL if `token` holds the lock (`place`: a place in a lock with more than one
+    /// holder, as its acquisition said; `false` when unknown).
+    fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration, place: bool) -> Result<Verdict>;
     /// One lock's state.
     fn inspect(&mut self, keys: &Keys) -> Result<State>;
     /// The state of every lock under `prefix` that some server holds (SCAN), as
@@ -73,16 +74,23 @@ impl Store for Redis {
         lock::leave_to(self, keys, token, HandOver::Wake, lock::Doubt::Unsure).map(|_| ())
     }
 
-    // A lock with more than one holder answers to its own scripts: the plain ones say so, and
-    // change nothing (one round trip more, for those locks only).
+    // A lock with more than one holder answers to its own scripts: a holder that knows it holds
+    // a place asks them at once; otherwise the plain ones say so, and change nothing (one round
+    // trip more, for those locks only: `redlock release KEY TOKEN`).
     fn release(&mut self, keys: &Keys, by: &Releaser) -> Result<Verdict> {
+        if let Releaser::Holder { place: true, .. } = by {
+            return slots::release(self, keys, by);
+        }
         match lock::release(self, keys, by, HandOver::Wake)?.0 {
             Verdict::Slots => slots::release(self, keys, by),
             verdict => Ok(verdict),
         }
     }
 
-    fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {
+    fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration, place: bool) -> Result<Verdict> {
+        if place {
+            return slots::extend(self, keys, token, ttl);
+        }
         match lock::extend(self, keys, token, ttl, false)?.0 {
             Verdict::Slots => slots::extend(self, keys, token, ttl),
             verdict => Ok(verdict),

@@ -925,3 +925,28 @@ fn a_place_found_dead_by_its_own_renewal_is_told_as_expired() {
         &a[..8]
     );
 }
+
+/// A holder that knows it holds a place (exec, from its acquisition) releases and renews with
+/// the slot scripts at once: one script call each, as for a plain lock.
+#[test]
+fn exec_with_a_place_releases_in_one_call() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    for args in [&["--slots", "2"][..], &["--shared"][..], &[][..]] {
+        let exec = || {
+            redis
+                .redlock()
+                .args(["exec", "k"])
+                .args(args)
+                .args(["--", "true"])
+                .run()
+                .expect(0);
+        };
+        // The first run loads the scripts (a NOSCRIPT, then the script itself).
+        exec();
+        let before = redis.script_calls();
+        exec();
+        assert_eq!(redis.script_calls() - before, 2, "exec {args:?}: attempt + release");
+    }
+}
