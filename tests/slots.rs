@@ -947,6 +947,10 @@ fn exec_with_a_place_releases_in_one_call() {
         exec();
         let before = redis.script_calls();
         exec();
-        assert_eq!(redis.script_calls() - before, 2, "exec {args:?}: attempt + release");
+        assert_eq!(
+            redis.script_calls() - before,
+            2,
+            "exec {args:?}: attempt + release"
+        );
     }
 }
