@@ -544,3 +544,35 @@ fn tls_settings_reach_the_sentinel_and_the_master() {
     assert!(out.stderr.contains("--tls-ca"), "{out}");
     assert_eq!(master.get(&lock_key("c")), None);
 }
+
+/// A semaphore through the sentinel: its places are on the master it names, survive a
+/// failover (replicated), and keep counting there.
+#[test]
+fn slots_are_kept_on_the_master_the_sentinel_names_across_a_failover() {
+    let Some(group) = Replicated::start() else {
+        return;
+    };
+    let (first, second) = (group.first_master(), group.first_replica());
+    let take = || {
+        group
+            .redlock()
+            .args(["acquire", "sem", "--slots", "2", "--ttl", "60s", "-n"])
+            .run()
+    };
+    let one = take().ok();
+    assert_eq!(first.get(&lock_key("sem")).as_deref(), Some("#slots"));
+    group.wait_replicated();
+    group.failover();
+    assert_eq!(group.master().port(), second.port());
+    // The place taken before the failover still counts on the new master.
+    take().expect(0);
+    take().expect(1);
+    group
+        .redlock()
+        .args(["release", "sem", &one])
+        .run()
+        .expect(0);
+    take().expect(0);
+    let table = group.redlock().args(["status", "sem"]).run().ok();
+    assert!(table.contains("2/2 held"), "{table}");
+}
