@@ -211,6 +211,8 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--pool', '--pool', [CompletionResultType]::ParameterName, 'One holder per named resource; exec''s command gets the one it holds in REDLOCK_RESOURCE')
             [CompletionResult]::new('--on-lost', '--on-lost', [CompletionResultType]::ParameterName, 'What to do with the command if the lock is lost while it runs')
             [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR')
+            [CompletionResult]::new('--max-runtime', '--max-runtime', [CompletionResultType]::ParameterName, 'Stop the command once it has held the lock for DUR (SIGTERM, then SIGKILL after --kill-after) and exit 124')
+            [CompletionResult]::new('--warn-after', '--warn-after', [CompletionResultType]::ParameterName, 'Warn (stderr, and the lock''s history) once the command has held the lock for DUR')
             [CompletionResult]::new('--report', '--report', [CompletionResultType]::ParameterName, 'When exec ends, append one JSON line about the run to FILE (- for stdout)')
             [CompletionResult]::new('-c', '-c', [CompletionResultType]::ParameterName, 'Run this shell command with /bin/sh -c instead of CMD')
             [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run this shell command with /bin/sh -c instead of CMD')

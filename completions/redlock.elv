@@ -202,6 +202,8 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --pool 'One holder per named resource; exec''s command gets the one it holds in REDLOCK_RESOURCE'
             cand --on-lost 'What to do with the command if the lock is lost while it runs'
             cand --kill-after 'After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR'
+            cand --max-runtime 'Stop the command once it has held the lock for DUR (SIGTERM, then SIGKILL after --kill-after) and exit 124'
+            cand --warn-after 'Warn (stderr, and the lock''s history) once the command has held the lock for DUR'
             cand --report 'When exec ends, append one JSON line about the run to FILE (- for stdout)'
             cand -c 'Run this shell command with /bin/sh -c instead of CMD'
             cand --command 'Run this shell command with /bin/sh -c instead of CMD'

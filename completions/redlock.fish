@@ -166,6 +166,8 @@ complete -c redlock -n "__fish_redlock_using_subcommand exec" -l on-lost -d 'Wha
 kill\t'SIGKILL at once'
 ignore\t'Warn and let the command finish'"
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l kill-after -d 'After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l max-runtime -d 'Stop the command once it has held the lock for DUR (SIGTERM, then SIGKILL after --kill-after) and exit 124' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l warn-after -d 'Warn (stderr, and the lock\'s history) once the command has held the lock for DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l report -d 'When exec ends, append one JSON line about the run to FILE (- for stdout)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s c -l command -d 'Run this shell command with /bin/sh -c instead of CMD' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r

@@ -544,6 +544,14 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
     pub kill_after: Duration,
 
+    /// Stop the command once it has held the lock for DUR (SIGTERM, then SIGKILL after --kill-after) and exit 124
+    #[arg(long, value_name = "DUR", value_parser = parse_limit)]
+    pub max_runtime: Option<Duration>,
+
+    /// Warn (stderr, and the lock's history) once the command has held the lock for DUR
+    #[arg(long, value_name = "DUR", value_parser = parse_limit)]
+    pub warn_after: Option<Duration>,
+
     /// When exec ends, append one JSON line about the run to FILE (- for stdout)
     #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub report: Option<std::path::PathBuf>,
@@ -604,6 +612,18 @@ pub fn parse_switch(s: &str) -> Result<bool, String> {
         "" | "0" | "false" | "no" | "off" => Ok(false),
         _ => Err(format!("'{s}' is not on or off; use 1 or 0")),
     }
+}
+
+/// A time limit (`--max-runtime`, `--warn-after`): a duration above zero (no limit: leave the
+/// option out).
+pub fn parse_limit(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!(
+            "'{s}' is no time at all; leave the option out for no limit"
+        ));
+    }
+    Ok(d)
 }
 
 /// `--pool`: names separated by commas, each non-empty, printable and unique.

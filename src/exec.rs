@@ -48,7 +48,7 @@ use crate::commands::{GaveUp, take_lock};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure};
 use crate::exit;
-use crate::lock::{self, Keys, Lock, Releaser, Verdict, forced_reason, human_ms};
+use crate::lock::{self, Befell, Keys, Lock, Releaser, Verdict, forced_reason, human_ms};
 use crate::messages;
 use crate::notify;
 use crate::owner;
@@ -196,19 +196,38 @@ fn conclude(
     child_code: u8,
     facts: &mut Facts,
 ) -> u8 {
+    let timed_out = supervisor.timed_out_first();
     let Supervisor {
         lock,
         args,
         lost,
         lost_unseen,
+        telling,
         ..
     } = supervisor;
+    if let Some(thread) = telling {
+        let _ = thread.join();
+    }
+    facts.timed_out = timed_out;
+    if timed_out && let Some(redis) = store.parking() {
+        let limit = human_ms(args.max_runtime.unwrap_or_default());
+        let reason = format!("held the lock for {limit} (--max-runtime): stopped");
+        let _ = lock::report(
+            redis,
+            &lock.keys,
+            &lock.token,
+            lock.fence,
+            Befell::Timeout,
+            &reason,
+        );
+    }
+    let limited = |code: u8| if timed_out { exit::TIMED_OUT } else { code };
     if let Some(why) = &lost {
         // Said when it happened. Another client may hold the lock now; there is nothing of ours
         // to release. The history and the watchers are told.
         tell_lost(store, lock, why);
         facts.lost = lost;
-        return exit_status(child_code, true, args.on_lost);
+        return limited(exit_status(child_code, true, args.on_lost));
     }
     // Released even when the deadline passed: the lock may still be ours, and the release
     // deletes it only if it is.
@@ -225,10 +244,10 @@ fn conclude(
         Released::Ours => {}
     }
     if why.is_empty() {
-        return child_code;
+        return limited(child_code);
     }
     facts.lost = Some(why.join("; "));
-    let code = exit_status(child_code, true, args.on_lost);
+    let code = limited(exit_status(child_code, true, args.on_lost));
     // An alert, not a notice: a command that ran without its lock must not pass for a success
     // unnoticed.
     messages::alert(unprotected(&lock.keys.name, known, &why, code == exit::OK));
@@ -412,6 +431,8 @@ struct Facts {
     signal: Option<i32>,
     /// Why the lock was not provably held to the end of the command.
     lost: Option<String>,
+    /// `--max-runtime` ran out (before any loss of the lock) and the command was stopped.
+    timed_out: bool,
 }
 
 impl Facts {
@@ -425,6 +446,7 @@ impl Facts {
             command: None,
             signal: None,
             lost: None,
+            timed_out: false,
         }
     }
 
@@ -446,6 +468,7 @@ impl Facts {
             "command_status": self.command,
             "lost": self.lost.is_some(),
             "lost_reason": self.lost,
+            "timed_out": self.timed_out,
             "signal": self.signal.map(signals::name),
         })
     }
@@ -753,6 +776,16 @@ struct Supervisor<'a> {
     /// been noticed while it ran: its deadline had passed, or a loss was still on the channel.
     lost_unseen: Option<String>,
     last_renew_error: Option<String>,
+    /// When the loss in `lost` was noticed.
+    lost_at: Option<Instant>,
+    /// `--warn-after`: when the warning is due (counted from the acquisition); `None` once said.
+    warn_at: Option<Instant>,
+    /// `--max-runtime`: when the command is stopped (counted from the acquisition).
+    limit_at: Option<Instant>,
+    /// When `--max-runtime` ran out and the command was told to stop.
+    timed_out: Option<Instant>,
+    /// The thread telling the lock's history of the warning, joined before the release.
+    telling: Option<std::thread::JoinHandle<()>>,
 }
 
 impl<'a> Supervisor<'a> {
@@ -788,6 +821,12 @@ impl<'a> Supervisor<'a> {
             lost: None,
             lost_unseen: None,
             last_renew_error: None,
+            lost_at: None,
+            // The wait for the lock does not count: the clock starts when it was taken.
+            warn_at: args.warn_after.and_then(|d| lock.sent.checked_add(d)),
+            limit_at: args.max_runtime.and_then(|d| lock.sent.checked_add(d)),
+            timed_out: None,
+            telling: None,
         }
     }
 }
@@ -844,6 +883,12 @@ impl Supervisor<'_> {
         {
             notify::listen(self.config, &self.lock.keys, tx);
         }
+        if self.warn_at.take_if(|at| now >= *at).is_some() {
+            self.overran();
+        }
+        if self.limit_at.take_if(|at| now >= *at).is_some() {
+            self.time_out(now);
+        }
     }
 
     /// When [`act_on_time`](Self::act_on_time) has something to do next, or [`POLL_CAP`] from
@@ -859,7 +904,10 @@ impl Supervisor<'_> {
         if self.lost.is_none() {
             wake = wake.min(self.deadline);
         }
-        if let Some(t) = self.kill_at {
+        for t in [self.kill_at, self.warn_at, self.limit_at]
+            .into_iter()
+            .flatten()
+        {
             wake = wake.min(t);
         }
         wake
@@ -989,6 +1037,7 @@ impl Supervisor<'_> {
             human_ms(self.lock.sent.elapsed()),
         ));
         self.lost = Some(why);
+        self.lost_at = Some(Instant::now());
         match self.args.on_lost {
             OnLost::Term => {
                 self.send(SIGTERM);
@@ -1001,6 +1050,54 @@ impl Supervisor<'_> {
 
     fn send(&mut self, signo: i32) {
         self.child.signal(signo);
+    }
+
+    /// `--warn-after` is due: said on stderr, and told to the lock's history on a connection of
+    /// its own (the command runs on).
+    fn overran(&mut self) {
+        let after = self.args.warn_after.unwrap_or_default();
+        let reason = format!("has held the lock for {} (--warn-after)", human_ms(after));
+        messages::warning(
+            self.config,
+            format_args!("the command under '{}' {reason}", self.lock.keys.name),
+        );
+        let (config, lock) = (self.config.clone(), self.lock.clone());
+        self.telling = std::thread::Builder::new()
+            .name("tell".into())
+            .spawn(move || {
+                if let Ok(mut store) = backend::open(&config)
+                    && let Some(redis) = store.parking()
+                {
+                    let (keys, token, fence) = (&lock.keys, &lock.token, lock.fence);
+                    let _ = lock::report(redis, keys, token, fence, Befell::Overran, &reason);
+                }
+            })
+            .ok();
+    }
+
+    /// `--max-runtime` ran out: the command is stopped as on a lost lock (SIGTERM, SIGKILL after
+    /// --kill-after); exec exits 124 unless the lock was lost before.
+    fn time_out(&mut self, now: Instant) {
+        let limit = self.args.max_runtime.unwrap_or_default();
+        messages::alert(format_args!(
+            "the command under '{}' has held the lock for {} (--max-runtime); sending SIGTERM \
+             (SIGKILL after {})",
+            self.lock.keys.name,
+            human_ms(limit),
+            human_ms(self.args.kill_after)
+        ));
+        self.timed_out = Some(now);
+        self.send(SIGTERM);
+        if self.kill_at.is_none() {
+            self.kill_at = now.checked_add(self.args.kill_after);
+        }
+    }
+
+    /// Whether `--max-runtime` ran out before any loss of the lock was noticed: it decides the
+    /// exit status (124) then.
+    fn timed_out_first(&self) -> bool {
+        self.timed_out
+            .is_some_and(|t| self.lost_at.is_none_or(|lost| t < lost))
     }
 }
 

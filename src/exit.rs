@@ -26,6 +26,8 @@ pub const INTERNAL: u8 = 70;
 pub const IO_ERROR: u8 = 74;
 /// `exec`: the lock was lost while the command ran (sysexits EX_TEMPFAIL).
 pub const LOCK_LOST: u8 = 75;
+/// `exec`: `--max-runtime` ran out and the command was stopped (timeout(1)'s code).
+pub const TIMED_OUT: u8 = 124;
 /// Authentication or ACL permission refused (sysexits EX_NOPERM).
 pub const AUTH: u8 = 77;
 /// `exec`: the command exists but cannot be executed.
@@ -70,6 +72,10 @@ pub const TABLE: &[(&str, &str)] = &[
         "exec only: the lock was lost, or cannot be shown to have been held, while the command ran",
     ),
     ("77", "authentication or ACL permission refused"),
+    (
+        "124",
+        "exec only: --max-runtime ran out and the command was stopped (unless the lock was lost first: 75)",
+    ),
     ("126 / 127", "exec only: command not executable / not found"),
     (
         "128+N",

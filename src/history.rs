@@ -115,7 +115,7 @@ impl Entry {
                     said.push(format!("released by {by}"));
                 }
             }
-            "lost" => {
+            "lost" | "overran" | "timeout" => {
                 if let Some(why) = self.get("reason") {
                     said.push(why.to_string());
                 }

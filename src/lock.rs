@@ -1076,8 +1076,30 @@ pub fn leave_to(
     Ok(text(&next))
 }
 
-/// Tells the lock's history and its watchers that the holder of `token` (with `fence`) lost the
-/// lock, and why (see `lost.lua`). Changes nothing about the lock.
+/// What befell a holder while its command ran, for the lock's history (see `lost.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Befell {
+    /// The lock was lost.
+    Lost,
+    /// `--warn-after`: the command has held the lock that long.
+    Overran,
+    /// `--max-runtime` ran out: the command is being stopped.
+    Timeout,
+}
+
+impl Befell {
+    /// The event's name in the history.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Befell::Lost => "lost",
+            Befell::Overran => "overran",
+            Befell::Timeout => "timeout",
+        }
+    }
+}
+
+/// Tells the lock's history and its watchers what befell the holder of `token` (with `fence`),
+/// and why (see `lost.lua`). Changes nothing about the lock.
 pub fn report_lost(
     redis: &mut Redis,
     keys: &Keys,
@@ -1085,9 +1107,21 @@ pub fn report_lost(
     fence: i64,
     reason: &str,
 ) -> Result<()> {
+    report(redis, keys, token, fence, Befell::Lost, reason)
+}
+
+/// [`report_lost`] for any of [`Befell`].
+pub fn report(
+    redis: &mut Redis,
+    keys: &Keys,
+    token: &str,
+    fence: i64,
+    what: Befell,
+    reason: &str,
+) -> Result<()> {
     let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
     let watch_all = watch_all_arg(redis);
-    redis.call("lost", |con| {
+    redis.call(what.as_str(), |con| {
         scripts::LOST
             .key(keys.all().as_slice())
             .arg(token)
@@ -1096,6 +1130,7 @@ pub fn report_lost(
             .arg(log_max)
             .arg(meta_ttl)
             .arg(&watch_all)
+            .arg(what.as_str())
             .invoke::<i64>(con)
     })?;
     Ok(())

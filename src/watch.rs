@@ -928,7 +928,7 @@ fn describe(event: &Map<String, Value>) -> String {
             who(),
             text("fence")
         ),
-        "lost" => format!(
+        "lost" | "overran" | "timeout" => format!(
             "token {token}…, fence {}: {}",
             text("fence"),
             text("reason")

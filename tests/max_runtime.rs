@@ -1,0 +1,213 @@
+//! `exec --max-runtime DUR` and `--warn-after DUR`: a time limit on the command, counted from the
+//! acquisition (the wait before does not count), that stops the command as a lost lock does
+//! (SIGTERM, SIGKILL after --kill-after) and exits 124; a warning that only says so. Both are
+//! told in the lock's history.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The kinds of the lock's history events, oldest first.
+fn history(redis: &RedisServer, name: &str) -> Vec<String> {
+    let out = redis.redlock().args(["log", name, "--json"]).run().ok();
+    out.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["event"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn the_command_is_stopped_at_the_limit_and_exec_exits_124() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = redis
+        .redlock()
+        .args([
+            "exec",
+            "job",
+            "--max-runtime",
+            "1s",
+            "--report",
+            "report.json",
+            "--",
+        ])
+        .args(["sh", "-c", "date +%s%N > started; exec sleep 30"])
+        .current_dir(dir.path())
+        .run()
+        .expect(124);
+    assert!(
+        out.stderr
+            .contains("has held the lock for 1s (--max-runtime); sending SIGTERM"),
+        "{out}"
+    );
+    // Within a generous bound of the limit (the 30 s sleep was cut short).
+    assert!(out.elapsed < Duration::from_secs(10), "{out}");
+    assert_eq!(
+        redis.get(&lock_key("job")),
+        None,
+        "the lock was not released"
+    );
+    assert_eq!(history(&redis, "job"), ["acquired", "timeout", "released"]);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["exit"], 124, "{report}");
+    assert_eq!(report["timed_out"], true, "{report}");
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_after_kill_after() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = redis
+        .redlock()
+        .args([
+            "exec",
+            "job",
+            "--max-runtime",
+            "500ms",
+            "--kill-after",
+            "500ms",
+            "--",
+        ])
+        // No child outlives the shell (it would keep our pipes open): short sleeps only.
+        .args(["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"])
+        .run()
+        .expect(124);
+    assert!(out.elapsed < Duration::from_secs(10), "{out}");
+    assert_eq!(redis.get(&lock_key("job")), None);
+}
+
+#[test]
+fn the_wait_for_the_lock_does_not_count() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let holder = redis
+        .redlock()
+        .args(["acquire", "job", "--ttl", "1500ms"])
+        .run()
+        .ok();
+    assert!(!holder.is_empty());
+    // Waits about 1.5 s for the holder's TTL, then runs 1 s: over the limit counted from its
+    // start, within it counted from the acquisition.
+    let started = Instant::now();
+    redis
+        .redlock()
+        .args(["exec", "job", "--max-runtime", "2s", "--"])
+        .args(["sleep", "1"])
+        .current_dir(dir.path())
+        .run()
+        .expect(0);
+    assert!(started.elapsed() >= Duration::from_millis(2300));
+    assert_eq!(history(&redis, "job").last().unwrap(), "released");
+}
+
+#[test]
+fn warn_after_only_warns() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = redis
+        .redlock()
+        .args(["exec", "job", "--warn-after", "200ms", "--", "sleep", "1"])
+        .run()
+        .expect(0);
+    assert!(
+        out.stderr
+            .contains("the command under 'job' has held the lock for 200ms (--warn-after)"),
+        "{out}"
+    );
+    assert_eq!(history(&redis, "job"), ["acquired", "overran", "released"]);
+    // A quiet run says nothing, the history still tells.
+    let out = redis
+        .redlock()
+        .args([
+            "-q",
+            "exec",
+            "job",
+            "--warn-after",
+            "200ms",
+            "--",
+            "sleep",
+            "1",
+        ])
+        .run()
+        .expect(0);
+    assert_eq!(out.stderr, "", "{out}");
+}
+
+/// Whichever comes first decides: a lock lost before the limit exits 75, the limit before a loss
+/// exits 124.
+#[test]
+fn the_first_of_lock_loss_and_the_limit_decides_the_status() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Lost first: forced while the command runs, the limit far away.
+    let mut lost = redis
+        .redlock()
+        .args(["exec", "a", "--max-runtime", "30s", "--"])
+        .args(["sh", "-c", "touch in-a; exec sleep 30"])
+        .current_dir(dir.path())
+        .spawn_proc();
+    assert!(wait_for(|| dir.path().join("in-a").exists(), HANG));
+    // Told at once, not at the next renewal.
+    wait_subscribed(&[&redis], "a");
+    redis
+        .redlock()
+        .args(["release", "a", "--force"])
+        .run()
+        .expect(0);
+    lost.wait_for_stderr("lost the lock 'a'", HANG);
+    lost.finish(HANG).expect(75);
+    // The limit first, the loss afterwards: `--on-lost ignore` keeps the command running past
+    // the limit's SIGTERM (it ignores it), the lock is then forced, and the limit decides.
+    let mut limited = redis
+        .redlock()
+        .args(["exec", "b", "--max-runtime", "300ms", "--kill-after", "30s"])
+        .args(["--on-lost", "ignore", "--"])
+        .args([
+            "sh",
+            "-c",
+            "trap 'touch termed' TERM; touch in-b; while [ ! -e go ]; do sleep 0.05; done",
+        ])
+        .current_dir(dir.path())
+        .spawn_proc();
+    assert!(wait_for(|| dir.path().join("termed").exists(), HANG));
+    wait_subscribed(&[&redis], "b");
+    redis
+        .redlock()
+        .args(["release", "b", "--force"])
+        .run()
+        .expect(0);
+    limited.wait_for_stderr("lost the lock 'b'", HANG);
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    limited.finish(HANG).expect(124);
+}
+
+#[test]
+fn a_limit_of_zero_and_a_limit_on_acquire_are_usage_errors() {
+    let out = redlock()
+        .args(["exec", "job", "--max-runtime", "0", "--", "true"])
+        .run()
+        .expect(2);
+    assert!(out.stderr.contains("no time at all"), "{out}");
+    redlock()
+        .args(["exec", "job", "--warn-after", "0s", "--", "true"])
+        .run()
+        .expect(2);
+    redlock()
+        .args(["acquire", "job", "--max-runtime", "1s"])
+        .run()
+        .expect(2);
+}
