@@ -47,6 +47,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('extend', 'extend', [CompletionResultType]::ParameterValue, 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds locks: the named KEYs, or every lock under the prefix')
             [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Show a lock''s history: who took it, when, how long they waited and held it, how it ended')
+            [CompletionResult]::new('wait', 'wait', [CompletionResultType]::ParameterValue, 'Wait until a lock is free, without taking it or joining its queue')
             [CompletionResult]::new('exec', 'exec', [CompletionResultType]::ParameterValue, 'Take a lock, run a command while renewing it, release it when the command exits')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -199,6 +200,34 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'redlock;wait' {
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Wait at most DUR (default: until it is free)')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait at most DUR (default: until it is free)')
+            [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit status when --wait runs out with the lock still busy')
+            [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit status when --wait runs out with the lock still busy')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum')
+            [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD')
+            [CompletionResult]::new('--tls-ca', '--tls-ca', [CompletionResultType]::ParameterName, 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)')
+            [CompletionResult]::new('--tls-cert', '--tls-cert', [CompletionResultType]::ParameterName, 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)')
+            [CompletionResult]::new('--tls-key', '--tls-key', [CompletionResultType]::ParameterName, 'PEM file with the private key of --tls-cert')
+            [CompletionResult]::new('--sentinel', '--sentinel', [CompletionResultType]::ParameterName, 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command')
+            [CompletionResult]::new('--prefix', '--prefix', [CompletionResultType]::ParameterName, 'Namespace for every Redis key redlock uses')
+            [CompletionResult]::new('--meta-ttl', '--meta-ttl', [CompletionResultType]::ParameterName, 'Keep a lock''s record (fence counter, last holder) for DUR after its last use')
+            [CompletionResult]::new('--log-max', '--log-max', [CompletionResultType]::ParameterName, 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Give up connecting to Redis after DUR')
+            [CompletionResult]::new('--io-timeout', '--io-timeout', [CompletionResultType]::ParameterName, 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl')
+            [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The URLs are seed nodes of a Redis Cluster (the lock''s keys share one hash slot)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors (and whom `release --force` evicted)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing on stderr except errors (and whom `release --force` evicted)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Log every Redis round trip to stderr')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'redlock;exec' {
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every TTL/3) or extended (`redlock extend`)')
             [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served); after a second, stderr says who holds it and your place in line')
@@ -249,6 +278,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('extend', 'extend', [CompletionResultType]::ParameterValue, 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds locks: the named KEYs, or every lock under the prefix')
             [CompletionResult]::new('log', 'log', [CompletionResultType]::ParameterValue, 'Show a lock''s history: who took it, when, how long they waited and held it, how it ended')
+            [CompletionResult]::new('wait', 'wait', [CompletionResultType]::ParameterValue, 'Wait until a lock is free, without taking it or joining its queue')
             [CompletionResult]::new('exec', 'exec', [CompletionResultType]::ParameterValue, 'Take a lock, run a command while renewing it, release it when the command exits')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -266,6 +296,9 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             break
         }
         'redlock;help;log' {
+            break
+        }
+        'redlock;help;wait' {
             break
         }
         'redlock;help;exec' {

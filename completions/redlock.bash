@@ -37,6 +37,9 @@ _redlock() {
             redlock,status)
                 cmd="redlock__subcmd__status"
                 ;;
+            redlock,wait)
+                cmd="redlock__subcmd__wait"
+                ;;
             redlock__subcmd__help,acquire)
                 cmd="redlock__subcmd__help__subcmd__acquire"
                 ;;
@@ -58,6 +61,9 @@ _redlock() {
             redlock__subcmd__help,status)
                 cmd="redlock__subcmd__help__subcmd__status"
                 ;;
+            redlock__subcmd__help,wait)
+                cmd="redlock__subcmd__help__subcmd__wait"
+                ;;
             *)
                 ;;
         esac
@@ -65,7 +71,7 @@ _redlock() {
 
     case "${cmd}" in
         redlock)
-            opts="-u -q -v -h -V --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --log-max --connect-timeout --io-timeout --quiet --verbose --help --version acquire release extend status log exec help"
+            opts="-u -q -v -h -V --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --log-max --connect-timeout --io-timeout --quiet --verbose --help --version acquire release extend status log wait exec help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -432,7 +438,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__help)
-            opts="acquire release extend status log exec help"
+            opts="acquire release extend status log wait exec help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -530,6 +536,20 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__help__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        redlock__subcmd__help__subcmd__wait)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -692,6 +712,84 @@ _redlock() {
             case "${prev}" in
                 --format)
                     COMPREPLY=($(compgen -W "table json prometheus" -- "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -u)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sentinel)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --meta-ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-max)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --io-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        redlock__subcmd__wait)
+            opts="-w -E -u -q -v -h -V --wait --conflict-exit-code --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --log-max --connect-timeout --io-timeout --quiet --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -w)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --conflict-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -E)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --url)

@@ -44,6 +44,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand extend 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
             cand status 'Show who holds locks: the named KEYs, or every lock under the prefix'
             cand log 'Show a lock''s history: who took it, when, how long they waited and held it, how it ended'
+            cand wait 'Wait until a lock is free, without taking it or joining its queue'
             cand exec 'Take a lock, run a command while renewing it, release it when the command exits'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -190,6 +191,33 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'redlock;wait'= {
+            cand -w 'Wait at most DUR (default: until it is free)'
+            cand --wait 'Wait at most DUR (default: until it is free)'
+            cand -E 'Exit status when --wait runs out with the lock still busy'
+            cand --conflict-exit-code 'Exit status when --wait runs out with the lock still busy'
+            cand -u 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum'
+            cand --url 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum'
+            cand --password-file 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD'
+            cand --tls-ca 'PEM file with the CA certificate(s) that signed the server''s certificate (rediss://)'
+            cand --tls-cert 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)'
+            cand --tls-key 'PEM file with the private key of --tls-cert'
+            cand --sentinel 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command'
+            cand --prefix 'Namespace for every Redis key redlock uses'
+            cand --meta-ttl 'Keep a lock''s record (fence counter, last holder) for DUR after its last use'
+            cand --log-max 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none'
+            cand --connect-timeout 'Give up connecting to Redis after DUR'
+            cand --io-timeout 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server''s reply, so keep it well under --ttl'
+            cand --cluster 'The URLs are seed nodes of a Redis Cluster (the lock''s keys share one hash slot)'
+            cand -q 'Print nothing on stderr except errors (and whom `release --force` evicted)'
+            cand --quiet 'Print nothing on stderr except errors (and whom `release --force` evicted)'
+            cand -v 'Log every Redis round trip to stderr'
+            cand --verbose 'Log every Redis round trip to stderr'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'redlock;exec'= {
             cand --ttl 'Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every TTL/3) or extended (`redlock extend`)'
             cand -w 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served); after a second, stderr says who holds it and your place in line'
@@ -239,6 +267,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand extend 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
             cand status 'Show who holds locks: the named KEYs, or every lock under the prefix'
             cand log 'Show a lock''s history: who took it, when, how long they waited and held it, how it ended'
+            cand wait 'Wait until a lock is free, without taking it or joining its queue'
             cand exec 'Take a lock, run a command while renewing it, release it when the command exits'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -251,6 +280,8 @@ set edit:completion:arg-completer[redlock] = {|@words|
         &'redlock;help;status'= {
         }
         &'redlock;help;log'= {
+        }
+        &'redlock;help;wait'= {
         }
         &'redlock;help;exec'= {
         }

@@ -45,6 +45,7 @@ complete -c redlock -n "__fish_redlock_needs_command" -f -a "release" -d 'Releas
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "extend" -d 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "status" -d 'Show who holds locks: the named KEYs, or every lock under the prefix'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "log" -d 'Show a lock\'s history: who took it, when, how long they waited and held it, how it ended'
+complete -c redlock -n "__fish_redlock_needs_command" -f -a "wait" -d 'Wait until a lock is free, without taking it or joining its queue'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "exec" -d 'Take a lock, run a command while renewing it, release it when the command exits'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l ttl -d 'Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every TTL/3) or extended (`redlock extend`)' -r
@@ -155,6 +156,24 @@ complete -c redlock -n "__fish_redlock_using_subcommand log" -s q -l quiet -d 'P
 complete -c redlock -n "__fish_redlock_using_subcommand log" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand log" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand log" -s V -l version -d 'Print version'
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -s w -l wait -d 'Wait at most DUR (default: until it is free)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -s E -l conflict-exit-code -d 'Exit status when --wait runs out with the lock still busy' -r
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -l prefix -d 'Namespace for every Redis key redlock uses' -r
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -l log-max -d 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none' -r
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -s v -l verbose -d 'Log every Redis round trip to stderr'
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c redlock -n "__fish_redlock_using_subcommand wait" -s V -l version -d 'Print version'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l ttl -d 'Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every TTL/3) or extended (`redlock extend`)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served); after a second, stderr says who holds it and your place in line' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
@@ -189,10 +208,11 @@ complete -c redlock -n "__fish_redlock_using_subcommand exec" -s q -l quiet -d '
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s V -l version -d 'Print version'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log exec help" -f -a "acquire" -d 'Take a lock and print its token (the lock stays held after redlock exits)'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log exec help" -f -a "release" -d 'Release a lock held with TOKEN (never someone else\'s)'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log exec help" -f -a "extend" -d 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log exec help" -f -a "status" -d 'Show who holds locks: the named KEYs, or every lock under the prefix'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log exec help" -f -a "log" -d 'Show a lock\'s history: who took it, when, how long they waited and held it, how it ended'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log exec help" -f -a "exec" -d 'Take a lock, run a command while renewing it, release it when the command exits'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log exec help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "acquire" -d 'Take a lock and print its token (the lock stays held after redlock exits)'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "release" -d 'Release a lock held with TOKEN (never someone else\'s)'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "extend" -d 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "status" -d 'Show who holds locks: the named KEYs, or every lock under the prefix'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "log" -d 'Show a lock\'s history: who took it, when, how long they waited and held it, how it ended'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "wait" -d 'Wait until a lock is free, without taking it or joining its queue'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "exec" -d 'Take a lock, run a command while renewing it, release it when the command exits'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

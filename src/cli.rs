@@ -311,6 +311,10 @@ pub enum Command {
         redlock log deploy-prod --follow --json >> deploy-prod.events")]
     Log(LogArgs),
 
+    /// Wait until a lock is free, without taking it or joining its queue
+    #[command(after_help = "Example:\n  redlock wait deploy-prod --wait 30m && ./smoke-tests.sh")]
+    Wait(WaitArgs),
+
     /// Take a lock, run a command while renewing it, release it when the command exits
     #[command(
         override_usage = "redlock exec [OPTIONS] <KEY> -- CMD [ARGS...]\n       \
@@ -504,6 +508,20 @@ impl StatusArgs {
             self.format
         }
     }
+}
+
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// Name of the lock
+    pub key: String,
+
+    /// Wait at most DUR (default: until it is free)
+    #[arg(short, long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub wait: Option<Duration>,
+
+    /// Exit status when --wait runs out with the lock still busy
+    #[arg(short = 'E', long, value_name = "N", default_value_t = 1)]
+    pub conflict_exit_code: u8,
 }
 
 #[derive(Debug, Args)]

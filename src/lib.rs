@@ -23,8 +23,9 @@
 //! 9. `acquire`, `backend`: taking a lock and waiting over any store; picking the store
 //! 10. `metrics`, `owner`, `output`, `wait`: `status` as Prometheus metrics; who we are; what
 //!     goes to stdout; parking a waiter on signals
-//! 11. `notify`, `complete`, `watch`: hearing that our lock was taken; completing lock names in a
-//!     shell; following locks as they change (`status --watch`)
+//! 11. `notify`, `complete`, `watch`, `free`: hearing that our lock was taken; completing lock
+//!     names in a shell; following locks as they change (`status --watch`); waiting until a lock
+//!     is free (`wait`)
 //! 12. `commands`: `acquire`, `release`, `extend`, `status`, `log`
 //! 13. `exec`: the supervisor (it takes its lock as the `acquire` command does)
 
@@ -50,6 +51,7 @@ mod config;
 mod error;
 mod exec;
 pub mod exit;
+mod free;
 mod history;
 mod lock;
 mod messages;
@@ -91,6 +93,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Extend(args) => commands::extend(&config, args),
         Command::Status(args) => commands::status(&config, args),
         Command::Log(args) => commands::log(&config, args),
+        Command::Wait(args) => free::run(&config, args),
         Command::Exec(args) => exec::run(&config, args),
     }
 }

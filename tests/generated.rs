@@ -256,6 +256,10 @@ fn generated_files() -> Vec<(String, String)> {
                 log_sections,
                 &["redlock(1)", "redlock-status(1)", "redlock-exec(1)"],
             ),
+            "wait" => (
+                wait_sections,
+                &["redlock(1)", "redlock-status(1)", "redlock-exec(1)"],
+            ),
             "exec" => (
                 exec_sections,
                 &[
@@ -1144,6 +1148,40 @@ fn status_sections(r: &mut Roff) {
     );
 }
 
+fn wait_sections(r: &mut Roff) {
+    exit_status(r, false);
+    para(
+        r,
+        [roman(
+            "0 once the lock is free; the conflict status (1, or -E N) when --wait runs out with \
+             the lock still busy; 128+N when signal N stops the wait.",
+        )],
+    );
+
+    heading(r, "HOW IT WAITS");
+    para(
+        r,
+        [roman(
+            "redlock wait neither takes the lock nor joins its queue, and writes nothing to \
+             Redis. It subscribes to the lock's changes (the channel PREFIX{NAME}:watch, where \
+             every lock script tells its change while someone listens), then reads the lock, and \
+             reads it again after each change and when its TTL runs out (a holder that died says \
+             nothing). Free means nobody holds the lock and it is not being handed over to a \
+             queued waiter; on a quorum, a majority free. Without the subscription (an ACL user \
+             without the channel) it reads the lock at its expiry and every 30 s.",
+        )],
+    );
+
+    heading(r, "EXAMPLES");
+    example(
+        r,
+        [roman(
+            "Start the smoke tests once the running deploy is done, giving up after 30 minutes:",
+        )],
+        &["redlock wait deploy-prod --wait 30m && ./smoke-tests.sh"],
+    );
+}
+
 fn log_sections(r: &mut Roff) {
     exit_status(r, false);
     para(
@@ -1162,7 +1200,8 @@ fn log_sections(r: &mut Roff) {
              PREFIX{NAME}:log, written in the same atomic step as the change: acquired (who, \
              fence, how long it waited), released (how long it was held; exec adds its \
              command's exit status), expired (the holder never released; noticed by the next \
-             acquisition), forced (whose lock, by whom), lost (an exec that lost its lock). The \
+             acquisition), forced (whose lock, by whom), lost (an exec that lost its lock), \
+             overran and timeout (an exec past --warn-after, or stopped at --max-runtime). The \
              history expires with the lock's record (--meta-ttl). From 100 up the trim drops \
              whole stream nodes (XADD MAXLEN ~): at least --log-max events are kept, and at most \
              one node more. On a quorum, each node keeps its own; redlock log reads the first \

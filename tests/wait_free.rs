@@ -1,0 +1,217 @@
+//! `redlock wait KEY`: blocks until the lock is free, woken by its release (not by polling),
+//! without taking it or joining its queue; gives up after `--wait` with the conflict status.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Waits until `redis` has a subscriber on the change channel of lock `name`.
+fn wait_listening(redis: &RedisServer, name: &str) {
+    let channel = format!("{}:watch", lock_key(name));
+    assert!(
+        wait_for(
+            || redis
+                .query::<(String, i64)>(&["PUBSUB", "NUMSUB", &channel])
+                .1
+                >= 1,
+            HANG
+        ),
+        "nobody subscribed to {channel}"
+    );
+}
+
+#[test]
+fn a_free_lock_returns_at_once() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis.redlock().args(["wait", "k"]).run().expect(0);
+    assert_eq!(redis.keys(), Vec::<String>::new(), "wait wrote something");
+}
+
+#[test]
+fn a_release_wakes_the_wait_without_it_taking_the_lock_or_queueing() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let token = redis
+        .redlock()
+        .args(["acquire", "deploy", "--ttl", "60s"])
+        .run()
+        .ok();
+    let waiting = redis
+        .redlock()
+        .args(["wait", "deploy", "--wait", "50s"])
+        .spawn_proc();
+    wait_listening(&redis, "deploy");
+    assert_eq!(queue(&redis, "deploy"), Vec::<String>::new(), "wait queued");
+    let released = Instant::now();
+    redis
+        .redlock()
+        .args(["release", "deploy", &token])
+        .run()
+        .expect(0);
+    waiting.finish(HANG).expect(0);
+    // Woken by the release: the holder's TTL (60 s) was far away, and the wait re-reads a
+    // lock it hears nothing about only every 30 s.
+    let after = released.elapsed();
+    assert!(
+        after < Duration::from_secs(10),
+        "woken {after:?} after the release"
+    );
+    assert_eq!(redis.get(&lock_key("deploy")), None, "wait took the lock");
+}
+
+/// A release that hands the lock to a queued waiter does not end the wait: the lock is that
+/// waiter's turn. The waiter is stopped (SIGSTOP) so that it cannot claim it: the wait ends only
+/// when the reservation runs out unclaimed (2 s), and the lock is free.
+#[test]
+fn a_hand_over_to_a_queued_waiter_does_not_end_the_wait() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let first = redis
+        .redlock()
+        .args(["acquire", "k", "--ttl", "60s"])
+        .run()
+        .ok();
+    let next = redis
+        .redlock()
+        .args(["acquire", "k", "--wait", "60s"])
+        .spawn_proc();
+    assert!(wait_for(|| queue(&redis, "k").len() == 1, HANG));
+    next.signal(libc::SIGSTOP);
+    let waiting = redis
+        .redlock()
+        .args(["wait", "k", "--wait", "50s"])
+        .spawn_proc();
+    wait_listening(&redis, "k");
+    let released = Instant::now();
+    redis
+        .redlock()
+        .args(["release", "k", &first])
+        .run()
+        .expect(0);
+    assert!(
+        redis
+            .get(&lock_key("k"))
+            .is_some_and(|v| v.starts_with('~')),
+        "not handed over"
+    );
+    waiting.finish(HANG).expect(0);
+    let after = released.elapsed();
+    assert!(
+        after >= Duration::from_millis(1500),
+        "the wait ended {after:?} after the release, while the lock was handed over"
+    );
+    next.signal(libc::SIGCONT);
+    drop(next);
+}
+
+#[test]
+fn a_holder_that_dies_ends_the_wait_at_its_expiry() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis
+        .redlock()
+        .args(["acquire", "k", "--ttl", "1500ms"])
+        .run()
+        .expect(0);
+    let started = Instant::now();
+    redis
+        .redlock()
+        .args(["wait", "k", "--wait", "30s"])
+        .run()
+        .expect(0);
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+}
+
+#[test]
+fn the_wait_runs_out_with_the_conflict_status() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis
+        .redlock()
+        .args(["acquire", "k", "--ttl", "60s", "--note", "deploying"])
+        .run()
+        .expect(0);
+    let out = redis
+        .redlock()
+        .args(["wait", "k", "--wait", "300ms"])
+        .run()
+        .expect(1);
+    assert!(
+        out.stderr.contains("'k' is still busy: held by") && out.stderr.contains("deploying"),
+        "{out}"
+    );
+    redis
+        .redlock()
+        .args(["wait", "k", "-w", "100ms", "-E", "0"])
+        .run()
+        .expect(0);
+    redis
+        .redlock()
+        .args(["-q", "wait", "k", "-w", "100ms", "-E", "7"])
+        .run()
+        .expect(7);
+}
+
+#[test]
+fn a_signal_ends_the_wait_with_nothing_left_behind() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis
+        .redlock()
+        .args(["acquire", "k", "--ttl", "60s"])
+        .run()
+        .expect(0);
+    let keys = redis.keys();
+    let waiting = redis.redlock().args(["wait", "k"]).spawn_proc();
+    wait_listening(&redis, "k");
+    waiting.signal(libc::SIGINT);
+    let out = waiting.finish(HANG).expect(130);
+    assert!(
+        out.stderr
+            .contains("SIGINT while waiting for 'k' to be free"),
+        "{out}"
+    );
+    assert_eq!(redis.keys(), keys);
+}
+
+/// Without the channel (an ACL user that may not subscribe), the wait still ends, at the
+/// holder's expiry.
+#[test]
+fn without_the_channel_the_wait_reads_the_lock_at_its_expiry() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    redis.query::<()>(&[
+        "ACL",
+        "SETUSER",
+        "nosub",
+        "on",
+        ">pw",
+        "~*",
+        "+@all",
+        "resetchannels",
+    ]);
+    let url = format!("redis://nosub:pw@127.0.0.1:{}", redis.port());
+    redlock()
+        .args(["--url", &url, "acquire", "k", "--ttl", "1500ms"])
+        .run()
+        .expect(0);
+    let out = redlock()
+        .args(["--url", &url, "-v", "wait", "k", "--wait", "30s"])
+        .run()
+        .expect(0);
+    assert!(
+        out.stderr.contains("not hearing the changes of 'k'"),
+        "{out}"
+    );
+}
