@@ -53,6 +53,19 @@ pub enum Wait {
     Forever,
 }
 
+/// What [`acquire`] is asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct Wanted<'a> {
+    pub ttl: Duration,
+    /// Recorded as the holder (or, queued, as the waiter).
+    pub owner: &'a Owner,
+    pub wait: Wait,
+    /// The kind of lock (plain, or with more than one holder).
+    pub mode: &'a Mode,
+    /// `--supersede`: joining the queue makes earlier `--supersede` waiters leave it.
+    pub supersede: bool,
+}
+
 /// The outcome of [`acquire`]. (One per command, moved once: not worth a box.)
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
@@ -62,6 +75,9 @@ pub enum Acquired {
     Busy(Option<State>),
     /// A signal stopped the wait; nothing of ours is left in Redis.
     Interrupted(i32),
+    /// A later `--supersede` waiter made us leave the queue: who ('user@host (pid N)'); the
+    /// script took us out of it, nothing of ours is left.
+    Superseded(String),
 }
 
 /// How a waiter's block on its wake list ended.
@@ -153,12 +169,16 @@ pub fn new_token() -> String {
 pub fn acquire(
     store: &mut dyn Store,
     keys: &Keys,
-    ttl: Duration,
-    owner: &Owner,
-    wait: Wait,
-    mode: &Mode,
+    wanted: &Wanted,
     park: &mut dyn Park,
 ) -> Result<Acquired> {
+    let Wanted {
+        ttl,
+        owner,
+        wait,
+        mode,
+        supersede,
+    } = *wanted;
     let started = Instant::now();
     let every = park.report_every();
     let mut waiter = Waiter {
@@ -174,6 +194,7 @@ pub fn acquire(
         owner,
         wait,
         mode,
+        supersede,
         deadline: match wait {
             Wait::For(d) => Instant::now().checked_add(d),
             Wait::No | Wait::Forever => None,
@@ -231,6 +252,7 @@ struct Waiter<'a> {
     owner: &'a Owner,
     wait: Wait,
     mode: &'a Mode,
+    supersede: bool,
     deadline: Option<Instant>,
     token: String,
     /// The token of the attempt before, when each attempt takes a fresh one (see `Store`).
@@ -270,6 +292,7 @@ impl Waiter<'_> {
                 waited: self.started.elapsed(),
                 tell: join && self.report.due(Instant::now() + TELL_AHEAD),
                 mode: self.mode,
+                supersede: self.supersede,
             };
             let attempt = match store.try_acquire(keys, &self.token, &req) {
                 Ok(attempt) => attempt,
@@ -298,6 +321,10 @@ impl Waiter<'_> {
                         return Ok(Acquired::Interrupted(sig));
                     }
                     return Ok(Acquired::Held(lock));
+                }
+                Attempt::Superseded { by } => {
+                    self.queued = false;
+                    return Ok(Acquired::Superseded(by));
                 }
                 Attempt::Busy {
                     pttl_ms,

@@ -381,6 +381,10 @@ pub struct LockArgs {
     /// Hold it shared: any number of --shared holders, or one without (a writer, who goes first)
     #[arg(long)]
     pub shared: bool,
+
+    /// While queued, a later --supersede waiter makes this one give up (exit -E); joining, make earlier ones give up
+    #[arg(long)]
+    pub supersede: bool,
 }
 
 /// The most holders `--slots` and `--pool` allow.

@@ -108,15 +108,15 @@ pub fn take_lock(
 ) -> Result<ControlFlow<GaveUp, Lock>> {
     let mut parker = Parker::new(config, events);
     let mode = args.mode();
-    match acquire::acquire(
-        store,
-        keys,
-        args.ttl,
+    let wanted = acquire::Wanted {
+        ttl: args.ttl,
         owner,
-        args.wait(),
-        &mode,
-        &mut parker,
-    )? {
+        wait: args.wait(),
+        mode: &mode,
+        supersede: args.supersede,
+    };
+    let started = std::time::Instant::now();
+    match acquire::acquire(store, keys, &wanted, &mut parker)? {
         Acquired::Held(lock) => {
             if args.wait_replicas > 0 {
                 wait_for_replicas(config, store, &lock, args.wait_replicas)?;
@@ -133,6 +133,17 @@ pub fn take_lock(
                 ),
             );
             Ok(ControlFlow::Break(GaveUp::Signal(sig)))
+        }
+        Acquired::Superseded(by) => {
+            messages::notice(
+                config,
+                format_args!(
+                    "superseded by {by} after waiting {} for '{}' (--supersede); gave up",
+                    lock::human_ms(started.elapsed()),
+                    keys.name
+                ),
+            );
+            Ok(ControlFlow::Break(GaveUp::Busy(args.conflict_exit_code)))
         }
         busy @ Acquired::Busy(_) => {
             messages::notice(config, busy_message(keys, &busy));
@@ -172,6 +183,18 @@ fn wait_for_replicas(
 /// Refuses option combinations that cannot work with the configured servers.
 pub fn check_lock_args(config: &Config, args: &LockArgs) -> Result<()> {
     let mode = args.mode();
+    if args.supersede && args.no_wait {
+        return Err(usage(
+            "--supersede applies to waiters, and -n does not wait: give --wait DUR, or neither",
+        ));
+    }
+    if args.supersede && matches!(config.servers, Servers::Quorum(_)) {
+        return Err(usage(
+            "--supersede does not apply to several --url yet: a superseded waiter's attempts \
+             also hold grants on the other nodes, which the queue node cannot take back in the \
+             same step",
+        ));
+    }
     if mode != Mode::Exclusive && matches!(config.servers, Servers::Quorum(_)) {
         return Err(usage(format!(
             "{} does not apply to several --url: a limit kept by each of independent masters is \

@@ -115,6 +115,11 @@ impl Entry {
                     said.push(format!("released by {by}"));
                 }
             }
+            "superseded" => {
+                if let Some(by) = self.get("by") {
+                    said.push(format!("superseded by {by}"));
+                }
+            }
             "lost" | "overran" | "timeout" => {
                 if let Some(why) = self.get("reason") {
                     said.push(why.to_string());

@@ -820,6 +820,11 @@ pub enum Attempt {
         /// ([`Request::tell`]): what a waiter's status line says, read in the same round trip.
         seen: Option<Box<State>>,
     },
+    /// A later `--supersede` waiter made this one leave the queue (it is out of it already).
+    Superseded {
+        /// Who: 'user@host (pid N)'.
+        by: String,
+    },
 }
 
 /// How long a reservation for the first waiter lasts before the next waiter gets its turn.
@@ -859,6 +864,9 @@ pub struct Request<'a> {
     pub tell: bool,
     /// The kind of lock asked for (plain, or with more than one holder: see `slots.rs`).
     pub mode: &'a Mode,
+    /// `--supersede`: joining the queue makes every earlier `--supersede` waiter leave it (see
+    /// `supersede_earlier` in `common.lua`).
+    pub supersede: bool,
 }
 
 /// What a quorum tells about the acquisition it won (`fence.lua`): who, after how long a wait,
@@ -896,10 +904,12 @@ pub fn attempt(
         waited,
         tell,
         mode,
+        supersede,
     } = *req;
     let sent = Instant::now();
     let meta_ttl = millis(redis.meta_ttl());
     let (log_max, watch_all) = (redis.log_max(), watch_all_arg(redis));
+    let who = format!("{}@{} (pid {})", owner.user, owner.host, owner.pid);
     let reply: Vec<Value> = redis.call_acquire(attempts, |script, con| {
         let mut call = script.key(keys.all().as_slice());
         call.arg(token)
@@ -922,7 +932,13 @@ pub fn attempt(
             .arg(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX))
             .arg(log_max)
             .arg(if tell { "1" } else { "0" })
-            .arg(&watch_all);
+            .arg(&watch_all)
+            .arg(if supersede {
+                millis(TOMBSTONE).to_string()
+            } else {
+                String::new()
+            })
+            .arg(&who);
         for a in extra {
             call.arg(*a);
         }
@@ -961,6 +977,10 @@ pub fn attempt(
                 Some(Slot { index, resource }),
             ))
         }
+        [Value::Int(-3), _, by] => Ok(Attempt::Superseded {
+            // Anyone may write the mark: escaped for display.
+            by: printable(&text(by).unwrap_or_default()).into_owned(),
+        }),
         [Value::Int(-2), spec, by] => Err(mismatch(
             keys,
             mode,

@@ -489,6 +489,7 @@ impl Nodes {
                     // A waiter's status line shows the queue node's view.
                     tell: tell && i == 0,
                     mode: &lock::EXCLUSIVE,
+                    supersede: false,
                 };
                 lock::try_acquire(con, &k, &t, &req)
             },

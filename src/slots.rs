@@ -27,15 +27,13 @@ use crate::scripts;
 
 /// One attempt to take a place in the lock (see `slots.lua`).
 pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -> Result<Attempt> {
-    let o = req.owner;
-    let by = format!("{}@{} (pid {})", o.user, o.host, o.pid);
     lock::attempt(
         redis,
         &scripts::SLOTS,
         keys,
         token,
         req,
-        &[&by, &req.mode.spec()],
+        &[&req.mode.spec()],
     )
 }
 

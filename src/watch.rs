@@ -928,6 +928,10 @@ fn describe(event: &Map<String, Value>) -> String {
             who(),
             text("fence")
         ),
+        "superseded" => format!(
+            "token {token}… left the queue, superseded by {}",
+            text("by")
+        ),
         "lost" | "overran" | "timeout" => format!(
             "token {token}…, fence {}: {}",
             text("fence"),

@@ -12,10 +12,13 @@
 --      `waited_ms` beside the count `acquisitions`, for metrics), log_max (how many entries the
 --      lock's history keeps; see `event` in common.lua),
 --      tell ('1': a queued waiter's status line is due; the busy reply adds the lock's state),
---      watch_all (see `listened` in common.lua)
+--      watch_all (see `listened` in common.lua), supersede (--supersede: how long the mark of a
+--      waiter superseded lasts, ms; '' otherwise: see supersede_earlier in common.lua), who asks
+--      ('user@host (pid N)': named to the waiters it supersedes)
 --
 -- Returns {1, fence, acquired_ms, run_id} when taken, {-2, spec, by} for a lock with more than
--- one holder (see other_kind), {0, pttl, queued, reserved} when busy (queued: 1 if we are in
+-- one holder (see other_kind), {-3, at_ms, by} when a later --supersede waiter superseded this
+-- one (see given_up), {0, pttl, queued, reserved} when busy (queued: 1 if we are in
 -- the queue now, 0 if not; reserved: 1 if the lock is some waiter's turn rather than held, see
 -- below; with tell, once queued, a fifth item: the lock's state as `status` reads it, see
 -- snapshot in common.lua), and busy, not queued, for a token that has a tombstone (see leave.lua). Who holds the lock is for `status` to tell, and for a waiter's status line (tell).
@@ -52,9 +55,11 @@ local log_max = ARGV[17]
 local quorum = ARGV[11] == '1'
 
 -- Given up already (leave.lua left a tombstone): this is an attempt that arrived after its
--- client gave up on it. Do nothing: busy, not queued. One EXISTS per attempt.
-if redis.call('EXISTS', gone_key(token)) == 1 then
-  return {0, redis.call('PTTL', LOCK), 0, 0}
+-- client gave up on it. Do nothing: busy, not queued. Or superseded: say by whom (see
+-- given_up). One GET per attempt.
+local ended = given_up(token)
+if ended then
+  return ended
 end
 
 -- `queued`: we may be in the queue (drop us from it); `woken`: the lock was reserved for us,
@@ -234,6 +239,11 @@ if not redis.call('ZSCORE', QUEUE, token) then
     who[#who + 1] = now + wait
   end
   event('queued', token, who, log_max, 0, now)
+  if (ARGV[20] or '') ~= '' then
+    redis.call('HSET', LEASES, token .. ':f', 'u')
+    supersede_earlier(token, ARGV[21] or '?', now, ARGV[20], ARGV[8], log_max,
+      tonumber(ttl) + (tonumber(ARGV[13]) or 0))
+  end
 else
   redis.call('HSET', LEASES, token, lease)
 end

@@ -11,7 +11,8 @@
 --                last, so that nothing in it can shift the other fields). A record is written by
 --                the attempt that queues the waiter, with its first lease, and deleted with it
 --                (drop_waiter). (A token never contains ':', so no record is taken for a lease.)
---                And token .. ':s' -> '1' for a waiter that wants a shared hold (slots.lua).
+--                And token .. ':f' -> what the waiter asked for, one letter each: 's' a shared
+--                hold (slots.lua), 'u' --supersede (see supersede_earlier); absent: neither.
 -- Wake lists KEYS[1] .. ':w:' .. token are derived from KEYS[1]: same hash tag, same slot. So is
 -- the pub/sub channel KEYS[1] .. ':events', where a lock taken away from its holder is announced,
 -- and the tombstones KEYS[1] .. ':gone:' .. token (a string with a PX expiry) of tokens given up
@@ -85,8 +86,25 @@ end
 -- was queued).
 local function drop_waiter(token)
   local queued = redis.call('ZREM', QUEUE, token)
-  redis.call('HDEL', LEASES, token, who_field(token), token .. ':s')
+  redis.call('HDEL', LEASES, token, who_field(token), token .. ':f')
   return queued == 1
+end
+
+-- What an attempt with `token` must do about a tombstone (see leave.lua) or a supersession (see
+-- supersede_earlier), if its token has one: the reply that ends the attempt, or nil. Given up:
+-- busy, not queued, nothing done. Superseded: {-3, AT_MS, BY}, and the mark is gone with it
+-- (its waiter reads it once, with this attempt, then stops).
+local function given_up(token)
+  local gone = redis.call('GET', gone_key(token))
+  if not gone then
+    return nil
+  end
+  local at, by = string.match(gone, '^sup:(%d+):(.*)$')
+  if at then
+    redis.call('DEL', gone_key(token))
+    return {-3, tonumber(at), by}
+  end
+  return {0, redis.call('PTTL', LOCK), 0, 0}
 end
 
 -- The meta record describes the current holder only if its token is the lock key's value (a key
@@ -264,6 +282,34 @@ local function event(kind, token, fields, log_max, keep_ms, at)
     -- Not on a key of another type planted there: its owner did not ask for an expiry.
     if type(added) == 'string' then
       redis.pcall('PEXPIRE', log, int(keep_ms))
+    end
+  end
+end
+
+-- `--supersede`: `token`, joining the queue, makes every earlier waiter that asked for
+-- --supersede leave it at once: each is dropped from the queue, marked superseded by `by` at
+-- `at` (LOCK:gone:TOKEN = 'sup:AT:BY', for `mark_ms`: its next attempt reads it, see given_up)
+-- and woken; told as `superseded` (the
+-- history kept `keep_ms` from now at least, as `event` says). The holder is left alone, and so
+-- is a waiter the lock was handed to (out of the queue, claiming it: the next holder).
+-- Bounded: the first 1000 waiters are looked at.
+local function supersede_earlier(token, by, at, mark_ms, claim_ms, log_max, keep_ms)
+  local queued = redis.call('ZRANGE', QUEUE, 0, 999)
+  if #queued == 0 then
+    return
+  end
+  local fields = {}
+  for i, waiter in ipairs(queued) do
+    fields[i] = waiter .. ':f'
+  end
+  local flags = redis.call('HMGET', LEASES, unpack(fields))
+  for i, waiter in ipairs(queued) do
+    if waiter ~= token and flags[i] and string.find(flags[i], 'u', 1, true) then
+      drop_waiter(waiter)
+      redis.call('SET', gone_key(waiter), 'sup:' .. int(at) .. ':' .. by, 'PX', mark_ms)
+      redis.pcall('LPUSH', wake_key(waiter), '1')
+      redis.call('PEXPIRE', wake_key(waiter), claim_ms)
+      event('superseded', waiter, {'by', by}, log_max, keep_ms, at)
     end
   end
 end

@@ -2,8 +2,8 @@
 -- slots_common.lua), or join the queue of waiters.
 --
 -- ARGV as acquire.lua's (want_run_id and previous token unused: a quorum is refused before it
---      gets here), then who asks, as 'user@host (pid N)' (recorded as `slots_by` when this call
---      sets what the lock is), and the spec: 'n:N', 'p:A,B,C' or 's' (see META `slots`).
+--      gets here; who asks is also recorded as `slots_by` when this call sets what the lock is),
+--      then the spec: 'n:N', 'p:A,B,C' or 's' (see META `slots`).
 --
 -- Returns {1, fence, acquired_ms, false, slot} when taken (slot: the lowest index from 0 that no
 -- other holder has; in a pool, the index of the name), {0, pttl, queued, reserved[, state]} when
@@ -21,7 +21,7 @@
 --
 -- Told (see `event` in common.lua): `acquired` (with the slot), `expired` for each holder found
 -- dead, `queued`.
-local token, ttl, spec = ARGV[1], ARGV[2], ARGV[21]
+local token, ttl, spec = ARGV[1], ARGV[2], ARGV[22]
 watch_all = ARGV[19] or ''
 local log_max = ARGV[17]
 local shared = spec == 's'
@@ -29,8 +29,9 @@ local marker = shared and '#shared' or '#slots'
 local limit = limit_of(spec)
 local meta_idle = tonumber(ARGV[13]) or 0
 
-if redis.call('EXISTS', gone_key(token)) == 1 then
-  return {0, redis.call('PTTL', LOCK), 0, 0}
+local ended = given_up(token)
+if ended then
+  return ended
 end
 
 local now = now_ms()
@@ -101,7 +102,7 @@ local function take(queued)
     set[#set + 1] = 'slots'
     set[#set + 1] = spec
     set[#set + 1] = 'slots_by'
-    set[#set + 1] = ARGV[20] or ''
+    set[#set + 1] = ARGV[21] or ''
   end
   redis.call('HSET', META, unpack(set))
   local expires = now + tonumber(ttl)
@@ -169,8 +170,13 @@ if not redis.call('ZSCORE', QUEUE, token) then
   local wait = tonumber(ARGV[14])
   redis.call('HSET', LEASES, token, lease, who_field(token), table.concat({int(now),
     wait and int(now + wait) or '', ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
-  if shared then
-    redis.call('HSET', LEASES, token .. ':s', '1')
+  local supersede = (ARGV[20] or '') ~= ''
+  if shared or supersede then
+    redis.call('HSET', LEASES, token .. ':f', (shared and 's' or '') .. (supersede and 'u' or ''))
+  end
+  if supersede then
+    supersede_earlier(token, ARGV[21] or '?', now, ARGV[20], ARGV[8], log_max,
+      tonumber(ttl) + meta_idle)
   end
   local who = {'user', ARGV[5], 'host', ARGV[3], 'pid', ARGV[4], 'note', ARGV[6]}
   if wait then

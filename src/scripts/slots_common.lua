@@ -18,8 +18,8 @@
 --                (a pool: slot i is the i-th name) or 's' (shared); '' or absent for a plain
 --                lock. `slots_by` says who made it so. Set by a holder that found the lock with
 --                no holders and no waiters; a plain acquisition clears it.
--- LEASES TOKEN:s '1' for a waiter that asked for a shared hold (a plain waiter in the same queue
---                is a writer); it goes with the waiter's lease (drop_waiter).
+-- LEASES TOKEN:f has 's' for a waiter that asked for a shared hold (a plain waiter in the same
+--                queue is a writer); it goes with the waiter's lease (drop_waiter).
 local SLOTS = LOCK .. ':slots'
 
 -- How many holders `spec` admits at once (a shared lock: any number; unknown: one).
@@ -128,7 +128,8 @@ local function admit(view, limit, shared, claim_ms, now)
     if not waiter then
       return
     end
-    if shared and redis.call('HGET', LEASES, waiter .. ':s') ~= '1' then
+    local flags = shared and redis.call('HGET', LEASES, waiter .. ':f') or ''
+    if shared and not string.find(flags, 's', 1, true) then
       if view.count == 0 and hand_over(waiter, claim_ms) then
         view.handed = waiter
       end
