@@ -279,8 +279,9 @@ local function event(kind, token, fields, log_max, keep_ms, at)
     else
       added = redis.pcall('XADD', log, 'MAXLEN', int(max), '*', unpack(entry))
     end
-    -- Not on a key of another type planted there: its owner did not ask for an expiry.
-    if type(added) == 'string' then
+    -- Not on a key of another type planted there: its owner did not ask for an expiry. Never 0,
+    -- which would delete the whole history (every caller passes a hold's span or more).
+    if type(added) == 'string' and (tonumber(keep_ms) or 0) >= 1 then
       redis.pcall('PEXPIRE', log, int(keep_ms))
     end
   end
