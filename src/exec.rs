@@ -136,6 +136,15 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
         facts.signal = Some(sig);
         return release_after(config, store.as_mut(), &lock, Ok(exit::signal(sig)), facts);
     }
+    // With a time limit, what the command leaves running stays ours, to stop it with the command
+    // (see `stop_leftovers`).
+    if args.max_runtime.is_some()
+        && let Err(e) = spawn::adopt_orphans()
+    {
+        messages::log(config, || {
+            format!("cannot adopt the command's orphans: {e}")
+        });
+    }
     let child = match spawn(&argv, &lock, config, &handled) {
         Ok(child) => child,
         Err(e) => return release_after(config, store.as_mut(), &lock, Err(e), facts),
@@ -197,7 +206,9 @@ fn conclude(
     facts: &mut Facts,
 ) -> u8 {
     let timed_out = supervisor.timed_out_first();
+    let stopped = supervisor.timed_out.is_some();
     let Supervisor {
+        config,
         lock,
         args,
         lost,
@@ -205,21 +216,12 @@ fn conclude(
         telling,
         ..
     } = supervisor;
-    if let Some(thread) = telling {
+    for thread in telling {
         let _ = thread.join();
     }
-    facts.timed_out = timed_out;
-    if timed_out && let Some(redis) = store.parking() {
-        let limit = human_ms(args.max_runtime.unwrap_or_default());
-        let reason = format!("held the lock for {limit} (--max-runtime): stopped");
-        let _ = lock::report(
-            redis,
-            &lock.keys,
-            &lock.token,
-            lock.fence,
-            Befell::Timeout,
-            &reason,
-        );
+    facts.timed_out = stopped;
+    if stopped {
+        stop_leftovers(config, args.kill_after);
     }
     let limited = |code: u8| if timed_out { exit::TIMED_OUT } else { code };
     if let Some(why) = &lost {
@@ -252,6 +254,42 @@ fn conclude(
     // unnoticed.
     messages::alert(unprotected(&lock.keys.name, known, &why, code == exit::OK));
     code
+}
+
+/// Once `--max-runtime` stopped the command: whatever it left running (adopted by redlock, see
+/// `spawn::adopt_orphans`) gets SIGTERM, SIGKILL after `kill_after`, and is reaped, before the
+/// lock is released, so that nothing of the command runs on once another client may hold the
+/// lock (timeout(1) stops the whole process group for the same reason). Bounded.
+fn stop_leftovers(config: &Config, kill_after: Duration) {
+    let started = Instant::now();
+    let kill_at = started + kill_after;
+    let give_up = kill_at + Duration::from_secs(2);
+    let mut termed = std::collections::HashSet::new();
+    let mut stopped = 0;
+    loop {
+        spawn::reap_exited();
+        let left = spawn::children();
+        if left.is_empty() || Instant::now() >= give_up {
+            break;
+        }
+        if Instant::now() >= kill_at {
+            spawn::signal_all(&left, SIGKILL);
+        } else {
+            let new: Vec<libc::pid_t> = left.into_iter().filter(|p| termed.insert(*p)).collect();
+            stopped += new.len();
+            spawn::signal_all(&new, SIGTERM);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if stopped > 0 {
+        messages::notice(
+            config,
+            format_args!(
+                "stopped {stopped} process{} the command left running",
+                if stopped == 1 { "" } else { "es" }
+            ),
+        );
+    }
 }
 
 /// Tells the lock's history and watchers that `lock` was lost (`lost.lua`), on the queue node of
@@ -784,8 +822,9 @@ struct Supervisor<'a> {
     limit_at: Option<Instant>,
     /// When `--max-runtime` ran out and the command was told to stop.
     timed_out: Option<Instant>,
-    /// The thread telling the lock's history of the warning, joined before the release.
-    telling: Option<std::thread::JoinHandle<()>>,
+    /// The threads telling the lock's history of the warning or the limit, joined before the
+    /// release (so that the history has them in order).
+    telling: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl<'a> Supervisor<'a> {
@@ -826,7 +865,7 @@ impl<'a> Supervisor<'a> {
             warn_at: args.warn_after.and_then(|d| lock.sent.checked_add(d)),
             limit_at: args.max_runtime.and_then(|d| lock.sent.checked_add(d)),
             timed_out: None,
-            telling: None,
+            telling: Vec::new(),
         }
     }
 }
@@ -867,7 +906,9 @@ impl Supervisor<'_> {
                 Some(e) => format!("no renewal succeeded before the lock's TTL ran out ({e})"),
                 None => "no renewal succeeded before the lock's TTL ran out".to_string(),
             };
-            self.lose(why);
+            // Due at the deadline, however late this pass noticed it.
+            let at = self.deadline;
+            self.lose(why, at);
         }
         if self.kill_at.is_some_and(|t| now >= t) {
             self.kill_at = None;
@@ -883,11 +924,19 @@ impl Supervisor<'_> {
         {
             notify::listen(self.config, &self.lock.keys, tx);
         }
+        if let Some(due) = self.limit_at.take_if(|at| now >= *at) {
+            // A warning not said yet has no point once the command is being stopped.
+            self.warn_at = None;
+            // Being stopped already (its lock lost, or a SIGINT/SIGTERM passed on): the limit
+            // adds nothing, and the first cause decides.
+            let stopping = self.terminations > 0
+                || (self.lost.is_some() && self.args.on_lost != OnLost::Ignore);
+            if !stopping {
+                self.time_out(due);
+            }
+        }
         if self.warn_at.take_if(|at| now >= *at).is_some() {
             self.overran();
-        }
-        if self.limit_at.take_if(|at| now >= *at).is_some() {
-            self.time_out(now);
         }
     }
 
@@ -941,12 +990,12 @@ impl Supervisor<'_> {
             }
             Event::Lost(why) => {
                 if self.lost.is_none() {
-                    self.lose(why);
+                    self.lose(why, Instant::now());
                 }
             }
             Event::TakenAway { token, why } => {
                 if self.lost.is_none() && token == self.lock.token {
-                    self.lose(why);
+                    self.lose(why, Instant::now());
                 }
             }
         }
@@ -1021,7 +1070,8 @@ impl Supervisor<'_> {
         }
     }
 
-    fn lose(&mut self, why: String) {
+    /// The lock is lost, as it was due `at` (its deadline, or when the news came).
+    fn lose(&mut self, why: String, at: Instant) {
         let action = match self.args.on_lost {
             OnLost::Term => format!(
                 "sending SIGTERM to the command (SIGKILL after {})",
@@ -1037,7 +1087,7 @@ impl Supervisor<'_> {
             human_ms(self.lock.sent.elapsed()),
         ));
         self.lost = Some(why);
-        self.lost_at = Some(Instant::now());
+        self.lost_at = Some(at);
         match self.args.on_lost {
             OnLost::Term => {
                 self.send(SIGTERM);
@@ -1061,23 +1111,33 @@ impl Supervisor<'_> {
             self.config,
             format_args!("the command under '{}' {reason}", self.lock.keys.name),
         );
+        self.tell(Befell::Overran, reason);
+    }
+
+    /// Tells the lock's history what befell the holder, on a thread and connection of its own:
+    /// the command runs on (or is being stopped) meanwhile.
+    fn tell(&mut self, what: Befell, reason: String) {
         let (config, lock) = (self.config.clone(), self.lock.clone());
-        self.telling = std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name("tell".into())
             .spawn(move || {
                 if let Ok(mut store) = backend::open(&config)
                     && let Some(redis) = store.parking()
                 {
                     let (keys, token, fence) = (&lock.keys, &lock.token, lock.fence);
-                    let _ = lock::report(redis, keys, token, fence, Befell::Overran, &reason);
+                    let _ = lock::report(redis, keys, token, fence, what, &reason);
                 }
-            })
-            .ok();
+            });
+        if let Ok(thread) = spawned {
+            self.telling.push(thread);
+        }
     }
 
-    /// `--max-runtime` ran out: the command is stopped as on a lost lock (SIGTERM, SIGKILL after
-    /// --kill-after); exec exits 124 unless the lock was lost before.
-    fn time_out(&mut self, now: Instant) {
+    /// `--max-runtime` ran out (it was due at `due`): the command is stopped as on a lost lock
+    /// (SIGTERM, SIGKILL after --kill-after; what it leaves running is stopped after it, see
+    /// [`stop_leftovers`]); exec exits 124 unless the lock was lost before.
+    fn time_out(&mut self, due: Instant) {
+        let now = Instant::now();
         let limit = self.args.max_runtime.unwrap_or_default();
         messages::alert(format_args!(
             "the command under '{}' has held the lock for {} (--max-runtime); sending SIGTERM \
@@ -1086,11 +1146,16 @@ impl Supervisor<'_> {
             human_ms(limit),
             human_ms(self.args.kill_after)
         ));
-        self.timed_out = Some(now);
+        self.timed_out = Some(due);
         self.send(SIGTERM);
         if self.kill_at.is_none() {
             self.kill_at = now.checked_add(self.args.kill_after);
         }
+        let reason = format!(
+            "held the lock for {} (--max-runtime): stopped",
+            human_ms(limit)
+        );
+        self.tell(Befell::Timeout, reason);
     }
 
     /// Whether `--max-runtime` ran out before any loss of the lock was noticed: it decides the

@@ -13,7 +13,11 @@
 //!
 //! If the subscription cannot be made (an ACL user without the channel) or is lost, the wait goes
 //! on with reads at the lock's expiry and every [`UNHEARD_READ`]: slower to notice a release,
-//! never wrong. A stop signal ends the wait (128+N); nothing is written to Redis either way.
+//! never wrong. On a quorum the subscription is on the first URL's node: a release that did not
+//! touch it (its holder's majority did not include it) is seen at those reads. A Redis that
+//! stops answering (a restart, a failover), or a quorum too few of whose nodes answer, does not
+//! end the wait: it reads again with backoff and fails (69) only when `--wait` runs out. A stop
+//! signal ends the wait (128+N); nothing is written to Redis either way.
 //!
 //! Layer 11 of the list in `lib.rs`.
 
@@ -41,6 +45,25 @@ const EXPIRY_MARGIN: Duration = Duration::from_millis(20);
 /// [`RESUBSCRIBE_CAP`].
 const RESUBSCRIBE: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_CAP: Duration = Duration::from_secs(5);
+/// The first pause before reading again after Redis did not answer (or no quorum did); doubles
+/// up to [`OUTAGE_CAP`].
+const OUTAGE_FIRST: Duration = Duration::from_millis(100);
+const OUTAGE_CAP: Duration = Duration::from_secs(2);
+
+/// Whether an outage was told, and the pause before the next read.
+struct Outage {
+    told: bool,
+    pause: Duration,
+}
+
+impl Default for Outage {
+    fn default() -> Self {
+        Outage {
+            told: false,
+            pause: OUTAGE_FIRST,
+        }
+    }
+}
 
 enum Msg {
     /// The subscription is in place (again): read the lock, something may have been missed.
@@ -62,19 +85,70 @@ pub fn run(config: &Config, args: &WaitArgs) -> Result<u8> {
     // The first read waits for the subscription (or its failure), so that a release between the
     // read and the subscription cannot be missed; `--io-timeout` at most.
     let mut heard = false;
-    match rx.recv_timeout(config.io_timeout) {
+    let first_wait = deadline.map_or(config.io_timeout, |d| {
+        config
+            .io_timeout
+            .min(d.saturating_duration_since(Instant::now()))
+    });
+    let mut outage = Outage::default();
+    match rx.recv_timeout(first_wait) {
         Ok(Msg::Subscribed) => heard = true,
         Ok(Msg::Signal(s)) => return Ok(stopped(config, &keys, s)),
         Ok(Msg::Unheard(why)) => unheard(config, &keys, &why),
         Ok(Msg::Changed) | Err(_) => {}
     }
     loop {
-        let state = store.inspect(&keys)?;
+        // Redis gone (a restart, a failover) or no quorum: the wait goes on, reading again with
+        // backoff, until it runs out; then that is the error.
+        let read = store
+            .inspect(&keys)
+            .and_then(|state| match state.quorum_verdict() {
+                Some(QuorumVerdict::Unknown) => Err(failure(
+                    Kind::Unavailable,
+                    format!("no quorum for '{}': too few servers answered", keys.name),
+                )),
+                _ => Ok(state),
+            });
+        let now = Instant::now();
+        let state = match read {
+            Ok(state) => {
+                outage = Outage::default();
+                state
+            }
+            Err(e) if kind_of(&e) == Kind::Unavailable => {
+                if deadline.is_some_and(|d| now >= d) {
+                    return Err(e);
+                }
+                if !outage.told {
+                    messages::notice(
+                        config,
+                        format_args!(
+                            "{e:#}; trying again while the wait lasts{}",
+                            if deadline.is_none() {
+                                " (until Redis answers)"
+                            } else {
+                                ""
+                            }
+                        ),
+                    );
+                    outage.told = true;
+                }
+                let pause = deadline.map_or(outage.pause, |d| {
+                    outage.pause.min(d.saturating_duration_since(now))
+                });
+                outage.pause = (outage.pause * 2).min(OUTAGE_CAP);
+                if let Ok(Msg::Signal(s)) = rx.recv_timeout(pause) {
+                    return Ok(stopped(config, &keys, s));
+                }
+                let _ = store.recover();
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if free(&state) {
             messages::log(config, || format!("'{}' is free", keys.name));
             return Ok(exit::OK);
         }
-        let now = Instant::now();
         let mut wake = now + UNHEARD_READ;
         if let Ok(ms) = u64::try_from(state.pttl_ms) {
             wake = wake.min(now + Duration::from_millis(ms) + EXPIRY_MARGIN);

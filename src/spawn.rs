@@ -88,6 +88,59 @@ impl Child {
     }
 }
 
+/// Makes this process the reaper of its orphaned descendants (`PR_SET_CHILD_SUBREAPER`): a
+/// process the command started and left behind (its parent died) becomes our child instead of
+/// init's, so that we can find it ([`children`]) and stop it before the lock is released.
+pub fn adopt_orphans() -> io::Result<()> {
+    // SAFETY: prctl with these arguments only sets a flag on this process.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The pids of this process's living children (read from `/proc`), zombies left out.
+pub fn children() -> Vec<libc::pid_t> {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|&pid| {
+            // /proc/PID/stat: "PID (COMM) STATE PPID ...", COMM may hold spaces and parentheses.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = &stat[stat.rfind(')')? + 1..];
+                    let mut fields = rest.split_whitespace();
+                    let state = fields.next()?;
+                    let ppid: libc::pid_t = fields.next()?.parse().ok()?;
+                    Some(ppid == me && state != "Z")
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Sends `signo` to each of `pids` (children of ours, not reaped: their pids are still theirs).
+pub fn signal_all(pids: &[libc::pid_t], signo: i32) {
+    for &pid in pids {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe {
+            libc::kill(pid, signo);
+        }
+    }
+}
+
+/// Reaps every child of ours that has exited, without blocking.
+pub fn reap_exited() {
+    let mut status = 0;
+    // SAFETY: waitpid writes the status into our integer.
+    while unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } > 0 {}
+}
+
 /// Everything the child reads, prepared by the parent (the child must not allocate).
 struct Plan {
     path: CString,

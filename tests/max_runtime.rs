@@ -211,3 +211,108 @@ fn a_limit_of_zero_and_a_limit_on_acquire_are_usage_errors() {
         .run()
         .expect(2);
 }
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks the pid.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+/// Found by review: the loss (deadline 1 s) came before the limit (2 s) and is said first; when
+/// both were noticed in the same pass (redlock stopped past both), the loss used to count from
+/// when it was noticed, the limit from the pass: exec exited 124, the report said timed_out.
+#[test]
+fn a_loss_noticed_in_the_same_pass_as_an_earlier_limit_still_decides() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut proc = redis
+        .redlock()
+        .args(["-v", "exec", "job", "--ttl", "1s", "--max-runtime", "2s"])
+        .args(["--report", "report.json", "--", "sleep", "30"])
+        .current_dir(dir.path())
+        .spawn_proc();
+    proc.wait_for_stderr("started pid", HANG);
+    let stopped = Instant::now();
+    proc.signal(libc::SIGSTOP);
+    // Past the lock's expiry (it is gone from Redis) and past the limit.
+    assert!(wait_for(
+        || redis.get(&lock_key("job")).is_none() && stopped.elapsed() > Duration::from_millis(2500),
+        HANG
+    ));
+    proc.signal(libc::SIGCONT);
+    let out = proc.finish(HANG);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["timed_out"], false, "{report}\n{out}");
+    assert_eq!(out.status.code(), Some(75), "{out}");
+}
+
+/// Found by review: at --max-runtime only the direct child got SIGTERM; a shell's child (the
+/// real work) ran on after exec released the lock and exited 124, while another client could
+/// take the lock. What the command leaves running is now stopped before the release.
+#[test]
+fn nothing_of_the_command_runs_on_after_the_limit_released_the_lock() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = redis
+        .redlock()
+        .args(["exec", "job", "--max-runtime", "500ms", "--"])
+        .args(["sh", "-c", "sleep 20 & echo $! > pid; wait; echo done"])
+        .current_dir(dir.path())
+        .run()
+        .expect(124);
+    let pid: i32 = std::fs::read_to_string(dir.path().join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let survived = alive(pid);
+    if survived {
+        // SAFETY: our own sleep.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert_eq!(redis.get(&lock_key("job")), None, "{out}");
+    assert!(
+        !survived,
+        "the command's child still ran after the lock was released:\n{out}"
+    );
+}
+
+/// Found by review: --warn-after beyond --max-runtime: the warning came after the command was
+/// told to stop, and the `timeout` event (written once the command was reaped) landed after it
+/// in the history though the limit ran out first.
+#[test]
+fn the_history_tells_the_timeout_when_it_happens() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = redis
+        .redlock()
+        .args([
+            "exec",
+            "job",
+            "--max-runtime",
+            "300ms",
+            "--warn-after",
+            "800ms",
+        ])
+        .args(["--kill-after", "2s", "--"])
+        .args([
+            "sh",
+            "-c",
+            "trap '' TERM; i=0; while [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done",
+        ])
+        .run()
+        .expect(124);
+    let h = history(&redis, "job");
+    let timeout = h.iter().position(|e| e == "timeout");
+    let overran = h.iter().position(|e| e == "overran");
+    assert!(
+        overran.is_none() || timeout < overran,
+        "history {h:?}\n{out}"
+    );
+}

@@ -215,3 +215,55 @@ fn without_the_channel_the_wait_reads_the_lock_at_its_expiry() {
         "{out}"
     );
 }
+
+/// Found by review: a Redis restart while waiting ended `wait -w 20s` at once with 69, where
+/// `exec -w` retries until its wait runs out. (The restarted server lost the lock: it is free.)
+#[test]
+fn a_wait_rides_out_a_server_restart() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let _token = hold(&redis, "job", "60s");
+    let waiting = redis
+        .redlock()
+        .args(["wait", "job", "--wait", "20s"])
+        .spawn_proc();
+    let channel = format!("{}:watch", lock_key("job"));
+    assert!(wait_for(
+        || redis
+            .query::<(String, i64)>(&["PUBSUB", "NUMSUB", &channel])
+            .1
+            >= 1,
+        HANG
+    ));
+    redis.kill();
+    redis.restart();
+    let out = waiting.finish(HANG);
+    assert_eq!(out.status.code(), Some(0), "{out}");
+}
+
+/// Found by review: on a quorum with a majority unreachable the verdict is `Unknown`, which
+/// `wait` took for busy ("still busy: free", the conflict status; without --wait, forever).
+/// Now it retries until --wait runs out, then fails with 69, as one unreachable server does.
+#[test]
+fn a_quorum_wait_without_a_majority_says_it_cannot_tell() {
+    let Some(first) = RedisServer::start() else {
+        return;
+    };
+    let Some(mut second) = RedisServer::start() else {
+        return;
+    };
+    let Some(mut third) = RedisServer::start() else {
+        return;
+    };
+    let urls = [first.url(), second.url(), third.url()];
+    second.kill();
+    third.kill();
+    let mut cmd = redlock();
+    for u in &urls {
+        cmd.args(["-u", u]);
+    }
+    let out = cmd.args(["wait", "job", "--wait", "3s"]).run();
+    assert!(!out.stderr.contains("still busy: free"), "{out}");
+    assert_eq!(out.status.code(), Some(69), "{out}");
+}
