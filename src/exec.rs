@@ -167,7 +167,13 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let mut supervisor = Supervisor::new(config, args, &lock, child, tx, stop_rx);
     let status = supervisor.run(&rx);
-    // The renewals stop before the release.
+    // What a command stopped by redlock left running is stopped too, while the renewals still
+    // keep the lock (it may take --kill-after and more); then the renewals stop, before the
+    // release.
+    if args.max_runtime.is_some() && supervisor.stopped_the_command() {
+        supervisor.renew_from_now();
+        stop_leftovers(config, args.kill_after);
+    }
     drop(stop_tx);
     match status {
         Ok(status) => {
@@ -208,7 +214,6 @@ fn conclude(
     let timed_out = supervisor.timed_out_first();
     let stopped = supervisor.timed_out.is_some();
     let Supervisor {
-        config,
         lock,
         args,
         lost,
@@ -220,9 +225,6 @@ fn conclude(
         let _ = thread.join();
     }
     facts.timed_out = stopped;
-    if stopped {
-        stop_leftovers(config, args.kill_after);
-    }
     let limited = |code: u8| if timed_out { exit::TIMED_OUT } else { code };
     if let Some(why) = &lost {
         // Said when it happened. Another client may hold the lock now; there is nothing of ours
@@ -256,37 +258,47 @@ fn conclude(
     code
 }
 
-/// Once `--max-runtime` stopped the command: whatever it left running (adopted by redlock, see
-/// `spawn::adopt_orphans`) gets SIGTERM, SIGKILL after `kill_after`, and is reaped, before the
-/// lock is released, so that nothing of the command runs on once another client may hold the
-/// lock (timeout(1) stops the whole process group for the same reason). Bounded.
+/// Once redlock stopped a command run with `--max-runtime` (the limit, a lost lock, a signal it
+/// passed on): whatever the command left running (adopted by redlock, see
+/// `spawn::adopt_orphans`) gets SIGTERM, SIGKILL after `kill_after`, and is reaped, while the
+/// renewals still keep the lock and before it is released, so that nothing of the command runs
+/// on once another client may hold the lock (timeout(1) stops the whole process group for the
+/// same reason). Bounded: what still runs 2 s after the SIGKILL is said, and left.
 fn stop_leftovers(config: &Config, kill_after: Duration) {
     let started = Instant::now();
     let kill_at = started + kill_after;
     let give_up = kill_at + Duration::from_secs(2);
-    let mut termed = std::collections::HashSet::new();
-    let mut stopped = 0;
+    let mut seen = std::collections::HashSet::new();
     loop {
         spawn::reap_exited();
         let left = spawn::children();
-        if left.is_empty() || Instant::now() >= give_up {
+        if left.is_empty() {
             break;
         }
+        if Instant::now() >= give_up {
+            messages::alert(format_args!(
+                "{} process{} the command left running could not be stopped (pids {:?})",
+                left.len(),
+                if left.len() == 1 { "" } else { "es" },
+                left
+            ));
+            break;
+        }
+        let new: Vec<libc::pid_t> = left.iter().copied().filter(|p| seen.insert(*p)).collect();
         if Instant::now() >= kill_at {
             spawn::signal_all(&left, SIGKILL);
         } else {
-            let new: Vec<libc::pid_t> = left.into_iter().filter(|p| termed.insert(*p)).collect();
-            stopped += new.len();
             spawn::signal_all(&new, SIGTERM);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    if stopped > 0 {
+    if !seen.is_empty() {
         messages::notice(
             config,
             format_args!(
-                "stopped {stopped} process{} the command left running",
-                if stopped == 1 { "" } else { "es" }
+                "stopped {} process{} the command left running",
+                seen.len(),
+                if seen.len() == 1 { "" } else { "es" }
             ),
         );
     }
@@ -966,7 +978,13 @@ impl Supervisor<'_> {
     /// renewal, or loses the lock.
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Signal(s) if s.signo == SIGCHLD => {}
+            // With a limit, the command's orphans are ours (see `stop_leftovers`): reap those that
+            // exited, so that they do not stay zombies for the whole run.
+            Event::Signal(s) if s.signo == SIGCHLD => {
+                if self.args.max_runtime.is_some() {
+                    spawn::reap_adopted(self.child.id() as libc::pid_t);
+                }
+            }
             Event::Signal(s) => self.forward(s),
             Event::Renewed(sent) => {
                 // A renewal sent after the deadline comes too late: the lock counted as lost.
@@ -1156,6 +1174,24 @@ impl Supervisor<'_> {
             human_ms(limit)
         );
         self.tell(Befell::Timeout, reason);
+    }
+
+    /// Starts the renewals now if they had not started yet (a command stopped before its first
+    /// renewal was due), so that the lock lasts while its leftovers are stopped.
+    fn renew_from_now(&mut self) {
+        if let Some(due) = self.renewal.take()
+            && self.lost.is_none()
+        {
+            start_renewal(self.config.clone(), self.lock.clone(), due.stop, due.tx);
+        }
+    }
+
+    /// Whether redlock itself told the command to stop: the limit ran out, the lock was lost
+    /// (unless `--on-lost ignore`), or a SIGINT/SIGTERM was passed on.
+    fn stopped_the_command(&self) -> bool {
+        self.timed_out.is_some()
+            || self.terminations > 0
+            || (self.lost.is_some() && self.args.on_lost != OnLost::Ignore)
     }
 
     /// Whether `--max-runtime` ran out before any loss of the lock was noticed: it decides the

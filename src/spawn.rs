@@ -108,19 +108,7 @@ pub fn children() -> Vec<libc::pid_t> {
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
-        .filter(|&pid| {
-            // /proc/PID/stat: "PID (COMM) STATE PPID ...", COMM may hold spaces and parentheses.
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let rest = &stat[stat.rfind(')')? + 1..];
-                    let mut fields = rest.split_whitespace();
-                    let state = fields.next()?;
-                    let ppid: libc::pid_t = fields.next()?.parse().ok()?;
-                    Some(ppid == me && state != "Z")
-                })
-                .unwrap_or(false)
-        })
+        .filter(|&pid| parent_and_state(pid).is_some_and(|(p, s)| p == me && s != "Z"))
         .collect()
 }
 
@@ -132,6 +120,41 @@ pub fn signal_all(pids: &[libc::pid_t], signo: i32) {
             libc::kill(pid, signo);
         }
     }
+}
+
+/// Reaps the children of ours that are zombies, except `except` (the command, which is reaped
+/// through its [`Child`], with its exit status), without blocking: orphans of the command that
+/// were adopted (see [`adopt_orphans`]) and exited.
+pub fn reap_adopted(except: libc::pid_t) {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for pid in dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|&pid| {
+            pid != except && parent_and_state(pid).is_some_and(|(p, s)| p == me && s == "Z")
+        })
+    {
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into our integer; `pid` is a zombie child of ours.
+        unsafe {
+            libc::waitpid(pid, &mut status, libc::WNOHANG);
+        }
+    }
+}
+
+/// The parent pid and the state letter of process `pid`, from `/proc/PID/stat` ("PID (COMM)
+/// STATE PPID ...", COMM may hold spaces and parentheses).
+fn parent_and_state(pid: libc::pid_t) -> Option<(libc::pid_t, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.to_string();
+    let ppid = fields.next()?.parse().ok()?;
+    Some((ppid, state))
 }
 
 /// Reaps every child of ours that has exited, without blocking.

@@ -316,3 +316,113 @@ fn the_history_tells_the_timeout_when_it_happens() {
         "history {h:?}\n{out}"
     );
 }
+
+/// The zombie children of process `pid` (its exited, unreaped children).
+fn zombies_of(pid: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            let Some(close) = stat.rfind(')') else {
+                return false;
+            };
+            let mut f = stat[close + 1..].split_whitespace();
+            let (state, ppid) = (f.next(), f.next());
+            state == Some("Z") && ppid == Some(&pid.to_string())
+        })
+        .count()
+}
+
+/// Found by review: with a limit, redlock adopts the command's orphans; those that exit while
+/// the command runs are reaped then, not left as zombies for the whole run.
+#[test]
+fn orphans_that_exit_while_the_command_runs_are_reaped() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let run = redis
+        .redlock()
+        .args(["exec", "job", "--max-runtime", "60s", "--"])
+        .args([
+            "sh",
+            "-c",
+            "for i in 1 2 3 4 5 6 7 8 9 10; do (true &); done; echo $PPID > pid
+             while [ ! -e go ]; do sleep 0.05; done",
+        ])
+        .current_dir(dir.path())
+        .spawn_proc();
+    assert!(wait_for(|| !read_pid(dir.path()).is_empty(), HANG));
+    let redlock: u32 = read_pid(dir.path()).trim().parse().unwrap();
+    assert!(
+        wait_for(|| zombies_of(redlock) == 0, Duration::from_secs(20)),
+        "{} zombies left under redlock",
+        zombies_of(redlock)
+    );
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    run.finish(HANG).expect(0);
+}
+
+fn read_pid(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("pid")).unwrap_or_default()
+}
+
+/// Found by review: the renewals went on only until the command was reaped, so a lock whose TTL
+/// is shorter than the time its leftovers take to stop (here a leftover that ignores SIGTERM,
+/// killed after --kill-after 5s; TTL 2s) expired while they still ran, and another client got
+/// it. Now it stays held until the leftovers are gone, then is released.
+#[test]
+fn the_lock_stays_renewed_while_the_leftovers_are_stopped() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = redis
+        .redlock()
+        .args([
+            "exec",
+            "job",
+            "--ttl",
+            "2s",
+            "--max-runtime",
+            "500ms",
+            "--kill-after",
+            "5s",
+        ])
+        .args(["--", "sh", "-c"])
+        .arg("sh -c 'echo $$ > leftover; trap \"\" TERM; while :; do sleep 0.1; done' & sleep 30")
+        .current_dir(dir.path())
+        .spawn_proc();
+    run.wait_for_stderr("(--max-runtime); sending SIGTERM", HANG);
+    let leftover: i32 = std::fs::read_to_string(dir.path().join("leftover"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Whenever the lock can be taken, the leftover is gone.
+    loop {
+        let out = redlock()
+            .env("REDLOCK_URL", redis.url())
+            .args(["acquire", "job", "-n", "--ttl", "1s"])
+            .run();
+        if out.status.code() == Some(0) {
+            assert!(
+                !alive(leftover),
+                "the lock was free while the leftover ran:\n{out}"
+            );
+            break;
+        }
+        assert_eq!(out.status.code(), Some(1), "{out}");
+        assert!(
+            run.running() || !alive(leftover),
+            "exec ended with its leftover alive"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = run.finish(HANG).expect(124);
+    assert!(
+        out.stderr.contains("processes the command left running"),
+        "{out}"
+    );
+}
