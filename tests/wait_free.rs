@@ -9,17 +9,7 @@ use common::*;
 
 /// Waits until `redis` has a subscriber on the change channel of lock `name`.
 fn wait_listening(redis: &RedisServer, name: &str) {
-    let channel = format!("{}:watch", lock_key(name));
-    assert!(
-        wait_for(
-            || redis
-                .query::<(String, i64)>(&["PUBSUB", "NUMSUB", &channel])
-                .1
-                >= 1,
-            HANG
-        ),
-        "nobody subscribed to {channel}"
-    );
+    wait_listened(&[redis], &format!("{}:watch", lock_key(name)));
 }
 
 #[test]
@@ -228,14 +218,7 @@ fn a_wait_rides_out_a_server_restart() {
         .redlock()
         .args(["wait", "job", "--wait", "20s"])
         .spawn_proc();
-    let channel = format!("{}:watch", lock_key("job"));
-    assert!(wait_for(
-        || redis
-            .query::<(String, i64)>(&["PUBSUB", "NUMSUB", &channel])
-            .1
-            >= 1,
-        HANG
-    ));
+    wait_listening(&redis, "job");
     redis.kill();
     redis.restart();
     let out = waiting.finish(HANG);

@@ -212,47 +212,4 @@ elseif ARGV[11] == '1' then
     reserved = 1
   end
 end
-if ARGV[7] ~= '1' then
-  return {0, pttl, 0, reserved}
-end
-local now = now_ms()
--- The lease covers the wait the client is about to do (the lock's TTL, at most block_cap_ms)
--- plus a margin; the client renews it with every attempt.
-local cap, margin = tonumber(ARGV[9]), tonumber(ARGV[10])
-local block = cap
-if pttl >= 0 and pttl < cap then
-  block = pttl
-end
-local lease = int(now + block + margin)
-if not redis.call('ZSCORE', QUEUE, token) then
-  redis.call('ZADD', QUEUE, int(redis.call('HINCRBY', META, 'tickets', 1)), token)
-  -- Who waits, written with the first lease when the waiter joins the queue (a quorum waiter's
-  -- fresh token took its place and record over above, so it is found here): since when and
-  -- until when, by this server's clock. Written once, so a waiter's later attempts cost nothing
-  -- more.
-  local wait = tonumber(ARGV[14])
-  redis.call('HSET', LEASES, token, lease, who_field(token), table.concat({int(now),
-    wait and int(now + wait) or '', ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
-  local who = {'user', ARGV[5], 'host', ARGV[3], 'pid', ARGV[4], 'note', ARGV[6]}
-  if wait then
-    who[#who + 1] = 'deadline_ms'
-    who[#who + 1] = now + wait
-  end
-  event('queued', token, who, log_max, 0, now)
-  if (ARGV[20] or '') ~= '' then
-    redis.call('HSET', LEASES, token .. ':f', 'u')
-    supersede_earlier(token, ARGV[21] or '?', now, ARGV[20], ARGV[8], log_max,
-      tonumber(ttl) + (tonumber(ARGV[13]) or 0))
-  end
-else
-  redis.call('HSET', LEASES, token, lease)
-end
-local keep_queue = int(cap + margin)
-redis.call('PEXPIRE', QUEUE, keep_queue)
-redis.call('PEXPIRE', LEASES, keep_queue)
-keep_meta(ARGV[13], pttl, cap + margin)
-if ARGV[18] == '1' then
-  -- The waiter's status line is due (acquire.rs): what it says rides on this round trip.
-  return {0, pttl, 1, reserved, snapshot()}
-end
-return {0, pttl, 1, reserved}
+return queue_up(token, now_ms(), pttl, pttl, reserved, '', log_max)

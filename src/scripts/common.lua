@@ -350,3 +350,59 @@ local function snapshot()
   end
   return state
 end
+
+-- A busy attempt's end, in acquire.lua and slots.lua (which read the same ARGV): without join
+-- (ARGV[7]), busy and not queued. Otherwise the waiter joins the queue, or renews its lease if
+-- it is queued: the lease covers the wait the client is about to do (`pttl`, at most
+-- block_cap_ms) plus a margin, and the client renews it with every attempt. Who waits is written
+-- with the first lease when the waiter joins (a quorum waiter's fresh token took its place and
+-- record over in acquire.lua, so it is found here): since when and until when, by this server's
+-- clock, written once, so that later attempts cost nothing more; with it the waiter's `flags`
+-- (see KEYS[4]; 'u' added for --supersede, which then supersedes the earlier ones). `now`: this
+-- server's ms; `lock_pttl`: the lock key's PTTL, for keep_meta. Returns the busy reply {0, pttl,
+-- queued, reserved[, state]} (the lock's state when the waiter's status line is due, ARGV[18]).
+local function queue_up(token, now, pttl, lock_pttl, reserved, flags, log_max)
+  if ARGV[7] ~= '1' then
+    return {0, pttl, 0, reserved}
+  end
+  local cap, margin = tonumber(ARGV[9]), tonumber(ARGV[10])
+  local block = cap
+  if pttl >= 0 and pttl < cap then
+    block = pttl
+  end
+  local lease = int(now + block + margin)
+  if not redis.call('ZSCORE', QUEUE, token) then
+    redis.call('ZADD', QUEUE, int(redis.call('HINCRBY', META, 'tickets', 1)), token)
+    local wait = tonumber(ARGV[14])
+    redis.call('HSET', LEASES, token, lease, who_field(token), table.concat({int(now),
+      wait and int(now + wait) or '', ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
+    local who = {'user', ARGV[5], 'host', ARGV[3], 'pid', ARGV[4], 'note', ARGV[6]}
+    if wait then
+      who[#who + 1] = 'deadline_ms'
+      who[#who + 1] = now + wait
+    end
+    event('queued', token, who, log_max, 0, now)
+    local supersede = (ARGV[20] or '') ~= ''
+    if supersede then
+      flags = flags .. 'u'
+    end
+    if flags ~= '' then
+      redis.call('HSET', LEASES, token .. ':f', flags)
+    end
+    if supersede then
+      supersede_earlier(token, ARGV[21] or '?', now, ARGV[20], ARGV[8], log_max,
+        tonumber(ARGV[2]) + (tonumber(ARGV[13]) or 0))
+    end
+  else
+    redis.call('HSET', LEASES, token, lease)
+  end
+  local keep_queue = int(cap + margin)
+  redis.call('PEXPIRE', QUEUE, keep_queue)
+  redis.call('PEXPIRE', LEASES, keep_queue)
+  keep_meta(ARGV[13], lock_pttl, cap + margin)
+  if ARGV[18] == '1' then
+    -- The waiter's status line is due (acquire.rs): what it says rides on this round trip.
+    return {0, pttl, 1, reserved, snapshot()}
+  end
+  return {0, pttl, 1, reserved}
+end

@@ -156,42 +156,5 @@ if view.earliest and not plain_held then
   pttl = math.max(view.earliest - now, 0)
 end
 local reserved = (current and string.sub(current, 1, 1) == '~') and 1 or 0
-if ARGV[7] ~= '1' then
-  return {0, pttl, 0, reserved}
-end
-local cap, margin = tonumber(ARGV[9]), tonumber(ARGV[10])
-local block = cap
-if pttl >= 0 and pttl < cap then
-  block = pttl
-end
-local lease = int(now + block + margin)
-if not redis.call('ZSCORE', QUEUE, token) then
-  redis.call('ZADD', QUEUE, int(redis.call('HINCRBY', META, 'tickets', 1)), token)
-  local wait = tonumber(ARGV[14])
-  redis.call('HSET', LEASES, token, lease, who_field(token), table.concat({int(now),
-    wait and int(now + wait) or '', ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
-  local supersede = (ARGV[20] or '') ~= ''
-  if shared or supersede then
-    redis.call('HSET', LEASES, token .. ':f', (shared and 's' or '') .. (supersede and 'u' or ''))
-  end
-  if supersede then
-    supersede_earlier(token, ARGV[21] or '?', now, ARGV[20], ARGV[8], log_max,
-      tonumber(ttl) + meta_idle)
-  end
-  local who = {'user', ARGV[5], 'host', ARGV[3], 'pid', ARGV[4], 'note', ARGV[6]}
-  if wait then
-    who[#who + 1] = 'deadline_ms'
-    who[#who + 1] = now + wait
-  end
-  event('queued', token, who, log_max, 0, now)
-else
-  redis.call('HSET', LEASES, token, lease)
-end
-local keep_queue = int(cap + margin)
-redis.call('PEXPIRE', QUEUE, keep_queue)
-redis.call('PEXPIRE', LEASES, keep_queue)
-keep_meta(ARGV[13], redis.call('PTTL', LOCK), cap + margin)
-if ARGV[18] == '1' then
-  return {0, pttl, 1, reserved, snapshot()}
-end
-return {0, pttl, 1, reserved}
+return queue_up(token, now, pttl, redis.call('PTTL', LOCK), reserved, shared and 's' or '',
+  log_max)

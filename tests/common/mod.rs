@@ -877,10 +877,15 @@ pub fn meta_key(name: &str) -> String {
 /// `--io-timeout` even without it: a test of a forced release must not race it).
 #[track_caller]
 pub fn wait_subscribed(servers: &[&RedisServer], name: &str) {
-    let channel = format!("{}:events", lock_key(name));
+    wait_listened(servers, &format!("{}:events", lock_key(name)));
+}
+
+/// Waits until someone on one of `servers` subscribes to `channel`.
+#[track_caller]
+pub fn wait_listened(servers: &[&RedisServer], channel: &str) {
     let listening = || {
         servers.iter().any(|s| {
-            let (_, n): (String, i64) = s.query(&["PUBSUB", "NUMSUB", &channel]);
+            let (_, n): (String, i64) = s.query(&["PUBSUB", "NUMSUB", channel]);
             n >= 1
         })
     };
