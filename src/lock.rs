@@ -767,8 +767,9 @@ pub enum IfHeld {
 }
 
 impl IfHeld {
-    /// The script's two arguments: the condition's name and its value.
-    fn args(&self) -> (&'static str, String) {
+    /// The script's two arguments: the condition's name and its value (`release.lua` and
+    /// `slots_release.lua` read them alike).
+    pub fn args(&self) -> (&'static str, String) {
         match self {
             IfHeld::Fence(n) => ("fence", n.to_string()),
             IfHeld::Token(fp) => ("token", fp.clone()),

@@ -56,11 +56,7 @@ pub fn release(redis: &mut Redis, keys: &Keys, by: &Releaser) -> Result<Verdict>
         match forcer {
             Some((o, cond)) => {
                 call.arg(&o.host).arg(o.pid).arg(&o.user);
-                let (name, value) = match cond {
-                    Some(IfHeld::Fence(n)) => ("fence", n.to_string()),
-                    Some(IfHeld::Token(fp)) => ("token", fp.clone()),
-                    None => ("", String::new()),
-                };
+                let (name, value) = cond.as_ref().map_or(("", String::new()), IfHeld::args);
                 call.arg(name).arg(value);
             }
             None => {
