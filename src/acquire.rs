@@ -64,6 +64,10 @@ pub struct Wanted<'a> {
     pub mode: &'a Mode,
     /// `--supersede`: joining the queue makes earlier `--supersede` waiters leave it.
     pub supersede: bool,
+    /// `--preemptible`, `--preempt`, `--while-pid`: see [`Request`].
+    pub preemptible: bool,
+    pub preempt: bool,
+    pub kept: bool,
 }
 
 /// The outcome of [`acquire`]. (One per command, moved once: not worth a box.)
@@ -172,13 +176,7 @@ pub fn acquire(
     wanted: &Wanted,
     park: &mut dyn Park,
 ) -> Result<Acquired> {
-    let Wanted {
-        ttl,
-        owner,
-        wait,
-        mode,
-        supersede,
-    } = *wanted;
+    let wait = wanted.wait;
     let started = Instant::now();
     let every = park.report_every();
     let mut waiter = Waiter {
@@ -190,11 +188,7 @@ pub fn acquire(
             told: false,
         },
         keys,
-        ttl,
-        owner,
-        wait,
-        mode,
-        supersede,
+        wanted: *wanted,
         deadline: match wait {
             Wait::For(d) => Instant::now().checked_add(d),
             Wait::No | Wait::Forever => None,
@@ -248,11 +242,7 @@ struct Waiter<'a> {
     started: Instant,
     report: Reporting,
     keys: &'a Keys,
-    ttl: Duration,
-    owner: &'a Owner,
-    wait: Wait,
-    mode: &'a Mode,
-    supersede: bool,
+    wanted: Wanted<'a>,
     deadline: Option<Instant>,
     token: String,
     /// The token of the attempt before, when each attempt takes a fresh one (see `Store`).
@@ -272,7 +262,7 @@ impl Waiter<'_> {
     /// ends it. Leaves cleaning up to [`Waiter::clean_up`].
     fn wait(&mut self, store: &mut dyn Store, park: &mut dyn Park) -> Result<Acquired> {
         let keys = self.keys;
-        let join = self.wait != Wait::No;
+        let join = self.wanted.wait != Wait::No;
         let mut first = true;
         loop {
             if !first && store.fresh_token_per_attempt() {
@@ -283,16 +273,19 @@ impl Waiter<'_> {
                 return Ok(Acquired::Interrupted(sig));
             }
             let req = Request {
-                ttl: self.ttl,
-                owner: self.owner,
+                ttl: self.wanted.ttl,
+                owner: self.wanted.owner,
                 join,
                 run_id: false,
                 prev: self.prev.as_deref(),
                 wait: Some(self.remaining()).filter(|r| *r != Duration::MAX),
                 waited: self.started.elapsed(),
                 tell: join && self.report.due(Instant::now() + TELL_AHEAD),
-                mode: self.mode,
-                supersede: self.supersede,
+                mode: self.wanted.mode,
+                supersede: self.wanted.supersede,
+                preemptible: self.wanted.preemptible,
+                preempt: self.wanted.preempt,
+                kept: self.wanted.kept,
             };
             let attempt = match store.try_acquire(keys, &self.token, &req) {
                 Ok(attempt) => attempt,
@@ -352,7 +345,7 @@ impl Waiter<'_> {
 
     /// What is left of the wait.
     fn remaining(&self) -> Duration {
-        match (self.wait, self.deadline) {
+        match (self.wanted.wait, self.deadline) {
             (Wait::No, _) => Duration::ZERO,
             (Wait::For(_), Some(d)) => d.saturating_duration_since(Instant::now()),
             _ => Duration::MAX,

@@ -385,6 +385,14 @@ pub struct LockArgs {
     /// While queued, a later --supersede waiter makes this one give up (exit -E); joining, make earlier ones give up
     #[arg(long)]
     pub supersede: bool,
+
+    /// Queue ahead of every waiter without --preempt, and stop a --preemptible holder (it exits 75)
+    #[arg(long)]
+    pub preempt: bool,
+
+    /// Once held, a --preempt waiter may stop the command (acquire: needs --while-pid)
+    #[arg(long)]
+    pub preemptible: bool,
 }
 
 /// The most holders `--slots` and `--pool` allow.
@@ -405,6 +413,30 @@ pub struct AcquireArgs {
     /// What to print on stdout
     #[arg(long, value_enum, default_value_t = Format::Token)]
     pub format: Format,
+
+    /// Keep the lock alive (renewed every TTL/3) while process PID lives; release it when PID ends
+    ///
+    /// A detached keeper renews the lock for as long as PID (usually the calling script, $$)
+    /// lives, and releases it as soon as PID has ended (however it ended: kill -9 included);
+    /// `redlock release` with the token stops it. If the lock is lost (or preempted, with
+    /// --preemptible), the keeper acts on PID as --on-lost says.
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
+    pub while_pid: Option<i32>,
+
+    /// With --while-pid: what the keeper does to PID if the lock is lost or preempted
+    #[arg(long, value_enum, value_name = "ACTION", default_value_t = PidOnLost::Term, requires = "while_pid")]
+    pub on_lost: PidOnLost,
+}
+
+/// What `acquire --while-pid`'s keeper does to PID when the lock is lost or preempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PidOnLost {
+    /// Send SIGTERM to PID, so that the rest of the script does not run unprotected
+    Term,
+    /// Send SIGKILL to PID
+    Kill,
+    /// Only warn (on the keeper's stderr, and in the lock's history)
+    Ignore,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -95,7 +95,8 @@ impl GaveUp {
     }
 }
 
-/// Takes the lock as `args` say, waiting on `events` (which must carry stop signals).
+/// Takes the lock as `args` say, waiting on `events` (which must carry stop signals); `kept`:
+/// a keeper will keep it alive for the owner's pid (`acquire --while-pid`, recorded).
 /// `Break` says why the lock stayed busy or a signal ended the wait (both already reported on
 /// stderr).
 pub fn take_lock(
@@ -104,6 +105,7 @@ pub fn take_lock(
     keys: &Keys,
     args: &LockArgs,
     owner: &lock::Owner,
+    kept: bool,
     events: &Receiver<Event>,
 ) -> Result<ControlFlow<GaveUp, Lock>> {
     let mut parker = Parker::new(config, events);
@@ -114,6 +116,9 @@ pub fn take_lock(
         wait: args.wait(),
         mode: &mode,
         supersede: args.supersede,
+        preemptible: args.preemptible,
+        preempt: args.preempt,
+        kept,
     };
     let started = std::time::Instant::now();
     match acquire::acquire(store, keys, &wanted, &mut parker)? {
@@ -188,6 +193,24 @@ pub fn check_lock_args(config: &Config, args: &LockArgs) -> Result<()> {
             "--supersede applies to waiters, and -n does not wait: give --wait DUR, or neither",
         ));
     }
+    if args.preempt && args.no_wait {
+        return Err(usage(
+            "--preempt waits, at the head of the queue, for the holder to stop, and -n does not \
+             wait: give --wait DUR, or neither",
+        ));
+    }
+    if (args.preempt || args.preemptible) && mode != Mode::Exclusive {
+        return Err(usage(format!(
+            "--{} applies to a lock with one holder, not to {}: which of several holders would \
+             stop is not one answer",
+            if args.preempt {
+                "preempt"
+            } else {
+                "preemptible"
+            },
+            mode.describe()
+        )));
+    }
     if args.supersede && matches!(config.servers, Servers::Quorum(_)) {
         return Err(usage(
             "--supersede does not apply to several --url yet: a superseded waiter's attempts \
@@ -214,6 +237,13 @@ pub fn check_lock_args(config: &Config, args: &LockArgs) -> Result<()> {
 
 pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     check_lock_args(config, &args.lock)?;
+    if args.lock.preemptible && args.while_pid.is_none() {
+        return Err(usage(
+            "acquire --preemptible needs --while-pid PID: a preempted lock is given up by \
+             stopping PID, and without a keeper nobody hears of the preemption (exec \
+             --preemptible stops its command itself)",
+        ));
+    }
     let keys = Keys::new(&config.prefix, &args.key)?;
     warn_short_ttl(config, args.lock.ttl);
     if !stdout_is_open() {
@@ -230,7 +260,8 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         signals::deliver(signals::STOP, tx, wait::signal_event)?;
     }
     let mut store = backend::open(config)?;
-    let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, &rx)? {
+    let kept = args.while_pid.is_some();
+    let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, kept, &rx)? {
         ControlFlow::Continue(lock) => lock,
         ControlFlow::Break(gave_up) => return Ok(gave_up.code()),
     };

@@ -48,7 +48,9 @@ use crate::commands::{GaveUp, take_lock};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure};
 use crate::exit;
-use crate::lock::{self, Befell, Keys, Lock, Releaser, Verdict, forced_reason, human_ms};
+use crate::lock::{
+    self, Befell, Keys, Lock, Preemption, Releaser, Verdict, forced_reason, human_ms,
+};
 use crate::messages;
 use crate::notify;
 use crate::owner;
@@ -113,7 +115,15 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
     crate::commands::check_lock_args(config, &args.lock)?;
     crate::commands::warn_short_ttl(config, args.lock.ttl);
     let mut store = backend::open(config)?;
-    let taken = take_lock(config, store.as_mut(), &keys, &args.lock, &owner, &rx);
+    let taken = take_lock(
+        config,
+        store.as_mut(),
+        &keys,
+        &args.lock,
+        &owner,
+        false,
+        &rx,
+    );
     facts.waited = Some(facts.started.elapsed());
     let lock = match taken? {
         ControlFlow::Continue(lock) => lock,
@@ -219,6 +229,7 @@ fn conclude(
         lost,
         lost_unseen,
         telling,
+        preempted,
         ..
     } = supervisor;
     for thread in telling {
@@ -248,6 +259,12 @@ fn conclude(
         Released::Ours => {}
     }
     if why.is_empty() {
+        if let Some((preemption, _)) = preempted {
+            // Stopped for the preemptor, as for a lost lock (75), though the lock was ours to
+            // the end: the release handed it to them.
+            facts.preempted_by = Some(preemption.by);
+            return limited(exit_status(child_code, true, args.on_lost));
+        }
         return limited(child_code);
     }
     facts.lost = Some(why.join("; "));
@@ -483,6 +500,8 @@ struct Facts {
     lost: Option<String>,
     /// `--max-runtime` ran out (before any loss of the lock) and the command was stopped.
     timed_out: bool,
+    /// Who preempted the command (`--preemptible`), while it ran.
+    preempted_by: Option<String>,
 }
 
 impl Facts {
@@ -497,6 +516,7 @@ impl Facts {
             signal: None,
             lost: None,
             timed_out: false,
+            preempted_by: None,
         }
     }
 
@@ -519,6 +539,7 @@ impl Facts {
             "lost": self.lost.is_some(),
             "lost_reason": self.lost,
             "timed_out": self.timed_out,
+            "preempted_by": self.preempted_by,
             "signal": self.signal.map(signals::name),
         })
     }
@@ -734,6 +755,15 @@ fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Even
                         next = interval.saturating_sub(sent.elapsed());
                         Event::Renewed(sent)
                     }
+                    Ok(Verdict::Preempted(preemption)) => {
+                        // Still ours, and renewed until the command has stopped.
+                        next = interval.saturating_sub(sent.elapsed());
+                        let token = lock.token.clone();
+                        if tx.send(Event::Renewed(sent)).is_err() {
+                            return;
+                        }
+                        Event::Preempted { token, preemption }
+                    }
                     Ok(lost) => Event::Lost(loss_reason(con.as_mut(), &lock, &lost)),
                     Err(e) => {
                         // A fresh connection next time: this one may still have a reply on its
@@ -786,7 +816,9 @@ fn lost_reason(v: &Verdict) -> String {
             h.fingerprint()
         ),
         Verdict::HeldByOther(None) => "the lock key now holds another token".into(),
-        Verdict::Done(_) | Verdict::Forced(_) => "the lock was released".into(),
+        Verdict::Done(_) | Verdict::Forced(_) | Verdict::Preempted(_) => {
+            "the lock was released".into()
+        }
         Verdict::Slots => "the lock key now holds a lock with more than one holder".into(),
         Verdict::PlaceGone => {
             "our place in the lock is gone (it expired, or was released or force-released)".into()
@@ -828,6 +860,9 @@ struct Supervisor<'a> {
     last_renew_error: Option<String>,
     /// When the loss in `lost` was noticed.
     lost_at: Option<Instant>,
+    /// A `--preempt` waiter asked us to stop (`--preemptible`), and when we heard of it: the
+    /// command is stopped as on a lost lock, but the lock is still ours, renewed and released.
+    preempted: Option<(Preemption, Instant)>,
     /// `--warn-after`: when the warning is due (counted from the acquisition); `None` once said.
     warn_at: Option<Instant>,
     /// `--max-runtime`: when the command is stopped (counted from the acquisition).
@@ -873,6 +908,7 @@ impl<'a> Supervisor<'a> {
             lost_unseen: None,
             last_renew_error: None,
             lost_at: None,
+            preempted: None,
             // The wait for the lock does not count: the clock starts when it was taken.
             warn_at: args.warn_after.and_then(|d| lock.sent.checked_add(d)),
             limit_at: args.max_runtime.and_then(|d| lock.sent.checked_add(d)),
@@ -941,8 +977,7 @@ impl Supervisor<'_> {
             self.warn_at = None;
             // Being stopped already (its lock lost, or a SIGINT/SIGTERM passed on): the limit
             // adds nothing, and the first cause decides.
-            let stopping = self.terminations > 0
-                || (self.lost.is_some() && self.args.on_lost != OnLost::Ignore);
+            let stopping = self.terminations > 0 || self.stopping_for_the_lock();
             if !stopping {
                 self.time_out(due);
             }
@@ -1016,6 +1051,13 @@ impl Supervisor<'_> {
                     self.lose(why, Instant::now());
                 }
             }
+            Event::Preempted { token, preemption } => {
+                if self.lost.is_none() && self.preempted.is_none() && token == self.lock.token {
+                    self.preempt(preemption);
+                }
+            }
+            // Ours is released after the command, never while it runs.
+            Event::Released { .. } => {}
         }
     }
 
@@ -1116,6 +1158,43 @@ impl Supervisor<'_> {
         }
     }
 
+    /// A `--preempt` waiter asked for the lock, which we took `--preemptible`: the command is
+    /// stopped as `--on-lost` says, as on a lost lock, while the lock stays ours (renewed) until
+    /// it has stopped; then the release hands it to the preemptor, first in line.
+    fn preempt(&mut self, preemption: Preemption) {
+        let action = match self.args.on_lost {
+            OnLost::Term => format!(
+                "sending SIGTERM to the command (SIGKILL after {})",
+                human_ms(self.args.kill_after)
+            ),
+            OnLost::Kill => "killing the command".to_string(),
+            OnLost::Ignore => "letting the command finish (--on-lost ignore)".to_string(),
+        };
+        messages::alert(format_args!(
+            "'{}' was {} after {}; {action}, then releasing the lock to them",
+            self.lock.keys.name,
+            preemption.reason(),
+            human_ms(self.lock.sent.elapsed()),
+        ));
+        self.preempted = Some((preemption, Instant::now()));
+        match self.args.on_lost {
+            OnLost::Term => {
+                self.send(SIGTERM);
+                if self.kill_at.is_none() {
+                    self.kill_at = Instant::now().checked_add(self.args.kill_after);
+                }
+            }
+            OnLost::Kill => self.send(SIGKILL),
+            OnLost::Ignore => {}
+        }
+    }
+
+    /// Whether the command is being stopped because the lock was lost or preempted (not with
+    /// `--on-lost ignore`).
+    fn stopping_for_the_lock(&self) -> bool {
+        (self.lost.is_some() || self.preempted.is_some()) && self.args.on_lost != OnLost::Ignore
+    }
+
     fn send(&mut self, signo: i32) {
         self.child.signal(signo);
     }
@@ -1189,16 +1268,19 @@ impl Supervisor<'_> {
     /// Whether redlock itself told the command to stop: the limit ran out, the lock was lost
     /// (unless `--on-lost ignore`), or a SIGINT/SIGTERM was passed on.
     fn stopped_the_command(&self) -> bool {
-        self.timed_out.is_some()
-            || self.terminations > 0
-            || (self.lost.is_some() && self.args.on_lost != OnLost::Ignore)
+        self.timed_out.is_some() || self.terminations > 0 || self.stopping_for_the_lock()
     }
 
     /// Whether `--max-runtime` ran out before any loss of the lock was noticed: it decides the
     /// exit status (124) then.
     fn timed_out_first(&self) -> bool {
+        let preempted_at = self.preempted.as_ref().map(|p| p.1);
+        let first = match (self.lost_at, preempted_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         self.timed_out
-            .is_some_and(|t| self.lost_at.is_none_or(|lost| t < lost))
+            .is_some_and(|t| first.is_none_or(|other| t < other))
     }
 }
 

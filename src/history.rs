@@ -120,6 +120,11 @@ impl Entry {
                     said.push(format!("superseded by {by}"));
                 }
             }
+            "preempted" => {
+                if let Some(by) = self.get("by") {
+                    said.push(format!("asked to stop by {by} (--preempt)"));
+                }
+            }
             "lost" | "overran" | "timeout" => {
                 if let Some(why) = self.get("reason") {
                     said.push(why.to_string());

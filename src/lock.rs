@@ -157,6 +157,41 @@ pub struct Holder {
     pub pidns: String,
     /// Its place in a lock with more than one holder (see [`Mode`]); `None` in a plain lock.
     pub slot: Option<u32>,
+    /// Taken `--preemptible`: a `--preempt` waiter may ask it to stop.
+    pub preemptible: bool,
+    /// A `--preempt` waiter asked it to stop (it still holds the lock until it has).
+    pub preempted: Option<Preemption>,
+    /// A keeper keeps it alive for as long as its pid lives (`acquire --while-pid`).
+    pub kept: bool,
+}
+
+/// A `--preempt` waiter's request that a `--preemptible` holder stop: who asked, and when
+/// (server ms). Recorded as META `preempted` = 'TOKEN:AT:BY' (see `acquire.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preemption {
+    /// 'user@host (pid N)', escaped for display (anyone may write the record).
+    pub by: String,
+    pub at_ms: i64,
+}
+
+impl Preemption {
+    /// 'AT:BY', as `extend.lua` returns it and the announcement carries it after the token.
+    pub fn parse(at_by: &str) -> Option<Preemption> {
+        let (at, by) = at_by.split_once(':')?;
+        Some(Preemption {
+            by: printable(by).into_owned(),
+            at_ms: at.parse().ok()?,
+        })
+    }
+
+    /// What a preempted holder says about it.
+    pub fn reason(&self) -> String {
+        format!(
+            "preempted by {} at {} (--preemptible)",
+            self.by,
+            rfc3339(self.at_ms)
+        )
+    }
 }
 
 /// What kind of lock a call asks for: plain (one holder), or one with more than one holder
@@ -347,6 +382,9 @@ pub fn slot_holder(token: &str, record: &str) -> Holder {
         released_ms: None,
         pidns,
         slot,
+        preemptible: false,
+        preempted: None,
+        kept: false,
     }
 }
 
@@ -794,6 +832,9 @@ pub enum Verdict {
     /// A lock with more than one holder, which the plain scripts leave alone (see [`Mode`]): the
     /// slot scripts answer for it (`store.rs` asks them).
     Slots,
+    /// Extended, and still ours; but a `--preempt` waiter asked us to stop (we were taken
+    /// `--preemptible`): stop, then release (the release hands the lock to the preemptor).
+    Preempted(Preemption),
 }
 
 impl Lock {
@@ -868,6 +909,14 @@ pub struct Request<'a> {
     /// `--supersede`: joining the queue makes every earlier `--supersede` waiter leave it (see
     /// `supersede_earlier` in `common.lua`).
     pub supersede: bool,
+    /// `--preemptible`: a later `--preempt` waiter may ask the holder to stop (recorded).
+    pub preemptible: bool,
+    /// `--preempt`: queue ahead of the waiters that did not ask for it, and ask a
+    /// `--preemptible` holder to stop (see `acquire.lua`).
+    pub preempt: bool,
+    /// `acquire --while-pid`: a keeper keeps the lock alive for the holder's pid (recorded, for
+    /// `status`).
+    pub kept: bool,
 }
 
 /// What a quorum tells about the acquisition it won (`fence.lua`): who, after how long a wait,
@@ -877,6 +926,11 @@ pub struct Told {
     pub owner: Owner,
     pub waited: Duration,
     pub ttl: Duration,
+}
+
+/// A yes/no script argument: '1' or ''.
+fn flag(on: bool) -> &'static str {
+    if on { "1" } else { "" }
 }
 
 /// One atomic attempt to take the lock with `token`.
@@ -906,6 +960,9 @@ pub fn attempt(
         tell,
         mode,
         supersede,
+        preemptible,
+        preempt,
+        kept,
     } = *req;
     let sent = Instant::now();
     let meta_ttl = millis(redis.meta_ttl());
@@ -939,7 +996,10 @@ pub fn attempt(
             } else {
                 String::new()
             })
-            .arg(&who);
+            .arg(&who)
+            .arg(flag(preemptible))
+            .arg(flag(kept))
+            .arg(flag(preempt));
         for a in extra {
             call.arg(*a);
         }
@@ -1238,9 +1298,14 @@ pub fn extend(
             .invoke(con)
     })?;
     let run_id = match reply.as_slice() {
-        [_, _, id] => text(id),
+        [_, _, id, ..] => text(id),
         _ => None,
     };
+    if let [Value::Int(1), _, _, preempted] = reply.as_slice()
+        && let Some(p) = text(preempted).as_deref().and_then(Preemption::parse)
+    {
+        return Ok((Verdict::Preempted(p), run_id));
+    }
     Ok((verdict("extend", &reply)?, run_id))
 }
 
@@ -1312,7 +1377,9 @@ pub fn not_owner(verdict: &Verdict, token: &str) -> anyhow::Error {
         Verdict::HeldByOther(None) => {
             "the lock is held by another token (no redlock record)".to_string()
         }
-        Verdict::Done(_) | Verdict::Forced(_) => "the lock was released".to_string(),
+        Verdict::Done(_) | Verdict::Forced(_) | Verdict::Preempted(_) => {
+            "the lock was released".to_string()
+        }
         Verdict::Slots => "the lock has more than one holder now".to_string(),
         Verdict::PlaceGone => {
             "the token holds no place in the lock (it expired, or was released or force-released)"
@@ -1746,6 +1813,12 @@ fn holder_record(map: &HashMap<String, String>) -> (i64, Option<Holder>) {
         released_ms: ms("released_ms"),
         pidns: map.get("pidns").cloned().unwrap_or_default(),
         slot: None,
+        preemptible: map.get("preemptible").is_some_and(|v| v == "1"),
+        preempted: map
+            .get("preempted")
+            .and_then(|p| p.strip_prefix(token.as_str())?.strip_prefix(':'))
+            .and_then(Preemption::parse),
+        kept: map.get("kept").is_some_and(|v| v == "1"),
     });
     (fence, holder)
 }

@@ -1,9 +1,11 @@
 //! Telling a holder at once that its lock was taken away, rather than at its next renewal.
 //!
-//! The script that takes a lock from its holder (`release --force` today; preemption later)
-//! publishes `REASON:TOKEN` on the lock's channel `PREFIX{NAME}:events` ([`Keys::events`]) in the
-//! same atomic step. `exec` listens there on a connection and thread of its own, from shortly
-//! after its command started, and treats a message naming its token as the loss of the lock.
+//! The script that takes a lock from its holder (`release --force`), or asks it to stop (a
+//! `--preempt` waiter), publishes `REASON:TOKEN[:...]` on the lock's channel
+//! `PREFIX{NAME}:events` ([`Keys::events`]) in the same atomic step; so does the release of a
+//! lock kept alive by a keeper (`acquire --while-pid`). `exec` (and a keeper) listens there on a
+//! connection and thread of its own, from shortly after its command started, and acts on a
+//! message naming its token.
 //!
 //! Pub/sub is fire-and-forget: a listener that is not subscribed at that instant (its connection
 //! dropped, or it had not subscribed yet) misses the message, and the renewal finds the loss
@@ -21,7 +23,7 @@ use anyhow::Result;
 use crate::client;
 use crate::config::Config;
 use crate::error::{Kind, failure, kind_of, redis_kind};
-use crate::lock::{Forced, Keys, forced_reason};
+use crate::lock::{Forced, Keys, Preemption, forced_reason};
 use crate::messages;
 use crate::wait::Event;
 
@@ -90,32 +92,41 @@ fn subscribe(config: &Config, channel: &str, tx: &Sender<Event>) -> Result<Liste
             Ok(msg) => msg,
             Err(e) => return Ok(Listening::Dropped(e.into())),
         };
-        if let Some((token, why)) = parse(msg.get_payload_bytes())
-            && tx.send(Event::TakenAway { token, why }).is_err()
+        if let Some(event) = parse(msg.get_payload_bytes())
+            && tx.send(event).is_err()
         {
             return Ok(Listening::Stopped);
         }
     }
 }
 
-/// The token and the reason in an announcement; `None` for anything else (a reason this version
-/// does not know is ignored: the renewal still finds the loss). A forced release comes as
-/// `forced:TOKEN:FORCED_AT:FORCED_BY` (see `release.lua`), or as plain `forced:TOKEN`.
-fn parse(payload: &[u8]) -> Option<(String, String)> {
+/// An announcement as the event it is; `None` for anything else (a reason this version does not
+/// know is ignored: the renewal still finds the loss). A forced release comes as
+/// `forced:TOKEN:FORCED_AT:FORCED_BY` (see `release.lua`), or as plain `forced:TOKEN`; a
+/// preemption as `preempted:TOKEN:AT:BY` (see `acquire.lua`); the release of a kept lock as
+/// `released:TOKEN`.
+fn parse(payload: &[u8]) -> Option<Event> {
     let (reason, rest) = std::str::from_utf8(payload).ok()?.split_once(':')?;
+    let (token, more) = rest.split_once(':').unwrap_or((rest, ""));
+    let token = token.to_string();
     match reason {
         "forced" => {
-            let (token, more) = rest.split_once(':').unwrap_or((rest, ""));
             let forced = more.split_once(':').and_then(|(at, by)| {
                 Some(Forced {
-                    token: token.to_string(),
+                    token: token.clone(),
                     // Anyone may publish on the channel: never for the terminal as is.
                     by: crate::printable::printable(by).into_owned(),
                     at_ms: at.parse().ok()?,
                 })
             });
-            Some((token.to_string(), forced_reason(forced.as_ref())))
+            let why = forced_reason(forced.as_ref());
+            Some(Event::TakenAway { token, why })
         }
+        "preempted" => Some(Event::Preempted {
+            token,
+            preemption: Preemption::parse(more)?,
+        }),
+        "released" => Some(Event::Released { token }),
         _ => None,
     }
 }
@@ -126,17 +137,33 @@ mod tests {
 
     #[test]
     fn announcements_name_a_token_and_a_known_reason() {
-        let (token, why) = parse(b"forced:0123abcd").unwrap();
+        let taken = |payload: &[u8]| match parse(payload) {
+            Some(Event::TakenAway { token, why }) => Some((token, why)),
+            _ => None,
+        };
+        let (token, why) = taken(b"forced:0123abcd").unwrap();
         assert_eq!(token, "0123abcd");
         assert!(why.contains("force-released"), "{why}");
-        let (token, why) = parse(b"forced:0123abcd:1764597600000:ops@web:1 (pid 7)").unwrap();
+        let (token, why) = taken(b"forced:0123abcd:1764597600000:ops@web:1 (pid 7)").unwrap();
         assert_eq!(token, "0123abcd");
         assert!(
             why.contains("force-released by ops@web:1 (pid 7) at 2025-12-01T14:00:00Z"),
             "{why}"
         );
-        assert_eq!(parse(b"preempted:0123abcd"), None);
-        assert_eq!(parse(b"0123abcd"), None);
-        assert_eq!(parse(b"forced:\xff"), None);
+        match parse(b"preempted:0123abcd:1764597600000:ci@web:1 (pid 7)") {
+            Some(Event::Preempted { token, preemption }) => {
+                assert_eq!(token, "0123abcd");
+                assert_eq!(preemption.by, "ci@web:1 (pid 7)");
+                assert_eq!(preemption.at_ms, 1_764_597_600_000);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(parse(b"preempted:0123abcd").is_none());
+        assert!(matches!(
+            parse(b"released:0123abcd"),
+            Some(Event::Released { token }) if token == "0123abcd"
+        ));
+        assert!(parse(b"0123abcd").is_none());
+        assert!(parse(b"forced:\xff").is_none());
     }
 }

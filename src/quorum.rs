@@ -471,6 +471,7 @@ impl Nodes {
             req.waited,
             req.tell,
         );
+        let (preemptible, preempt, kept) = (req.preemptible, req.preempt, req.kept);
         let is_grant = |a: &Option<Result<Attempt>>| matches!(a, Some(Ok(Attempt::Granted(_))));
         let (k, t, o) = (keys.clone(), token.to_string(), req.owner.clone());
         let p = req.prev.map(str::to_string);
@@ -490,6 +491,12 @@ impl Nodes {
                     tell: tell && i == 0,
                     mode: &lock::EXCLUSIVE,
                     supersede: false,
+                    // Recorded on every node, and asked of the holder on every node: its
+                    // renewal hears of it from any of them (its majority need not include
+                    // the queue node).
+                    preemptible,
+                    preempt,
+                    kept,
                 };
                 lock::try_acquire(con, &k, &t, &req)
             },

@@ -52,6 +52,15 @@ pub enum Event {
         token: String,
         why: String,
     },
+    /// The holder with `token` was asked to stop by a `--preempt` waiter (see `notify.rs`).
+    Preempted {
+        token: String,
+        preemption: crate::lock::Preemption,
+    },
+    /// The holder with `token` released the lock (told only for a kept lock: see `notify.rs`).
+    Released {
+        token: String,
+    },
 }
 
 /// What the signal thread needs to end a wait: where to leave which queue.

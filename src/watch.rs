@@ -932,6 +932,7 @@ fn describe(event: &Map<String, Value>) -> String {
             "token {token}… left the queue, superseded by {}",
             text("by")
         ),
+        "preempted" => format!("token {token}… asked to stop by {} (--preempt)", text("by")),
         "lost" | "overran" | "timeout" => format!(
             "token {token}…, fence {}: {}",
             text("fence"),

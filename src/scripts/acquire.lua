@@ -14,7 +14,10 @@
 --      tell ('1': a queued waiter's status line is due; the busy reply adds the lock's state),
 --      watch_all (see `listened` in common.lua), supersede (--supersede: how long the mark of a
 --      waiter superseded lasts, ms; '' otherwise: see supersede_earlier in common.lua), who asks
---      ('user@host (pid N)': named to the waiters it supersedes)
+--      ('user@host (pid N)': named to the waiters it supersedes), preemptible ('1': a later
+--      --preempt may ask this holder to stop; recorded in META `preemptible`), kept ('1': a
+--      keeper keeps the lock alive for the holder's pid, `acquire --while-pid`; META `kept`),
+--      preempt ('1': --preempt, see below)
 --
 -- Returns {1, fence, acquired_ms, run_id} when taken, {-2, spec, by} for a lock with more than
 -- one holder (see other_kind), {-3, at_ms, by} when a later --supersede waiter superseded this
@@ -44,9 +47,17 @@
 -- queue in the same script as the failed attempt means a release that comes before we block on
 -- our wake list still finds us (and pushes to the list): no lost wake-ups.
 --
+-- --preempt: a waiter that asks for it queues ahead of every waiter that did not (behind earlier
+-- preemptors: see queue_up in common.lua) and, when the holder took the lock --preemptible,
+-- asks it to stop, in the same step: META `preempted` = 'TOKEN:AT:BY' (the holder's token, so
+-- that a later holder never reads it as its own), published on LOCK:events as
+-- 'preempted:TOKEN:AT:BY' and told as `preempted`. The lock stays the holder's: it stops its
+-- command, then releases, and the release hands the lock to the queue's head, the preemptor.
+-- A holder that did not opt in is left alone; the preemptor waits for it, first in line.
+--
 -- Told (see `event` in common.lua): `acquired`; before it, `expired` when the previous holder's
--- record was never dated by a release (its TTL ran out: nobody else deletes a lock key); and
--- `queued` when a waiter joins the queue.
+-- record was never dated by a release (its TTL ran out: nobody else deletes a lock key);
+-- `queued` when a waiter joins the queue; `preempted` (above).
 local token, ttl = ARGV[1], ARGV[2]
 watch_all = ARGV[19] or ''
 local log_max = ARGV[17]
@@ -80,7 +91,8 @@ local function take(queued, woken)
   -- released_ms '' (not deleted: one command less): the new holder has not released yet.
   local record = {'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
     'note', ARGV[6], 'acquired_ms', int(now), 'ttl_ms', ttl, 'expires_ms', int(now + ttl),
-    'pidns', ARGV[15] or '', 'released_ms', ''}
+    'pidns', ARGV[15] or '', 'released_ms', '', 'preemptible', ARGV[22] or '',
+    'kept', ARGV[23] or ''}
   if before[7] and before[7] ~= '' then
     -- It was a lock with more than one holder, idle now: a plain lock from here on.
     table.insert(record, 'slots')
@@ -202,6 +214,19 @@ elseif string.sub(current, 1, 1) == '~' then
 end
 
 local pttl = redis.call('PTTL', LOCK)
+local preempt = ARGV[24] == '1'
+if preempt and string.sub(current, 1, 1) ~= '~' and string.sub(current, 1, 1) ~= '#' then
+  -- Asked only of a holder that opted in, and once.
+  local m = redis.call('HMGET', META, 'token', 'preemptible', 'preempted')
+  if m[1] == current and m[2] == '1'
+      and string.sub(m[3] or '', 1, #current + 1) ~= current .. ':' then
+    local at, by = int(now_ms()), ARGV[21] or '?'
+    redis.call('HSET', META, 'preempted', current .. ':' .. at .. ':' .. by)
+    redis.pcall('PUBLISH', LOCK .. ':events', 'preempted:' .. current .. ':' .. at .. ':' .. by)
+    event('preempted', current, {'by', by}, log_max, math.max(pttl, 0) + (tonumber(ARGV[13]) or 0),
+      now_ms())
+  end
+end
 -- Busy because the lock is reserved for a waiter (its turn), not because someone holds it.
 local reserved = 0
 if string.sub(current, 1, 1) == '~' then
@@ -212,4 +237,5 @@ elseif ARGV[11] == '1' then
     reserved = 1
   end
 end
-return queue_up(token, now_ms(), pttl, pttl, reserved, '', log_max)
+return queue_up(token, now_ms(), pttl, pttl, reserved, '', log_max,
+  preempt and string.sub(current, 1, 1) ~= '#')

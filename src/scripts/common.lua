@@ -359,9 +359,12 @@ end
 -- record over in acquire.lua, so it is found here): since when and until when, by this server's
 -- clock, written once, so that later attempts cost nothing more; with it the waiter's `flags`
 -- (see KEYS[4]; 'u' added for --supersede, which then supersedes the earlier ones). `now`: this
--- server's ms; `lock_pttl`: the lock key's PTTL, for keep_meta. Returns the busy reply {0, pttl,
+-- server's ms; `lock_pttl`: the lock key's PTTL, for keep_meta. `ahead` (--preempt): the ticket
+-- is moved 2^50 down, ahead of every ticket handed out the plain way (HINCRBY: far fewer) and
+-- behind the earlier preemptors (theirs were moved as much). Returns the busy reply {0, pttl,
 -- queued, reserved[, state]} (the lock's state when the waiter's status line is due, ARGV[18]).
-local function queue_up(token, now, pttl, lock_pttl, reserved, flags, log_max)
+local PREEMPT_AHEAD = 2 ^ 50
+local function queue_up(token, now, pttl, lock_pttl, reserved, flags, log_max, ahead)
   if ARGV[7] ~= '1' then
     return {0, pttl, 0, reserved}
   end
@@ -372,7 +375,11 @@ local function queue_up(token, now, pttl, lock_pttl, reserved, flags, log_max)
   end
   local lease = int(now + block + margin)
   if not redis.call('ZSCORE', QUEUE, token) then
-    redis.call('ZADD', QUEUE, int(redis.call('HINCRBY', META, 'tickets', 1)), token)
+    local ticket = redis.call('HINCRBY', META, 'tickets', 1)
+    if ahead then
+      ticket = ticket - PREEMPT_AHEAD
+    end
+    redis.call('ZADD', QUEUE, int(ticket), token)
     local wait = tonumber(ARGV[14])
     redis.call('HSET', LEASES, token, lease, who_field(token), table.concat({int(now),
       wait and int(now + wait) or '', ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))

@@ -3,7 +3,8 @@
 -- ARGV token, ttl_ms, want_run_id ('1': return this server's run_id), meta_idle_ms (see
 --      keep_meta: meta must outlive the lock's new expiry)
 --
--- Returns {1, {}, run_id} extended, {0, {}, run_id} free (expired: it is never brought back),
+-- Returns {1, {}, run_id[, preempted]} extended (preempted: 'AT:BY' when a --preempt waiter asked
+-- this holder to stop, see acquire.lua: the lock is still renewed, and released by its holder), {0, {}, run_id} free (expired: it is never brought back),
 -- {-1, holder-record, run_id} held by another token, {-2} a lock with more than one holder (see
 -- slots_common.lua); run_id is false unless asked for. An expired
 -- key is gone, so PEXPIRE is never reached for it: extend cannot resurrect a lock. The holder
@@ -20,8 +21,14 @@ if string.sub(current, 1, 1) == '#' then
 end
 if current == ARGV[1] then
   redis.call('PEXPIRE', LOCK, ARGV[2])
-  if redis.call('HGET', META, 'token') == current then
+  local m = redis.call('HMGET', META, 'token', 'preempted')
+  local preempted
+  if m[1] == current then
     redis.call('HSET', META, 'expires_ms', now_ms() + tonumber(ARGV[2]))
+    local pre = m[2] or ''
+    if string.sub(pre, 1, #current + 1) == current .. ':' then
+      preempted = string.sub(pre, #current + 2)
+    end
   end
   keep_meta(ARGV[4], tonumber(ARGV[2]))
   -- The history expires with the record: a long hold keeps it too (a stream only: a key of
@@ -31,6 +38,9 @@ if current == ARGV[1] then
   local kind = redis.pcall('TYPE', log)
   if idle > 0 and type(kind) == 'table' and kind.ok == 'stream' then
     redis.call('PEXPIRE', log, int(tonumber(ARGV[2]) + idle))
+  end
+  if preempted then
+    return {1, {}, run_id(ARGV[3]), preempted}
   end
   return {1, {}, run_id(ARGV[3])}
 end

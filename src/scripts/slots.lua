@@ -2,7 +2,9 @@
 -- slots_common.lua), or join the queue of waiters.
 --
 -- ARGV as acquire.lua's (want_run_id and previous token unused: a quorum is refused before it
---      gets here; who asks is also recorded as `slots_by` when this call sets what the lock is),
+--      gets here; who asks is also recorded as `slots_by` when this call sets what the lock is;
+--      preemptible and preempt unused: refused for these locks before they get here; kept
+--      unused: a place's record does not say it),
 --      then the spec: 'n:N', 'p:A,B,C' or 's' (see META `slots`).
 --
 -- Returns {1, fence, acquired_ms, false, slot} when taken (slot: the lowest index from 0 that no
@@ -21,7 +23,7 @@
 --
 -- Told (see `event` in common.lua): `acquired` (with the slot), `expired` for each holder found
 -- dead, `queued`.
-local token, ttl, spec = ARGV[1], ARGV[2], ARGV[22]
+local token, ttl, spec = ARGV[1], ARGV[2], ARGV[25]
 watch_all = ARGV[19] or ''
 local log_max = ARGV[17]
 local shared = spec == 's'
