@@ -48,8 +48,8 @@ complete -c redlock -n "__fish_redlock_needs_command" -f -a "log" -d 'Show a loc
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "wait" -d 'Wait until a lock is free, without taking it or joining its queue'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "exec" -d 'Take a lock, run a command while renewing it, release it when the command exits'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l ttl -d 'Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every TTL/3) or extended (`redlock extend`)' -r
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served); after a second, stderr says who holds it and your place in line' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l ttl -d 'Lock lifetime: it frees itself DUR after it was taken or renewed (exec renews every TTL/3)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; first come, first served)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l note -d 'Describe the holder in \'redlock status\' (default: the command line); secrets show as ***' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l wait-replicas -d 'After acquiring, wait (up to --io-timeout) until N replicas have the lock, or fail' -r
@@ -58,6 +58,10 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l pool -d 'One
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l format -d 'What to print on stdout' -r -f -a "token\t'The token alone, for T=$(redlock acquire KEY)'
 env\t'REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines (and REDLOCK_SLOT=, REDLOCK_RESOURCE= with --slots or --pool), for v=$(...) || exit; eval "$v"'
 json\t'One JSON object'"
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l while-pid -d 'Keep the lock alive (renewed every TTL/3) while process PID lives; release it when PID ends' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l on-lost -d 'With --while-pid: what the keeper does to PID if the lock is lost or preempted' -r -f -a "term\t'Send SIGTERM to PID, so that the rest of the script does not run unprotected'
+kill\t'Send SIGKILL to PID'
+ignore\t'Only warn (on the keeper\'s stderr, and in the lock\'s history)'"
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
@@ -72,7 +76,9 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l io-timeout -
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s n -l no-wait -d 'Do not wait: fail at once if the lock is busy'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l allow-eviction -d 'Lock even on a server that may evict it: maxmemory-policy allkeys-* (refused without this)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l shared -d 'Hold it shared: any number of --shared holders, or one without (a writer, who goes first)'
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l supersede -d 'While queued, a later --supersede waiter makes this one give up (exit -E); joining, make earlier ones give up'
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l supersede -d 'Make earlier --supersede waiters give up (exit -E); a later one makes this one give up'
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l preempt -d 'Go ahead of the waiters without --preempt; stop a --preemptible holder (it exits 75)'
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l preemptible -d 'Once held, a --preempt waiter may stop the command (acquire: needs --while-pid)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s v -l verbose -d 'Log every Redis round trip to stderr'
@@ -175,8 +181,8 @@ complete -c redlock -n "__fish_redlock_using_subcommand wait" -s q -l quiet -d '
 complete -c redlock -n "__fish_redlock_using_subcommand wait" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand wait" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand wait" -s V -l version -d 'Print version'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l ttl -d 'Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every TTL/3) or extended (`redlock extend`)' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first served); after a second, stderr says who holds it and your place in line' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l ttl -d 'Lock lifetime: it frees itself DUR after it was taken or renewed (exec renews every TTL/3)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; first come, first served)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l note -d 'Describe the holder in \'redlock status\' (default: the command line); secrets show as ***' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l wait-replicas -d 'After acquiring, wait (up to --io-timeout) until N replicas have the lock, or fail' -r
@@ -185,8 +191,8 @@ complete -c redlock -n "__fish_redlock_using_subcommand exec" -l pool -d 'One ho
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l on-lost -d 'What to do with the command if the lock is lost while it runs' -r -f -a "term\t'SIGTERM, then SIGKILL after --kill-after'
 kill\t'SIGKILL at once'
 ignore\t'Warn and let the command finish'"
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l kill-after -d 'After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l max-runtime -d 'Stop the command once it has held the lock for DUR (SIGTERM, then SIGKILL after --kill-after) and exit 124' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l kill-after -d 'SIGKILL the command if it still runs DUR after a SIGTERM or SIGINT (passed on, or sent)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l max-runtime -d 'Stop the command after it held the lock for DUR (SIGTERM, then SIGKILL) and exit 124' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l warn-after -d 'Warn (stderr, and the lock\'s history) once the command has held the lock for DUR' -r
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l report -d 'When exec ends, append one JSON line about the run to FILE (- for stdout)' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s c -l command -d 'Run this shell command with /bin/sh -c instead of CMD' -r
@@ -204,7 +210,9 @@ complete -c redlock -n "__fish_redlock_using_subcommand exec" -l io-timeout -d '
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s n -l no-wait -d 'Do not wait: fail at once if the lock is busy'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l allow-eviction -d 'Lock even on a server that may evict it: maxmemory-policy allkeys-* (refused without this)'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l shared -d 'Hold it shared: any number of --shared holders, or one without (a writer, who goes first)'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l supersede -d 'While queued, a later --supersede waiter makes this one give up (exit -E); joining, make earlier ones give up'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l supersede -d 'Make earlier --supersede waiters give up (exit -E); a later one makes this one give up'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l preempt -d 'Go ahead of the waiters without --preempt; stop a --preemptible holder (it exits 75)'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l preemptible -d 'Once held, a --preempt waiter may stop the command (acquire: needs --while-pid)'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s v -l verbose -d 'Log every Redis round trip to stderr'

@@ -108,6 +108,8 @@ pub struct Waiting<'a> {
     pub ahead: Option<usize>,
     /// Since `acquire` started.
     pub waited: Duration,
+    /// We asked for `--preempt`: the line says whether the holder declined.
+    pub preempt: bool,
 }
 
 /// How long a wait lasts before the waiter says what it waits for: a shorter one says nothing
@@ -183,7 +185,14 @@ pub fn acquire(
         started,
         report: Reporting {
             every,
-            next: every.and_then(|_| started.checked_add(FIRST_REPORT)),
+            // A preemptor says at once whether the holder was asked to stop or declined.
+            next: every.and_then(|_| {
+                started.checked_add(if wanted.preempt {
+                    Duration::ZERO
+                } else {
+                    FIRST_REPORT
+                })
+            }),
             redraw: park.redraw(),
             told: false,
         },
@@ -458,6 +467,7 @@ impl Waiter<'_> {
             state: state.as_ref(),
             ahead,
             waited: self.started.elapsed(),
+            preempt: self.wanted.preempt,
         });
         self.report.told = true;
     }

@@ -330,13 +330,11 @@ pub enum Command {
 /// How to take a lock: shared by `acquire` and `exec`.
 #[derive(Debug, Args)]
 pub struct LockArgs {
-    /// Lock lifetime: the lock frees itself this long after it was taken, renewed (exec, every
-    /// TTL/3) or extended (`redlock extend`)
+    /// Lock lifetime: it frees itself DUR after it was taken or renewed (exec renews every TTL/3)
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_ttl, allow_hyphen_values = true)]
     pub ttl: Duration,
 
-    /// Wait at most DUR for a busy lock (default: until it is free; waiters go first come, first
-    /// served); after a second, stderr says who holds it and your place in line
+    /// Wait at most DUR for a busy lock (default: until it is free; first come, first served)
     #[arg(short, long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub wait: Option<Duration>,
 
@@ -353,7 +351,7 @@ pub struct LockArgs {
     pub note: Option<String>,
 
     /// After acquiring, wait (up to --io-timeout) until N replicas have the lock, or fail
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub wait_replicas: u32,
 
     /// Lock even on a server that may evict it: maxmemory-policy allkeys-* (refused without this)
@@ -382,11 +380,11 @@ pub struct LockArgs {
     #[arg(long)]
     pub shared: bool,
 
-    /// While queued, a later --supersede waiter makes this one give up (exit -E); joining, make earlier ones give up
+    /// Make earlier --supersede waiters give up (exit -E); a later one makes this one give up
     #[arg(long)]
     pub supersede: bool,
 
-    /// Queue ahead of every waiter without --preempt, and stop a --preemptible holder (it exits 75)
+    /// Go ahead of the waiters without --preempt; stop a --preemptible holder (it exits 75)
     #[arg(long)]
     pub preempt: bool,
 
@@ -594,11 +592,11 @@ pub struct ExecArgs {
     #[arg(long, value_enum, value_name = "ACTION", default_value_t = OnLost::Term)]
     pub on_lost: OnLost,
 
-    /// After a SIGTERM or SIGINT (forwarded, or SIGTERM on lock loss), send SIGKILL if the command still runs after DUR
+    /// SIGKILL the command if it still runs DUR after a SIGTERM or SIGINT (passed on, or sent)
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
     pub kill_after: Duration,
 
-    /// Stop the command once it has held the lock for DUR (SIGTERM, then SIGKILL after --kill-after) and exit 124
+    /// Stop the command after it held the lock for DUR (SIGTERM, then SIGKILL) and exit 124
     #[arg(long, value_name = "DUR", value_parser = parse_limit)]
     pub max_runtime: Option<Duration>,
 

@@ -445,6 +445,14 @@ pub fn extend(config: &Config, args: &ExtendArgs) -> Result<u8> {
     let mut store = backend::open(config)?;
     match store.extend(&keys, token, args.ttl, false)? {
         Verdict::Done(_) => Ok(exit::OK),
+        Verdict::Preempted(p) => {
+            // Extended: the lock is still ours; its keeper (or the script) is to stop.
+            messages::warning(
+                config,
+                format_args!("'{}' was {}: release it", keys.name, p.reason()),
+            );
+            Ok(exit::OK)
+        }
         other => {
             Err(lock::not_owner(&other, token)).context(format!("cannot extend '{}'", keys.name))
         }

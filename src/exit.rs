@@ -69,7 +69,7 @@ pub const TABLE: &[(&str, &str)] = &[
     ),
     (
         "75",
-        "exec only: the lock was lost, or cannot be shown to have been held, while the command ran",
+        "exec only: the lock was lost, or cannot be shown to have been held, while the command ran; or a --preempt waiter stopped a --preemptible command",
     ),
     ("77", "authentication or ACL permission refused"),
     (

@@ -110,6 +110,10 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
     if let Some(sl) = &s.slots {
         v["slots"] = slots_json(s, sl, show_token);
     }
+    if let Some(h) = h.filter(|_| s.held() && s.slots.is_none()) {
+        v["preemptible"] = json!(h.preemptible);
+        v["preempted_by"] = json!(h.preempted.as_ref().map(|p| p.by.clone()));
+    }
     if let Some(q) = &s.quorum {
         let nodes: Vec<Value> = q
             .nodes
@@ -403,7 +407,11 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
             state_word(s).to_string(),
             match (s.held(), h, &s.last) {
                 (true, Some(h), _) if s.stale == Some(true) => format!("{} stale?", h.who()),
-                (true, Some(h), _) => h.who(),
+                (true, Some(h), _) => match &h.preempted {
+                    Some(p) => format!("{} (preempted by {})", h.who(), p.by),
+                    None if h.preemptible => format!("{} (preemptible)", h.who()),
+                    None => h.who(),
+                },
                 (true, None, _) => "unknown".to_string(),
                 (false, _, Some(last)) => last_cell(last, s.forced_of(&last.token)),
                 _ => dash(),

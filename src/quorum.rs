@@ -1048,7 +1048,7 @@ impl Store for Nodes {
         let (n, q) = (self.n(), self.q());
         let sent = Instant::now();
         let is_done = |a: &Option<Result<(Verdict, Option<String>)>>| {
-            matches!(a, Some(Ok((Verdict::Done(_), _))))
+            matches!(a, Some(Ok((Verdict::Done(_) | Verdict::Preempted(_), _))))
         };
         let answers = {
             let (k, t) = (keys.clone(), token.to_string());
@@ -1066,6 +1066,8 @@ impl Store for Nodes {
         let failed = self.failures(&answers);
         let mut done = 0;
         let mut refused = Vec::new();
+        // A node's word that a --preempt waiter asked us to stop (each node was asked).
+        let mut preempted = None;
         for (i, a) in answers.into_iter().enumerate() {
             if let Some(Ok((verdict, run_id))) = a {
                 // Above all a node that restarted empty: it says "free" and could grant the lock
@@ -1073,12 +1075,16 @@ impl Store for Nodes {
                 self.check_restart(i, run_id, keys);
                 match verdict {
                     Verdict::Done(_) => done += 1,
+                    Verdict::Preempted(p) => {
+                        done += 1;
+                        preempted.get_or_insert(p);
+                    }
                     other => refused.push(other),
                 }
             }
         }
         if done >= q && ttl > elapsed + drift(ttl) {
-            return Ok(Verdict::Done(None));
+            return Ok(preempted.map_or(Verdict::Done(None), Verdict::Preempted));
         }
         if refused.len() > n - q {
             // A majority can no longer agree: the lock is gone.
@@ -1504,7 +1510,7 @@ mod tests {
             expires_ms: None,
             released_ms: None,
             pidns: String::new(),
-            slot: None,
+            ..Holder::default()
         }
     }
 

@@ -174,6 +174,14 @@ pub fn status_text(w: &Waiting) -> String {
                 if let Some(d) = state.held_for() {
                     s.push_str(&format!(" for {}", secs(d)));
                 }
+                if let Some(p) = &h.preempted {
+                    s.push_str(&format!(
+                        " (asked to stop by {}: it stops, then hands the lock on)",
+                        p.by
+                    ));
+                } else if w.preempt && !h.preemptible {
+                    s.push_str(" (not preemptible: it did not opt in with --preemptible)");
+                }
             }
             None if state.handing_over() => s.push_str("being handed over to the next waiter"),
             None => s.push_str("held by an unknown client (no redlock record)"),
@@ -384,6 +392,7 @@ mod tests {
             state,
             ahead,
             waited: Duration::from_millis(41_900),
+            preempt: false,
         };
         assert_eq!(
             status_text(&w(Some(&held), Some(2))),
@@ -408,6 +417,30 @@ mod tests {
         assert_eq!(
             status_text(&w(Some(&free), Some(1))),
             "waiting for 'deploy': free; 1 ahead of you; waited 41s"
+        );
+        // A preemptor hears who declined; every waiter hears of a preemption under way.
+        let preempting = Waiting {
+            preempt: true,
+            ..w(Some(&held), Some(0))
+        };
+        assert_eq!(
+            status_text(&preempting),
+            "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m \
+             12s (not preemptible: it did not opt in with --preemptible); next in line; waited 41s"
+        );
+        let mut asked = held.clone();
+        if let Some(h) = asked.holder.as_mut() {
+            h.preemptible = true;
+            h.preempted = Some(crate::lock::Preemption {
+                by: "ops@web (pid 9)".into(),
+                at_ms: 1_000_000,
+            });
+        }
+        assert_eq!(
+            status_text(&w(Some(&asked), Some(1))),
+            "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m \
+             12s (asked to stop by ops@web (pid 9): it stops, then hands the lock on); 1 ahead \
+             of you; waited 41s"
         );
     }
 }
