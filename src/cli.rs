@@ -50,6 +50,16 @@ fn after_help() -> String {
     s
 }
 
+/// What `redlock --version` says after the name: the version, then the git commit (when built
+/// from a checkout) and the target, from `build.rs` (`-V` and the man pages: the version alone).
+/// The first word after the name stays the version, for scripts.
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("REDLOCK_BUILD"),
+    ")"
+);
+
 /// The command line as `redlock` parses it: [`Cli`], except that a subcommand's help leaves out
 /// the global options (they are still accepted there) for one line that names them and points
 /// to `redlock --help`, so that the subcommand's own options come first and stay few.
@@ -71,7 +81,7 @@ pub fn command() -> clap::Command {
         "Global options ({}), before or after the subcommand: see 'redlock --help'.",
         names.join(", ")
     );
-    let mut cmd = Cli::command();
+    let mut cmd = Cli::command().long_version(LONG_VERSION);
     // Building copies the global options into every subcommand; only then can they be hidden.
     cmd.build();
     cmd.mut_subcommands(|sub| {

@@ -445,6 +445,29 @@ fn help_and_version_go_to_stdout() {
     assert!(out.stdout.starts_with("redlock "), "{out}");
 }
 
+/// `--version` names the version first (for scripts), then the commit it was built from (in a
+/// git checkout, as the tests run) and the target; `-V` the version alone.
+#[test]
+fn version_names_the_commit_and_the_target() {
+    let version = env!("CARGO_PKG_VERSION");
+    let short = redlock().arg("-V").run().expect(0).stdout;
+    assert_eq!(short, format!("redlock {version}\n"));
+    let long = redlock().arg("--version").run().expect(0).stdout;
+    let first = long.lines().next().unwrap_or_default();
+    assert!(first.starts_with(&format!("redlock {version} (")), "{long}");
+    assert!(
+        first.ends_with(", x86_64-unknown-linux-gnu)") || first.ends_with("-linux-musl)"),
+        "{long}"
+    );
+    let head = std::process::Command::new("git")
+        .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "--short=7", "HEAD"])
+        .output();
+    if let Some(head) = head.ok().filter(|o| o.status.success()) {
+        let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+        assert!(first.contains(&format!("({head}, ")), "HEAD is {head}: {long}");
+    }
+}
+
 /// A driver error keeps its words and loses the Rust debug name of its kind (before: "Invalid
 /// protocol version - InvalidClientConfig: bogus").
 #[test]

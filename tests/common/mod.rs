@@ -151,9 +151,21 @@ pub fn default_signals(cmd: &mut Command) -> &mut Command {
     }
 }
 
+/// The binary under test: Cargo's build of it, or the one `REDLOCK_TEST_BIN` names (`scripts/
+/// dist.sh --check` runs some test files against the static binary it built).
+pub fn bin() -> &'static str {
+    static CHOSEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    CHOSEN.get_or_init(|| {
+        std::env::var("REDLOCK_TEST_BIN")
+            .ok()
+            .filter(|b| !b.is_empty())
+            .unwrap_or_else(|| BIN.to_string())
+    })
+}
+
 /// `redlock` with a clean environment, default signal dispositions and no URL at all.
 pub fn redlock() -> Command {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(bin());
     clean_env(&mut cmd);
     default_signals(&mut cmd);
     cmd
@@ -165,7 +177,7 @@ pub fn sh(script: &str) -> Command {
     let mut cmd = Command::new("sh");
     clean_env(&mut cmd);
     default_signals(&mut cmd);
-    let bin_dir = Path::new(BIN).parent().unwrap().to_path_buf();
+    let bin_dir = Path::new(bin()).parent().unwrap().to_path_buf();
     let mut path = vec![bin_dir];
     path.extend(std::env::split_paths(
         &std::env::var_os("PATH").unwrap_or_default(),
