@@ -10,12 +10,12 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use redis::{ConnectionLike, Script};
+use redis::ConnectionLike;
 
 use crate::config::{Config, Endpoint, Servers};
 use crate::error::{Kind, failure, redis_kind, refusal};
 use crate::messages;
-use crate::scripts;
+use crate::scripts::{self, Script};
 
 /// One connection to one logical Redis server: a standalone server, one node of a quorum, the
 /// master a Sentinel names, or a Redis Cluster (which routes each command by its keys).
