@@ -35,7 +35,11 @@ use Part::{File, Text};
 /// `allow_eviction`), before anything is written, and reports the policy at the end of the
 /// reply. The check rides on the attempt instead of costing a round trip of its own. The attempt
 /// script itself is unchanged: it becomes the body of a function (its `return`s return from it).
-fn checked(allow_eviction: &'static str, preludes: &[&'static str], file: &'static str) -> Vec<Part> {
+fn checked(
+    allow_eviction: &'static str,
+    preludes: &[&'static str],
+    file: &'static str,
+) -> Vec<Part> {
     let mut parts = vec![File("common.lua")];
     parts.extend(preludes.iter().map(|p| File(p)));
     parts.extend([
@@ -57,9 +61,15 @@ fn scripts() -> Vec<(&'static str, Vec<Part>)> {
     vec![
         ("ACQUIRE", plain("acquire.lua")),
         ("ACQUIRE_CHECKED", checked("false", &[], "acquire.lua")),
-        ("ACQUIRE_CHECKED_ALLOW_EVICTION", checked("true", &[], "acquire.lua")),
+        (
+            "ACQUIRE_CHECKED_ALLOW_EVICTION",
+            checked("true", &[], "acquire.lua"),
+        ),
         ("SLOTS_ACQUIRE", slots("slots.lua")),
-        ("SLOTS_ACQUIRE_CHECKED", checked("false", &["slots_common.lua"], "slots.lua")),
+        (
+            "SLOTS_ACQUIRE_CHECKED",
+            checked("false", &["slots_common.lua"], "slots.lua"),
+        ),
         (
             "SLOTS_ACQUIRE_CHECKED_ALLOW_EVICTION",
             checked("true", &["slots_common.lua"], "slots.lua"),
@@ -106,7 +116,8 @@ fn assemble_scripts(manifest: &Path, out: &Path) {
 }
 
 fn main() {
-    let manifest = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let manifest =
+        std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     assemble_scripts(&manifest, &out);
     let target = std::env::var("TARGET").unwrap_or_default();

@@ -146,9 +146,10 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
         facts.signal = Some(sig);
         return release_after(config, store.as_mut(), &lock, Ok(exit::signal(sig)), facts);
     }
-    // With a time limit, what the command leaves running stays ours, to stop it with the command
-    // (see `stop_leftovers`).
-    if args.max_runtime.is_some()
+    // With a time limit, or preemptible, what the command leaves running stays ours, to stop it
+    // with the command (see `stop_leftovers`): the lock goes to someone else as soon as we
+    // release it, and a script's child must not run on beside the next holder.
+    if adopts_orphans(args)
         && let Err(e) = spawn::adopt_orphans()
     {
         messages::log(config, || {
@@ -180,7 +181,7 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
     // What a command stopped by redlock left running is stopped too, while the renewals still
     // keep the lock (it may take --kill-after and more); then the renewals stop, before the
     // release.
-    if args.max_runtime.is_some() && supervisor.stopped_the_command() {
+    if adopts_orphans(args) && supervisor.stopped_the_command() {
         supervisor.renew_from_now();
         stop_leftovers(config, args.kill_after);
     }
@@ -195,6 +196,13 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
         }
         Err(e) => release_after(config, store.as_mut(), &lock, Err(e), facts),
     }
+}
+
+/// Whether exec adopts the command's orphans, to stop them with it (`--max-runtime`,
+/// `--preemptible`: the two ways redlock stops a command and hands the lock on while it may
+/// have children).
+fn adopts_orphans(args: &ExecArgs) -> bool {
+    args.max_runtime.is_some() || args.lock.preemptible
 }
 
 /// The command to run: CMD [ARGS...], or `/bin/sh -c SHELL-COMMAND`; a usage error if none.
@@ -970,7 +978,8 @@ impl Supervisor<'_> {
         if let Some((_, tx)) = self.listening.take_if(|(at, _)| now >= *at)
             && self.lost.is_none()
         {
-            notify::listen(self.config, &self.lock.keys, tx);
+            let preemptible = self.args.lock.preemptible.then(|| self.lock.token.clone());
+            notify::listen_for(self.config, &self.lock.keys, tx, preemptible);
         }
         if let Some(due) = self.limit_at.take_if(|at| now >= *at) {
             // A warning not said yet has no point once the command is being stopped.
@@ -1016,7 +1025,7 @@ impl Supervisor<'_> {
             // With a limit, the command's orphans are ours (see `stop_leftovers`): reap those that
             // exited, so that they do not stay zombies for the whole run.
             Event::Signal(s) if s.signo == SIGCHLD => {
-                if self.args.max_runtime.is_some() {
+                if adopts_orphans(self.args) {
                     spawn::reap_adopted(self.child.id() as libc::pid_t);
                 }
             }
@@ -1051,8 +1060,14 @@ impl Supervisor<'_> {
                     self.lose(why, Instant::now());
                 }
             }
+            // Only a holder that opted in is ever asked (anyone who may publish on the channel
+            // could send this).
             Event::Preempted { token, preemption } => {
-                if self.lost.is_none() && self.preempted.is_none() && token == self.lock.token {
+                if self.args.lock.preemptible
+                    && self.lost.is_none()
+                    && self.preempted.is_none()
+                    && token == self.lock.token
+                {
                     self.preempt(preemption);
                 }
             }
@@ -1132,7 +1147,11 @@ impl Supervisor<'_> {
 
     /// The lock is lost, as it was due `at` (its deadline, or when the news came).
     fn lose(&mut self, why: String, at: Instant) {
+        // Being stopped already (the limit, a preemption, a signal passed on): a second SIGTERM
+        // would cut the command's cleanup short, and the SIGKILL stays when it was due.
+        let stopping = self.stopped_the_command();
         let action = match self.args.on_lost {
+            OnLost::Term if stopping => "the command is being stopped already".to_string(),
             OnLost::Term => format!(
                 "sending SIGTERM to the command (SIGKILL after {})",
                 human_ms(self.args.kill_after)
@@ -1149,6 +1168,7 @@ impl Supervisor<'_> {
         self.lost = Some(why);
         self.lost_at = Some(at);
         match self.args.on_lost {
+            OnLost::Term if stopping => {}
             OnLost::Term => {
                 self.send(SIGTERM);
                 self.kill_at = Instant::now().checked_add(self.args.kill_after);
@@ -1162,6 +1182,20 @@ impl Supervisor<'_> {
     /// stopped as `--on-lost` says, as on a lost lock, while the lock stays ours (renewed) until
     /// it has stopped; then the release hands it to the preemptor, first in line.
     fn preempt(&mut self, preemption: Preemption) {
+        if self.stopped_the_command() {
+            // Being stopped already (the limit, a signal passed on): nothing to add but the
+            // news; the release after it hands the lock to the preemptor.
+            messages::notice(
+                self.config,
+                format_args!(
+                    "'{}' was {}; the command is being stopped already",
+                    self.lock.keys.name,
+                    preemption.reason()
+                ),
+            );
+            self.preempted = Some((preemption, Instant::now()));
+            return;
+        }
         let action = match self.args.on_lost {
             OnLost::Term => format!(
                 "sending SIGTERM to the command (SIGKILL after {})",

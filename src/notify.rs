@@ -32,17 +32,29 @@ use crate::wait::Event;
 const RESUBSCRIBE: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_CAP: Duration = Duration::from_secs(5);
 
-/// Listens for announcements about `keys` and sends each as [`Event::TakenAway`] on `tx`, until
-/// `tx` is closed.
+/// Listens for announcements about `keys` and sends each as an [`Event`] on `tx`, until `tx` is
+/// closed.
 pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>) {
+    listen_for(config, keys, tx, None);
+}
+
+/// [`listen`], for the `--preemptible` holder with token `preemptible` (if any): once subscribed
+/// (and again after each new subscription), it reads the lock once, since a request to stop made
+/// before (the holder listens from a moment after its command started) was announced to nobody.
+pub fn listen_for(config: &Config, keys: &Keys, tx: Sender<Event>, preemptible: Option<String>) {
     let (shared, channel) = (config.clone(), keys.events());
+    let keys = keys.clone();
     let spawned = std::thread::Builder::new()
         .name("notify".into())
         .spawn(move || {
             let config = shared;
             let mut pause = RESUBSCRIBE;
             loop {
-                match subscribe(&config, &channel, &tx) {
+                match subscribe(&config, &channel, &tx, || {
+                    if let Some(token) = &preemptible {
+                        asked_already(&config, &keys, token, &tx);
+                    }
+                }) {
                     Ok(Listening::Stopped) => return,
                     Ok(Listening::Dropped(e)) | Err(e) => {
                         messages::log(&config, || format!("not listening on {channel}: {e:#}"));
@@ -72,8 +84,29 @@ enum Listening {
     Dropped(anyhow::Error),
 }
 
-/// Subscribes to `channel` and passes on what arrives, until the connection fails.
-fn subscribe(config: &Config, channel: &str, tx: &Sender<Event>) -> Result<Listening> {
+/// Sends [`Event::Preempted`] if the lock's record says that a `--preempt` waiter asked the
+/// holder with `token` to stop. Best effort: without an answer, the renewal finds it.
+fn asked_already(config: &Config, keys: &Keys, token: &str, tx: &Sender<Event>) {
+    let state = crate::backend::open(config).and_then(|mut store| store.inspect(keys));
+    if let Ok(state) = state
+        && let Some(h) = state.holder.filter(|h| h.token == token)
+        && let Some(preemption) = h.preempted
+    {
+        let _ = tx.send(Event::Preempted {
+            token: token.to_string(),
+            preemption,
+        });
+    }
+}
+
+/// Subscribes to `channel` and passes on what arrives, until the connection fails; `subscribed`
+/// runs once the subscription is confirmed.
+fn subscribe(
+    config: &Config,
+    channel: &str,
+    tx: &Sender<Event>,
+    subscribed: impl FnOnce(),
+) -> Result<Listening> {
     let mut con = client::subscriber(config)?;
     if let Err((e, why)) =
         client::confirm_subscription(&mut con, redis::cmd("SUBSCRIBE").arg(channel), 1)?
@@ -83,6 +116,7 @@ fn subscribe(config: &Config, channel: &str, tx: &Sender<Event>) -> Result<Liste
             format!("the server refused SUBSCRIBE: {why}"),
         ));
     }
+    subscribed();
     let mut pubsub = con.as_pubsub();
     // A quiet channel is the normal case: wait for as long as it takes. A frozen server or a
     // dead link leave us blocked here harmlessly; the renewal notices those.

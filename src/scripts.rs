@@ -130,6 +130,10 @@ mod tests {
             assert!(s.code.starts_with(include_str!("scripts/common.lua")));
         }
         assert_eq!(LEAVE.code, LEAVE_SOURCE);
-        assert!(ACQUIRE_CHECKED.code.contains("return guarded(attempt, false)"));
+        assert!(
+            ACQUIRE_CHECKED
+                .code
+                .contains("return guarded(attempt, false)")
+        );
     }
 }

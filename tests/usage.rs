@@ -460,11 +460,20 @@ fn version_names_the_commit_and_the_target() {
         "{long}"
     );
     let head = std::process::Command::new("git")
-        .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "--short=7", "HEAD"])
+        .args([
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "rev-parse",
+            "--short=7",
+            "HEAD",
+        ])
         .output();
     if let Some(head) = head.ok().filter(|o| o.status.success()) {
         let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
-        assert!(first.contains(&format!("({head}, ")), "HEAD is {head}: {long}");
+        assert!(
+            first.contains(&format!("({head}, ")),
+            "HEAD is {head}: {long}"
+        );
     }
 }
 

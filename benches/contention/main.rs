@@ -1,8 +1,8 @@
 //! `cargo bench --bench contention`: redlock side by side with `flock` and a polling Redis lock
-//! (SET NX PX with a fixed retry interval), on ten workloads (contention at three scales, idle
+//! (SET NX PX with a fixed retry interval), on eleven workloads (contention at three scales, idle
 //! waiters, a dead holder, the uncontended cost, the cost of a quorum, `status` of 10,000 locks, a
-//! counting semaphore against GNU `sem`, a shared lock against `flock -s`), in one run, printed as
-//! one markdown table.
+//! counting semaphore against GNU `sem`, a shared lock against `flock -s`, the start-up of the
+//! static and the dynamic binary), in one run, printed as one markdown table.
 //!
 //! # Running part of it
 //! - `REDLOCK_BENCH_ONLY=8 cargo bench --bench contention` runs only workload 8 (about a minute;
@@ -84,6 +84,13 @@
 //! away. The locks are deleted afterwards. While it runs, the server's slow log is back at Redis's
 //! default threshold (10 ms) instead of logging every command (see "Redis commands" below, which
 //! workload 8 does not count).
+//!
+//! # Workload 11: start-up
+//! `exec k -- true` with the dynamically linked binary Cargo builds for the bench and with the
+//! static one `scripts/dist.sh` builds (`x86_64-unknown-linux-musl/release/redlock` in the same
+//! target dir, or `REDLOCK_BENCH_STATIC`; without it the row says how to get it), against `flock f
+//! true`, 300 runs of each interleaved (flock, dynamic, static, flock, ...), medians; target: the
+//! faster build ≤ 1.3× flock. Then `--version` of each build (the process alone), 300 runs.
 //!
 //! # Workloads 9 and 10: locks with several holders
 //! Loops as in workloads 1 and 2 (`REPS` (5) runs of each tool, interleaved, the median
@@ -212,7 +219,7 @@ fn main() {
     if (1..=7).any(|n| run(&n.to_string())) {
         workloads::warm_up(&mut bench);
     }
-    let all: [(&str, Workload); 10] = [
+    let all: [(&str, Workload); 11] = [
         ("1", workloads::empty_cs),
         ("2", workloads::sleepy_cs),
         ("3", workloads::crowd),
@@ -223,6 +230,7 @@ fn main() {
         ("8", workloads::status_scale),
         ("9", workloads::semaphore),
         ("10", workloads::shared_lock),
+        ("11", workloads::startup),
     ];
     for (n, workload) in all {
         if run(n) {

@@ -73,6 +73,29 @@ if ended then
   return ended
 end
 
+-- A --preemptible holder that takes the lock while a --preempt waiter is at the head of the
+-- queue (it queued while the lock was being handed to this one) is asked to stop at once, as if
+-- that waiter had asked it (see below): its ticket is below 0, ahead of every plain one.
+local function ask_if_preempted(holder, keep, now)
+  local head = redis.call('ZRANGE', QUEUE, 0, 0, 'WITHSCORES')
+  if not head[1] or tonumber(head[2]) >= 0 then
+    return
+  end
+  local who = redis.call('HGET', LEASES, who_field(head[1]))
+  local by = '?'
+  if who then
+    local f = {}
+    for field in string.gmatch(who, '([^\t]*)\t?') do
+      f[#f + 1] = field
+    end
+    by = (f[4] or '?') .. '@' .. (f[5] or '?') .. ' (pid ' .. (f[3] or '?') .. ')'
+  end
+  local at = int(now)
+  redis.call('HSET', META, 'preempted', holder .. ':' .. at .. ':' .. by)
+  redis.pcall('PUBLISH', LOCK .. ':events', 'preempted:' .. holder .. ':' .. at .. ':' .. by)
+  event('preempted', holder, {'by', by}, log_max, keep, now)
+end
+
 -- `queued`: we may be in the queue (drop us from it); `woken`: the lock was reserved for us,
 -- which took us out of the queue already (hand_over), but our wake list may still hold its push.
 local function take(queued, woken)
@@ -136,6 +159,9 @@ local function take(queued, woken)
       'turn_until', int(now + tonumber(ARGV[8]) + tonumber(ARGV[9])))
   end
   keep_meta(ARGV[13], tonumber(ttl))
+  if ARGV[22] == '1' then
+    ask_if_preempted(token, keep, now)
+  end
   if not quorum then
     event('acquired', token, {'fence', int(fence), 'user', ARGV[5], 'host', ARGV[3],
       'pid', ARGV[4], 'note', ARGV[6], 'waited_ms', waited, 'ttl_ms', tonumber(ttl)}, log_max,
@@ -237,5 +263,4 @@ elseif ARGV[11] == '1' then
     reserved = 1
   end
 end
-return queue_up(token, now_ms(), pttl, pttl, reserved, '', log_max,
-  preempt and string.sub(current, 1, 1) ~= '#')
+return queue_up(token, now_ms(), pttl, pttl, reserved, '', log_max, preempt)

@@ -1,4 +1,4 @@
-//! The ten workloads, the top layer below `main`: each module runs one workload (or, for
+//! The eleven workloads, the top layer below `main`: each module runs one workload (or, for
 //! `contention`, the three that share the loops; for `holders`, the two with several holders) for
 //! every tool and adds its rows and targets to the [`Report`](crate::report::Report). This module
 //! also owns the warm-up that precedes them and the notes printed under the table, which describe
@@ -9,6 +9,7 @@ mod dead_holder;
 mod holders;
 mod idle;
 mod quorum;
+mod startup;
 mod status;
 mod uncontended;
 
@@ -17,6 +18,7 @@ pub use dead_holder::dead_holder;
 pub use holders::{semaphore, shared_lock};
 pub use idle::idle;
 pub use quorum::quorum;
+pub use startup::startup;
 pub use status::status_scale;
 pub use uncontended::uncontended;
 
