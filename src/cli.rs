@@ -92,8 +92,17 @@ pub fn command() -> clap::Command {
 
 /// Parses the process's command line with [`command`].
 pub fn parse() -> Result<Cli, clap::Error> {
+    parse_from(std::env::args_os())
+}
+
+/// Parses the command line `args` (the program's name first) with [`command`].
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
     let mut cmd = command();
-    let matches = cmd.try_get_matches_from_mut(std::env::args_os())?;
+    let matches = cmd.try_get_matches_from_mut(args)?;
     Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
 }
 
@@ -325,6 +334,23 @@ pub enum Command {
         redlock exec report -c 'make report && mail -s done ops < report.txt'"
     )]
     Exec(ExecArgs),
+
+    /// The keeper that `acquire --while-pid` leaves running (internal: started by `acquire`,
+    /// which hands it its brief on stdin)
+    #[command(hide = true)]
+    Keeper(KeeperArgs),
+}
+
+/// The hidden `keeper` subcommand's arguments: only what `ps` shows (the lock and the pid it is
+/// kept for). What it acts on comes from `acquire`, on stdin.
+#[derive(Debug, Args)]
+pub struct KeeperArgs {
+    /// The pid the lock is kept alive for
+    #[arg(long, value_name = "PID")]
+    pub pid: i32,
+
+    /// Name of the lock
+    pub key: String,
 }
 
 /// How to take a lock: shared by `acquire` and `exec`.

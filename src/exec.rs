@@ -1,6 +1,6 @@
 //! `redlock exec`: take the lock, run a command while renewing it, release it after the command.
 //!
-//! The top layer (12): it takes its lock as the `acquire` command does ([`take_lock`]) and says
+//! The top layer (14): it takes its lock as the `acquire` command does ([`take_lock`]) and says
 //! everything through [`messages`]. [`run`] reads as its steps: the command line, the signals,
 //! the lock, the spawn, the [`Supervisor`], then [`conclude`] (release, and the exit status).
 //!
@@ -29,7 +29,7 @@
 //! `--report` notes what happened as the steps go ([`Facts`]) and writes one JSON line at the
 //! end, whatever the outcome ([`Report`]); never the token, only its fingerprint.
 //!
-//! Layer 13 of the list in `lib.rs`.
+//! Layer 14 of the list in `lib.rs`.
 
 use std::ffi::{OsStr, OsString};
 use std::ops::ControlFlow;
