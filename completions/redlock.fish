@@ -58,6 +58,10 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l pool -d 'One
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l format -d 'What to print on stdout' -r -f -a "token\t'The token alone, for T=$(redlock acquire KEY)'
 env\t'REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines (and REDLOCK_SLOT=, REDLOCK_RESOURCE= with --slots or --pool), for v=$(...) || exit; eval "$v"'
 json\t'One JSON object'"
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l while-pid -d 'Keep the lock alive (renewed every TTL/3) while process PID lives; release it when PID ends' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l on-lost -d 'With --while-pid: what the keeper does to PID if the lock is lost or preempted' -r -f -a "term\t'Send SIGTERM to PID, so that the rest of the script does not run unprotected'
+kill\t'Send SIGKILL to PID'
+ignore\t'Only warn (on the keeper\'s stderr, and in the lock\'s history)'"
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
@@ -73,6 +77,8 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s n -l no-wait
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l allow-eviction -d 'Lock even on a server that may evict it: maxmemory-policy allkeys-* (refused without this)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l shared -d 'Hold it shared: any number of --shared holders, or one without (a writer, who goes first)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l supersede -d 'While queued, a later --supersede waiter makes this one give up (exit -E); joining, make earlier ones give up'
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l preempt -d 'Queue ahead of every waiter without --preempt, and stop a --preemptible holder (it exits 75)'
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l preemptible -d 'Once held, a --preempt waiter may stop the command (acquire: needs --while-pid)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s v -l verbose -d 'Log every Redis round trip to stderr'
@@ -205,6 +211,8 @@ complete -c redlock -n "__fish_redlock_using_subcommand exec" -s n -l no-wait -d
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l allow-eviction -d 'Lock even on a server that may evict it: maxmemory-policy allkeys-* (refused without this)'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l shared -d 'Hold it shared: any number of --shared holders, or one without (a writer, who goes first)'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l supersede -d 'While queued, a later --supersede waiter makes this one give up (exit -E); joining, make earlier ones give up'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l preempt -d 'Queue ahead of every waiter without --preempt, and stop a --preemptible holder (it exits 75)'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l preemptible -d 'Once held, a --preempt waiter may stop the command (acquire: needs --while-pid)'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
 complete -c redlock -n "__fish_redlock_using_subcommand exec" -s v -l verbose -d 'Log every Redis round trip to stderr'

@@ -334,23 +334,6 @@ pub enum Command {
         redlock exec report -c 'make report && mail -s done ops < report.txt'"
     )]
     Exec(ExecArgs),
-
-    /// The keeper that `acquire --while-pid` leaves running (internal: started by `acquire`,
-    /// which hands it its brief on stdin)
-    #[command(hide = true)]
-    Keeper(KeeperArgs),
-}
-
-/// The hidden `keeper` subcommand's arguments: only what `ps` shows (the lock and the pid it is
-/// kept for). What it acts on comes from `acquire`, on stdin.
-#[derive(Debug, Args)]
-pub struct KeeperArgs {
-    /// The pid the lock is kept alive for
-    #[arg(long, value_name = "PID")]
-    pub pid: i32,
-
-    /// Name of the lock
-    pub key: String,
 }
 
 /// How to take a lock: shared by `acquire` and `exec`.

@@ -3,7 +3,7 @@
 //! one running.
 //!
 //! Why a re-exec: `acquire` runs its own binary again (`/proc/self/exe`: the very file, even if
-//! it was replaced or deleted since) as the hidden `keeper` subcommand, rather than forking
+//! it was replaced or deleted since) with `argv[0]` [`ARGV0`], rather than forking
 //! itself: acquire has threads (the signal thread), and the child of a fork without exec may only
 //! call async-signal-safe functions, which a Redis client is not. The keeper's brief comes on a
 //! pipe on its stdin ([`Brief`]): acquire's own command line, so that the keeper makes the same
@@ -61,6 +61,9 @@ use crate::notify;
 use crate::signals::{self, Signal};
 use crate::store::{Store, loss_reason};
 use crate::wait::Event;
+
+/// The keeper's `argv[0]`, by which `main` knows it (`ps` shows `redlock-keeper --pid PID -- KEY`).
+pub const ARGV0: &str = "redlock-keeper";
 
 /// How long `acquire` waits for the keeper's word, beyond the connection it makes (a process
 /// start and a pipe read take milliseconds; a machine that slow would not renew in time anyway).
@@ -261,14 +264,9 @@ pub fn start(config: &Config, lock: &Lock, pid: Pid) -> Result<()> {
     };
     let inherited = [brief.pidfd, brief.ready];
     let mut cmd = Command::new("/proc/self/exe");
-    cmd.arg0("redlock")
-        .args([
-            "keeper",
-            "--pid",
-            &pid.pid.to_string(),
-            "--",
-            &lock.keys.name,
-        ])
+    // The arguments are for `ps` only: what the keeper acts on is in its brief.
+    cmd.arg0(ARGV0)
+        .args(["--pid", &pid.pid.to_string(), "--", &lock.keys.name])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(if stderr_is_stdout() {
@@ -414,7 +412,7 @@ enum End {
     Lost(String),
 }
 
-/// The hidden `keeper` subcommand: keeps the lock of `brief` for its pid, as `args` (acquire's
+/// The keeper: keeps the lock of `brief` for its pid, as `args` (acquire's
 /// own) say, until the pid ends, the owner releases the lock, or it is lost. Returns the
 /// keeper's exit status, which nobody waits for.
 pub fn keep(config: &Config, args: &AcquireArgs, brief: Brief) -> Result<u8> {

@@ -83,9 +83,6 @@ use config::{Config, Env};
 
 /// Runs a parsed command line; returns the exit status for outcomes that are not errors.
 pub fn run(cli: Cli) -> Result<u8> {
-    if let Command::Keeper(_) = &cli.command {
-        return keep();
-    }
     let warn = &mut |w| messages::option_warning(&cli.global, w);
     let config = resolve(&cli, warn)?;
     match &cli.command {
@@ -96,7 +93,6 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Log(args) => commands::log(&config, args),
         Command::Wait(args) => free::run(&config, args),
         Command::Exec(args) => exec::run(&config, args),
-        Command::Keeper(_) => unreachable!("handled above"),
     }
 }
 
@@ -111,10 +107,21 @@ fn resolve(cli: &Cli, warn: &mut dyn FnMut(String)) -> Result<Config> {
     Ok(config)
 }
 
-/// The hidden `keeper` subcommand: reads its brief from `acquire --while-pid` on stdin (the
-/// acquire's own command line among it) and keeps the lock for it (see `keeper.rs`). The same
-/// flags and the inherited environment make the same [`Config`]; their warnings were said by
-/// `acquire` already.
+/// `Some` when this process is a keeper that `acquire --while-pid` started (its `argv[0]` is
+/// `redlock-keeper`): the keeper's exit status, an error reported as any. Not a subcommand, so
+/// that no help, man page or completion offers what only `acquire` may start (clap's static
+/// completion generators list hidden subcommands).
+pub fn run_keeper() -> Option<u8> {
+    let argv0 = std::env::args_os().next()?;
+    if argv0 != keeper::ARGV0 {
+        return None;
+    }
+    Some(keep().unwrap_or_else(|e| report_error(&e)))
+}
+
+/// The keeper: reads its brief from `acquire --while-pid` on stdin (the acquire's own command
+/// line among it) and keeps the lock for it (see `keeper.rs`). The same flags and the inherited
+/// environment make the same [`Config`]; their warnings were said by `acquire` already.
 fn keep() -> Result<u8> {
     let brief = keeper::Brief::read()?;
     let cli = cli::parse_from(&brief.args)

@@ -1505,6 +1505,9 @@ mod tests {
             released_ms: None,
             pidns: String::new(),
             slot: None,
+            preemptible: false,
+            preempted: None,
+            kept: false,
         }
     }
 

@@ -15,7 +15,7 @@ use serde_json::Value;
 /// Bound for what should take milliseconds (a keeper noticing its pid's end, an announcement).
 const SOON: Duration = Duration::from_secs(10);
 
-/// The keepers running for `pid` (`redlock keeper --pid PID -- KEY` in their command line; a
+/// The keepers running for `pid` (`redlock-keeper --pid PID -- KEY` in their command line; a
 /// zombie has none, and counts as gone).
 fn keepers_of(pid: u32) -> Vec<u32> {
     let pid = pid.to_string();
@@ -28,10 +28,10 @@ fn keepers_of(pid: u32) -> Vec<u32> {
             continue;
         };
         let args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
-        if args.len() >= 4
-            && args[1] == b"keeper"
-            && args[2] == b"--pid"
-            && args[3] == pid.as_bytes()
+        if args.len() >= 3
+            && args[0] == b"redlock-keeper"
+            && args[1] == b"--pid"
+            && args[2] == pid.as_bytes()
         {
             found.push(n);
         }
@@ -123,7 +123,7 @@ fn kill_9_of_the_script_frees_the_lock_at_once_and_ends_the_keeper() {
         "redlock acquire k --while-pid $$ --ttl 30s >'{}' || exit; exec sleep 1000",
         file.display()
     );
-    let mut proc = redis.sh(&script).spawn_proc();
+    let proc = redis.sh(&script).spawn_proc();
     let token = token_in(&file);
     assert_eq!(redis.get(&lock_key("k")).as_deref(), Some(token.as_str()));
     assert_eq!(keepers_of(proc.id()).len(), 1);
@@ -249,7 +249,7 @@ fn a_preemptor_stops_a_preemptible_script_and_runs_once_it_has_ended() {
         dir.path().join("term"),
         dir.path().join("ran"),
     );
-    let mut script = redis
+    let script = redis
         .sh(&trapping_script("--preemptible", &file, &term))
         .spawn_proc();
     token_in(&file);
