@@ -103,7 +103,16 @@ pub fn command() -> clap::Command {
 /// true`. Anything else (an error, `--help`, `--version`) is parsed again with [`command`], whose
 /// output it is.
 pub fn parse() -> Result<Cli, clap::Error> {
-    let args: Vec<OsString> = std::env::args_os().collect();
+    parse_from(std::env::args_os())
+}
+
+/// Parses the command line `args` (the program's name first) as [`command`] would: see [`parse`].
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let mut plain = Cli::command().long_version(LONG_VERSION);
     if let Ok(matches) = plain.try_get_matches_from_mut(&args)
         && let Ok(cli) = Cli::from_arg_matches(&matches)

@@ -3,7 +3,7 @@
 //! Each returns the exit status for outcomes that are not errors (busy, free) and an error for the
 //! rest, which `messages::report_error` prints and maps to its code. `exec` lives in `exec.rs`.
 //!
-//! Layer 12 of the list in `lib.rs`.
+//! Layer 13 of the list in `lib.rs`.
 
 use std::io::Write;
 use std::ops::ControlFlow;
@@ -20,6 +20,7 @@ use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
 use crate::exit;
 use crate::history::{self, Entry, Range};
+use crate::keeper;
 use crate::lock::{self, IfHeld, Keys, Lock, Mode, QuorumVerdict, Releaser, State, Verdict};
 use crate::messages;
 use crate::owner;
@@ -244,6 +245,12 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
              --preemptible stops its command itself)",
         ));
     }
+    // Opened first: a pid with no process is refused before anything is written to Redis, and
+    // the pidfd names that very process however long the keeper runs (see keeper.rs).
+    let watched = args
+        .while_pid
+        .map(|pid| keeper::Pid::open(pid, args.on_lost))
+        .transpose()?;
     let keys = Keys::new(&config.prefix, &args.key)?;
     warn_short_ttl(config, args.lock.ttl);
     if !stdout_is_open() {
@@ -251,10 +258,12 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
             "stdout is closed or read-only, so the token would be lost; redirect it to a file or a pipe",
         ));
     }
-    let ppid = owner::parent_pid();
-    let owner = owner::owner(ppid, args.lock.note.as_deref(), || {
-        owner::command_line(ppid)
-    });
+    // The holder is the calling script, or the process the lock is kept alive for.
+    let pid = args
+        .while_pid
+        .and_then(|p| u32::try_from(p).ok())
+        .unwrap_or_else(owner::parent_pid);
+    let owner = owner::owner(pid, args.lock.note.as_deref(), || owner::command_line(pid));
     let (tx, rx) = mpsc::channel();
     if args.lock.wait() != Wait::No {
         signals::deliver(signals::STOP, tx, wait::signal_event)?;
@@ -265,6 +274,17 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         ControlFlow::Continue(lock) => lock,
         ControlFlow::Break(gave_up) => return Ok(gave_up.code()),
     };
+    if let Some(watched) = watched
+        && let Err(e) = keeper::start(config, &lock, watched)
+    {
+        // Nobody would renew it, nor release it when the pid ends: give it back.
+        let _ = store.release(&keys, &Releaser::of(&lock, None));
+        return Err(e.context(format!(
+            "cannot leave a keeper for pid {} (released '{}' again)",
+            args.while_pid.unwrap_or_default(),
+            keys.name
+        )));
+    }
     let text = crate::output::acquired(&lock, args.format);
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = stdout

@@ -1,6 +1,6 @@
 //! `redlock exec`: take the lock, run a command while renewing it, release it after the command.
 //!
-//! The top layer (12): it takes its lock as the `acquire` command does ([`take_lock`]) and says
+//! The top layer (14): it takes its lock as the `acquire` command does ([`take_lock`]) and says
 //! everything through [`messages`]. [`run`] reads as its steps: the command line, the signals,
 //! the lock, the spawn, the [`Supervisor`], then [`conclude`] (release, and the exit status).
 //!
@@ -29,7 +29,7 @@
 //! `--report` notes what happened as the steps go ([`Facts`]) and writes one JSON line at the
 //! end, whatever the outcome ([`Report`]); never the token, only its fingerprint.
 //!
-//! Layer 13 of the list in `lib.rs`.
+//! Layer 14 of the list in `lib.rs`.
 
 use std::ffi::{OsStr, OsString};
 use std::ops::ControlFlow;
@@ -48,15 +48,13 @@ use crate::commands::{GaveUp, take_lock};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure};
 use crate::exit;
-use crate::lock::{
-    self, Befell, Keys, Lock, Preemption, Releaser, Verdict, forced_reason, human_ms,
-};
+use crate::lock::{self, Befell, Keys, Lock, Preemption, Releaser, Verdict, human_ms};
 use crate::messages;
 use crate::notify;
 use crate::owner;
 use crate::signals::{self, Signal};
 use crate::spawn::{self, Child, SpawnError};
-use crate::store::Store;
+use crate::store::{Store, loss_reason};
 use crate::wait::{self, Event};
 
 /// The longest the loop sleeps without looking at the child (a safety net under SIGCHLD).
@@ -792,45 +790,6 @@ fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Even
     if let Err(e) = spawned {
         // Without renewal the deadline check still stops the child when the TTL runs out.
         messages::alert(format_args!("cannot start the renewal thread: {e}"));
-    }
-}
-
-/// Why a renewal or the release found the lock no longer ours: the verdict and, if a forced
-/// release took it, who forced it and when (one more read, on this rare path; without an answer,
-/// the verdict alone).
-fn loss_reason(store: &mut dyn Store, lock: &Lock, verdict: &Verdict) -> String {
-    let forced = store
-        .inspect(&lock.keys)
-        .ok()
-        .and_then(|s| s.forced_of(&lock.token).cloned());
-    match (forced, verdict) {
-        (Some(f), Verdict::HeldByOther(_)) => {
-            format!("{}; {}", forced_reason(Some(&f)), lost_reason(verdict))
-        }
-        (Some(f), _) => forced_reason(Some(&f)),
-        (None, _) => lost_reason(verdict),
-    }
-}
-
-fn lost_reason(v: &Verdict) -> String {
-    match v {
-        Verdict::Free => {
-            "the lock key is gone (expired, or deleted, flushed or evicted by someone else)".into()
-        }
-        Verdict::HeldByOther(Some(h)) => format!(
-            "the lock is now held by {} (fence {}, token {}…)",
-            h.who(),
-            h.fence,
-            h.fingerprint()
-        ),
-        Verdict::HeldByOther(None) => "the lock key now holds another token".into(),
-        Verdict::Done(_) | Verdict::Forced(_) | Verdict::Preempted(_) => {
-            "the lock was released".into()
-        }
-        Verdict::Slots => "the lock key now holds a lock with more than one holder".into(),
-        Verdict::PlaceGone => {
-            "our place in the lock is gone (it expired, or was released or force-released)".into()
-        }
     }
 }
 

@@ -26,8 +26,10 @@
 //! 11. `notify`, `complete`, `watch`, `free`: hearing that our lock was taken; completing lock
 //!     names in a shell; following locks as they change (`status --watch`); waiting until a lock
 //!     is free (`wait`)
-//! 12. `commands`: `acquire`, `release`, `extend`, `status`, `log`
-//! 13. `exec`: the supervisor (it takes its lock as the `acquire` command does)
+//! 12. `keeper`: the detached process that keeps an `acquire --while-pid` lock alive while a pid
+//!     lives, and starting it
+//! 13. `commands`: `acquire`, `release`, `extend`, `status`, `log`
+//! 14. `exec`: the supervisor (it takes its lock as the `acquire` command does)
 
 /// `eprintln!` that never panics, for `messages` (the one module that writes lines for humans to
 /// stderr, and knows what `-q` and `-v` do to them): a closed or broken stderr (the reader of a
@@ -53,6 +55,7 @@ mod exec;
 pub mod exit;
 mod free;
 mod history;
+mod keeper;
 mod lock;
 mod messages;
 mod metrics;
@@ -81,12 +84,7 @@ use config::{Config, Env};
 /// Runs a parsed command line; returns the exit status for outcomes that are not errors.
 pub fn run(cli: Cli) -> Result<u8> {
     let warn = &mut |w| messages::option_warning(&cli.global, w);
-    let mut config = Config::resolve(&cli.global, &Env::from_process(), warn)?;
-    if let Command::Acquire(cli::AcquireArgs { lock, .. })
-    | Command::Exec(cli::ExecArgs { lock, .. }) = &cli.command
-    {
-        config.allow_eviction = lock.allow_eviction;
-    }
+    let config = resolve(&cli, warn)?;
     match &cli.command {
         Command::Acquire(args) => commands::acquire(&config, args),
         Command::Release(args) => commands::release(&config, args),
@@ -96,4 +94,43 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Wait(args) => free::run(&config, args),
         Command::Exec(args) => exec::run(&config, args),
     }
+}
+
+/// The configuration `cli` asks for, with the options' warnings handed to `warn`.
+fn resolve(cli: &Cli, warn: &mut dyn FnMut(String)) -> Result<Config> {
+    let mut config = Config::resolve(&cli.global, &Env::from_process(), warn)?;
+    if let Command::Acquire(cli::AcquireArgs { lock, .. })
+    | Command::Exec(cli::ExecArgs { lock, .. }) = &cli.command
+    {
+        config.allow_eviction = lock.allow_eviction;
+    }
+    Ok(config)
+}
+
+/// `Some` when this process is a keeper that `acquire --while-pid` started (its `argv[0]` is
+/// `redlock-keeper`): the keeper's exit status, an error reported as any. Not a subcommand, so
+/// that no help, man page or completion offers what only `acquire` may start (clap's static
+/// completion generators list hidden subcommands).
+pub fn run_keeper() -> Option<u8> {
+    let argv0 = std::env::args_os().next()?;
+    if argv0 != keeper::ARGV0 {
+        return None;
+    }
+    Some(keep().unwrap_or_else(|e| report_error(&e)))
+}
+
+/// The keeper: reads its brief from `acquire --while-pid` on stdin (the acquire's own command
+/// line among it) and keeps the lock for it (see `keeper.rs`). The same flags and the inherited
+/// environment make the same [`Config`]; their warnings were said by `acquire` already.
+fn keep() -> Result<u8> {
+    let brief = keeper::Brief::read()?;
+    let cli = cli::parse_from(&brief.args)
+        .map_err(|e| error::usage(format!("the keeper's brief does not parse: {e}")))?;
+    let config = resolve(&cli, &mut |_| {})?;
+    let Command::Acquire(args) = &cli.command else {
+        return Err(error::usage(
+            "the keeper's brief is not an acquire command line",
+        ));
+    };
+    keeper::keep(&config, args, brief)
 }

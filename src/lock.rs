@@ -420,8 +420,15 @@ impl Holder {
     }
 
     /// `user@host (pid N)`
+    /// `user@host (pid N)`; a holder kept alive by `acquire --while-pid` says so, since its lock
+    /// outlives the command that took it.
     pub fn who(&self) -> String {
-        format!("{}@{} (pid {})", self.user, self.host, self.pid)
+        let pid = if self.kept {
+            "kept alive for pid"
+        } else {
+            "pid"
+        };
+        format!("{}@{} ({pid} {})", self.user, self.host, self.pid)
     }
 
     /// The first 8 characters of the token: enough to tell holders apart, useless to release.

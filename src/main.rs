@@ -3,6 +3,10 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // `acquire --while-pid` runs this binary again as its keeper.
+    if let Some(code) = redlock::run_keeper() {
+        return ExitCode::from(code);
+    }
     // A shell asking for completions (REDLOCK_COMPLETE set) is answered here, and we exit.
     redlock::answer_completion();
     let cli = match redlock::cli::parse() {

@@ -95,7 +95,7 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
         "key": s.keys.name,
         "held": s.held(),
         "state": state_word(s),
-        "holder": h.map(|h| json!({"user": h.user, "host": h.host, "pid": h.pid.parse::<u64>().ok()})),
+        "holder": h.map(|h| json!({"user": h.user, "host": h.host, "pid": h.pid.parse::<u64>().ok(), "kept": h.kept})),
         "note": h.map(|h| h.note.clone()),
         "acquired_at": h.and_then(|h| h.acquired_ms).filter(|_| s.held()).map(rfc3339),
         "held_for_ms": s.held_for().filter(|_| s.held()).map(|d| d.as_millis() as u64),

@@ -12,7 +12,9 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::client::{Redis, unexpected_reply};
-use crate::lock::{self, Attempt, HandOver, Keys, Mode, Releaser, Request, State, Verdict};
+use crate::lock::{
+    self, Attempt, HandOver, Keys, Lock, Mode, Releaser, Request, State, Verdict, forced_reason,
+};
 use crate::slots;
 
 /// The lock operations, on whatever servers the configuration names.
@@ -157,6 +159,45 @@ impl Store for Redis {
         match acked {
             redis::Value::Int(n) => Ok(n),
             other => Err(unexpected_reply("WAIT", format!("{other:?}"))),
+        }
+    }
+}
+
+/// Why a renewal or the release found the lock no longer ours: the verdict and, if a forced
+/// release took it, who forced it and when (one more read, on this rare path; without an answer,
+/// the verdict alone).
+pub fn loss_reason(store: &mut dyn Store, lock: &Lock, verdict: &Verdict) -> String {
+    let forced = store
+        .inspect(&lock.keys)
+        .ok()
+        .and_then(|s| s.forced_of(&lock.token).cloned());
+    match (forced, verdict) {
+        (Some(f), Verdict::HeldByOther(_)) => {
+            format!("{}; {}", forced_reason(Some(&f)), lost_reason(verdict))
+        }
+        (Some(f), _) => forced_reason(Some(&f)),
+        (None, _) => lost_reason(verdict),
+    }
+}
+
+pub fn lost_reason(v: &Verdict) -> String {
+    match v {
+        Verdict::Free => {
+            "the lock key is gone (expired, or deleted, flushed or evicted by someone else)".into()
+        }
+        Verdict::HeldByOther(Some(h)) => format!(
+            "the lock is now held by {} (fence {}, token {}…)",
+            h.who(),
+            h.fence,
+            h.fingerprint()
+        ),
+        Verdict::HeldByOther(None) => "the lock key now holds another token".into(),
+        Verdict::Done(_) | Verdict::Forced(_) | Verdict::Preempted(_) => {
+            "the lock was released".into()
+        }
+        Verdict::Slots => "the lock key now holds a lock with more than one holder".into(),
+        Verdict::PlaceGone => {
+            "our place in the lock is gone (it expired, or was released or force-released)".into()
         }
     }
 }

@@ -214,7 +214,7 @@ fn a_preemptible_waiter_that_takes_the_lock_with_a_preemptor_queued_is_asked_at_
     };
     let dir = tempfile::tempdir().unwrap();
     let holder = hold(&redis, "k", "60s");
-    let mut waiter = redis
+    let waiter = redis
         .redlock()
         .args(["exec", "k", "--ttl", "60s", "--preemptible", "--"])
         .args(["sh", "-c", "while :; do sleep 0.05; done"])

@@ -1,0 +1,847 @@
+//! `acquire --while-pid PID`: the keeper, a detached process that keeps the lock alive while PID
+//! lives and releases it as soon as PID has ended; and [`start`], which `acquire` calls to leave
+//! one running.
+//!
+//! Why a re-exec: `acquire` runs its own binary again (`/proc/self/exe`: the very file, even if
+//! it was replaced or deleted since) with `argv[0]` [`ARGV0`], rather than forking
+//! itself: acquire has threads (the signal thread), and the child of a fork without exec may only
+//! call async-signal-safe functions, which a Redis client is not. The keeper's brief comes on a
+//! pipe on its stdin ([`Brief`]): acquire's own command line, so that the keeper makes the same
+//! `Config` from the same flags and the environment it inherits (so no password is in its argv,
+//! nor in its environment unless the user's own environment had it), and the lock (token, fence,
+//! TTL, slot, when the winning attempt was sent, on the monotonic clock both processes share).
+//! Two descriptors are inherited: a pidfd for PID, opened by acquire before it took the lock (a
+//! pid reused after PID ended cannot pass for it: the pidfd names that one process), and the
+//! write end of a pipe on which the keeper confirms with one byte that it runs, or says with
+//! another why it could not start. acquire prints the token only after the confirmation, and
+//! gives the lock back otherwise.
+//!
+//! The keeper leads a session of its own in `/`, with stdin and stdout on /dev/null, so that
+//! `T=$(redlock acquire ...)` returns at once; stderr stays for its warnings unless it is the same
+//! open file as stdout (`2>&1` inside `$(...)`: the capture would last until PID ends, and PID is
+//! the shell waiting for it). It ignores SIGINT, SIGHUP and SIGPIPE (it outlives the terminal
+//! and the pipeline it started in); SIGTERM releases the lock and ends it.
+//!
+//! One loop decides everything, a small cousin of exec's supervisor. It blocks on one channel for
+//! PID's end (a thread polls the pidfd), the lock's announcements (`notify::listen`: the owner's
+//! release, a forced release, a preemption) and SIGTERM, with a timeout at the next renewal
+//! (every TTL/3, on the loop's own connection) or at the lock's deadline (`sent + TTL` of the last
+//! successful renewal). Invariants:
+//! - PID is acted on (`--on-lost`) only once the lock is known lost or preempted, and once.
+//! - A renewal that finds the lock no longer ours less than a TTL after the last success, with no
+//!   forced release naming our token, was a release by the owner (an announcement we missed): the
+//!   keeper ends quietly. Anything else is a loss, told to the lock's history.
+//! - Preempted, the lock stays ours, renewed, until PID has ended; the release then hands it to
+//!   the preemptor, who queued first.
+//!
+//! Over every store: renewals and releases go through [`Store`]; announcements come from the
+//! server that keeps the lock's channel. On a quorum (several --url) that is the first URL only:
+//! a release announced nowhere else is found by the next renewal instead, within TTL/3.
+//!
+//! Layer 12 of the list in `lib.rs`.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::backend;
+use crate::cli::{AcquireArgs, PidOnLost};
+use crate::config::Config;
+use crate::error::{Kind, exit_code, failure, usage};
+use crate::exit;
+use crate::lock::{self, Befell, Keys, Lock, Preemption, Releaser, Slot, Verdict, human_ms};
+use crate::messages;
+use crate::notify;
+use crate::signals::{self, Signal};
+use crate::store::{Store, loss_reason};
+use crate::wait::Event;
+
+/// The keeper's `argv[0]`, by which `main` knows it (`ps` shows `redlock-keeper --pid PID -- KEY`).
+pub const ARGV0: &str = "redlock-keeper";
+
+/// How long `acquire` waits for the keeper's word, beyond the connection it makes (a process
+/// start and a pipe read take milliseconds; a machine that slow would not renew in time anyway).
+const READY_GRACE: Duration = Duration::from_secs(5);
+
+/// The byte the keeper sends once it runs (anything else is the exit status of its error).
+const RUNNING: u8 = 0;
+
+/// A process watched through a pidfd (`--while-pid`).
+pub struct Pid {
+    pid: i32,
+    fd: OwnedFd,
+}
+
+impl Pid {
+    /// Opens a pidfd for `pid`. No such process is a usage error, as is one we could not signal
+    /// when `on_lost` would have to.
+    pub fn open(pid: i32, on_lost: PidOnLost) -> Result<Pid> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor (close-on-exec)
+        // or -1; it touches no memory of ours.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if raw == -1 {
+            let e = std::io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::ESRCH) => usage(format!("--while-pid {pid}: no such process")),
+                Some(libc::ENOSYS) => usage("--while-pid needs Linux 5.3 or later (pidfd_open)"),
+                _ => usage(format!("--while-pid {pid}: cannot watch the process: {e}")),
+            });
+        }
+        let fd = RawFd::try_from(raw).context("pidfd_open returned no descriptor")?;
+        // SAFETY: a descriptor pidfd_open just returned, owned by nobody else.
+        let watched = Pid {
+            pid,
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        };
+        if on_lost != PidOnLost::Ignore
+            && let Err(e) = watched.signal(0)
+        {
+            return Err(usage(format!(
+                "--while-pid {pid}: cannot signal the process ({e}), as --on-lost would have to; \
+                 with --on-lost ignore the keeper only warns"
+            )));
+        }
+        Ok(watched)
+    }
+
+    /// Sends `signo` to the process (0: only checks that we may), never to a later holder of its
+    /// pid.
+    fn signal(&self, signo: i32) -> std::io::Result<()> {
+        // SAFETY: pidfd_send_signal on our pidfd, with no siginfo and no flags.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.fd.as_raw_fd(),
+                signo,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        if rc == -1 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Sends [`Wake::PidEnded`] on `tx` once the process has ended (a pidfd becomes readable
+    /// then, zombie or reaped), from a thread of its own.
+    fn watch(&self, tx: Sender<Wake>) -> Result<()> {
+        let fd = self.fd.try_clone().context("cannot duplicate the pidfd")?;
+        std::thread::Builder::new()
+            .name("pid".into())
+            .spawn(move || {
+                let watched = Pid { pid: 0, fd };
+                loop {
+                    let mut p = libc::pollfd {
+                        fd: watched.fd.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd that we own; poll only writes `revents`.
+                    let n = unsafe { libc::poll(&mut p, 1, -1) };
+                    if n == 1 {
+                        break;
+                    }
+                    if n == -1
+                        && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+                    {
+                        // Cannot poll (never seen): ask the process itself, once a second.
+                        while watched.signal(0).is_ok() {
+                            std::thread::sleep(Duration::from_secs(1));
+                        }
+                        break;
+                    }
+                }
+                let _ = tx.send(Wake::PidEnded);
+            })
+            .context("cannot start the thread that watches the pid")?;
+        Ok(())
+    }
+}
+
+/// What `acquire` tells the keeper, as JSON on its stdin.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Brief {
+    /// acquire's command line, program name first.
+    pub args: Vec<String>,
+    token: String,
+    fence: i64,
+    acquired_ms: i64,
+    ttl_ns: u64,
+    drift_ns: u64,
+    /// When the winning attempt was sent, on CLOCK_MONOTONIC (nanoseconds).
+    sent_ns: u64,
+    run_ids: Vec<Option<String>>,
+    slot: Option<u32>,
+    resource: Option<String>,
+    pid: i32,
+    /// The inherited pidfd for `pid`, and the write end of the readiness pipe.
+    pidfd: RawFd,
+    ready: RawFd,
+}
+
+impl Brief {
+    /// Reads the brief from stdin, to its end (acquire closes the pipe after writing it).
+    pub fn read() -> Result<Brief> {
+        let mut text = Vec::new();
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut text)
+            .context("cannot read the keeper's brief")?;
+        serde_json::from_slice(&text)
+            .map_err(|e| usage(format!("the keeper's brief is not one: {e}")))
+    }
+
+    /// The lock it describes, `sent` brought onto this process's clock.
+    fn lock(&self, keys: Keys) -> Lock {
+        let age = Duration::from_nanos(monotonic_ns().saturating_sub(self.sent_ns));
+        let now = Instant::now();
+        Lock {
+            keys,
+            token: self.token.clone(),
+            fence: self.fence,
+            acquired_ms: self.acquired_ms,
+            ttl: Duration::from_nanos(self.ttl_ns),
+            sent: now.checked_sub(age).unwrap_or(now),
+            drift: Duration::from_nanos(self.drift_ns),
+            run_ids: self.run_ids.clone(),
+            slot: self.slot.map(|index| Slot {
+                index,
+                resource: self.resource.clone(),
+            }),
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every process on the host (an `Instant` cannot
+/// cross a process boundary).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+}
+
+/// Starts the keeper of `lock` for `pid` and waits until it says it runs. An error leaves no
+/// keeper behind (the lock is the caller's to give back).
+pub fn start(config: &Config, lock: &Lock, pid: Pid) -> Result<()> {
+    let args = std::env::args_os()
+        .map(|a| a.into_string())
+        .collect::<Result<Vec<String>, _>>()
+        .map_err(|_| {
+            usage("--while-pid: the command line is not UTF-8, so the keeper cannot be told it")
+        })?;
+    let (ready_r, ready_w) = pipe().context("cannot make the keeper's pipe")?;
+    let sent_ns = monotonic_ns()
+        .saturating_sub(u64::try_from(lock.sent.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let brief = Brief {
+        args,
+        token: lock.token.clone(),
+        fence: lock.fence,
+        acquired_ms: lock.acquired_ms,
+        ttl_ns: ns(lock.ttl),
+        drift_ns: ns(lock.drift),
+        sent_ns,
+        run_ids: lock.run_ids.clone(),
+        slot: lock.slot.as_ref().map(|s| s.index),
+        resource: lock.slot.as_ref().and_then(|s| s.resource.clone()),
+        pid: pid.pid,
+        pidfd: pid.fd.as_raw_fd(),
+        ready: ready_w.as_raw_fd(),
+    };
+    let inherited = [brief.pidfd, brief.ready];
+    let mut cmd = Command::new("/proc/self/exe");
+    // The arguments are for `ps` only: what the keeper acts on is in its brief.
+    cmd.arg0(ARGV0)
+        .args(["--pid", &pid.pid.to_string(), "--", &lock.keys.name])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(if stderr_is_stdout() {
+            Stdio::null()
+        } else {
+            Stdio::inherit()
+        });
+    // SAFETY: the closure runs in the child between fork and exec and calls only setsid and
+    // fcntl, which are async-signal-safe, on descriptors open in the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for fd in inherited {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| failure(Kind::Io, format!("cannot start the keeper: {e}")))?;
+    // Ours closed, the keeper's end is the only one: its exit reads as EOF.
+    drop(ready_w);
+    drop(pid);
+    let told = child
+        .stdin
+        .take()
+        .context("no pipe to the keeper")
+        .and_then(|mut stdin| {
+            let text = serde_json::to_vec(&brief)?;
+            stdin
+                .write_all(&text)
+                .context("cannot hand the keeper its brief")
+        });
+    let confirmed = told.and_then(|()| {
+        let bound = config.io_timeout * 4 + READY_GRACE;
+        await_ready(ready_r, bound)
+    });
+    if let Err(e) = confirmed {
+        // Our own child: gone before the lock is given back.
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Waits up to `bound` for the keeper's byte on `ready`.
+fn await_ready(ready: OwnedFd, bound: Duration) -> Result<()> {
+    let mut p = libc::pollfd {
+        fd: ready.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let deadline = Instant::now() + bound;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd that we own; poll only writes `revents`.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n == -1 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n == 0 {
+            return Err(failure(
+                Kind::Unavailable,
+                format!("the keeper did not say it runs within {}", human_ms(bound)),
+            ));
+        }
+        break;
+    }
+    let mut byte = [0u8; 1];
+    let mut file = std::fs::File::from(ready);
+    match file.read(&mut byte) {
+        Ok(1) if byte[0] == RUNNING => Ok(()),
+        Ok(1) => Err(failure(
+            kind_of_code(byte[0]),
+            "the keeper could not start (its error is above, unless stderr is stdout)",
+        )),
+        _ => Err(failure(
+            Kind::Io,
+            "the keeper ended before it ran (its error is above, unless stderr is stdout)",
+        )),
+    }
+}
+
+/// The error kind behind an exit status the keeper sent, so that acquire exits the same way.
+fn kind_of_code(code: u8) -> Kind {
+    [
+        Kind::Usage,
+        Kind::Unavailable,
+        Kind::Auth,
+        Kind::Protocol,
+        Kind::NotOwner,
+    ]
+    .into_iter()
+    .find(|&k| exit_code(&failure(k, "")) == code)
+    .unwrap_or(Kind::Io)
+}
+
+/// A pipe, both ends close-on-exec.
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we own, or fails.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: two new descriptors, owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Whether stderr is the same open file as stdout (`2>&1`): same device and inode.
+fn stderr_is_stdout() -> bool {
+    // SAFETY: fstat writes into zeroed structs we own.
+    unsafe {
+        let mut out: libc::stat = std::mem::zeroed();
+        let mut err: libc::stat = std::mem::zeroed();
+        libc::fstat(libc::STDOUT_FILENO, &mut out) == 0
+            && libc::fstat(libc::STDERR_FILENO, &mut err) == 0
+            && out.st_dev == err.st_dev
+            && out.st_ino == err.st_ino
+    }
+}
+
+/// What the keeper's loop wakes up for.
+enum Wake {
+    Signal(Signal),
+    PidEnded,
+    Notice(Event),
+}
+
+/// How the keeper ends.
+enum End {
+    /// PID ended (or SIGTERM came): release the lock.
+    Release(Option<Signal>),
+    /// The owner released it: nothing left to do.
+    Released,
+    /// The lock was lost, for this reason.
+    Lost(String),
+}
+
+/// The keeper: keeps the lock of `brief` for its pid, as `args` (acquire's
+/// own) say, until the pid ends, the owner releases the lock, or it is lost. Returns the
+/// keeper's exit status, which nobody waits for.
+pub fn keep(config: &Config, args: &AcquireArgs, brief: Brief) -> Result<u8> {
+    // SAFETY: descriptors acquire opened for us and we inherited; nothing else owns them.
+    let (pidfd, ready) = unsafe {
+        (
+            OwnedFd::from_raw_fd(brief.pidfd),
+            OwnedFd::from_raw_fd(brief.ready),
+        )
+    };
+    let mut ready = std::fs::File::from(ready);
+    let pid = Pid {
+        pid: brief.pid,
+        fd: pidfd,
+    };
+    let (tx, rx) = mpsc::channel::<Wake>();
+    let keeper = match prepare(config, args, &brief, pid, &tx) {
+        Ok(keeper) => keeper,
+        Err(e) => {
+            let _ = ready.write_all(&[exit_code(&e).max(1)]);
+            return Err(e);
+        }
+    };
+    let _ = ready.write_all(&[RUNNING]);
+    drop(ready);
+    Ok(keeper.run(&rx))
+}
+
+/// Everything before the keeper says it runs: detached, the signals, the watchers, a connection.
+fn prepare<'a>(
+    config: &'a Config,
+    args: &AcquireArgs,
+    brief: &Brief,
+    pid: Pid,
+    tx: &Sender<Wake>,
+) -> Result<Keeper<'a>> {
+    set_cloexec(pid.fd.as_raw_fd());
+    detach()?;
+    let keys = lock::Keys::new(&config.prefix, &args.key)?;
+    let lock = brief.lock(keys);
+    signals::deliver(&[libc::SIGTERM], tx.clone(), Wake::Signal)?;
+    pid.watch(tx.clone())?;
+    let (events, heard) = mpsc::channel::<Event>();
+    let forward = tx.clone();
+    std::thread::Builder::new()
+        .name("forward".into())
+        .spawn(move || {
+            for event in heard {
+                if forward.send(Wake::Notice(event)).is_err() {
+                    return;
+                }
+            }
+        })
+        .context("cannot start the keeper's threads")?;
+    notify::listen(config, &lock.keys, events);
+    let mut store = backend::open(config)?;
+    store.track_restarts(&lock.run_ids);
+    Ok(Keeper {
+        config,
+        on_lost: args.on_lost,
+        pid,
+        deadline: lock.valid_until(lock.sent),
+        next_renewal: lock.sent + renewal_interval(lock.ttl),
+        lock,
+        store: Some(store),
+        last_error: None,
+        preempted: false,
+    })
+}
+
+/// Leaves the caller's world behind: stdin on /dev/null, `/` as the working directory (no
+/// mount kept busy), terminal and pipe signals ignored, SIGTERM back to its default so that the
+/// signal thread takes it (an ignored signal stays ignored across exec).
+fn detach() -> Result<()> {
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .open("/dev/null")
+        .context("cannot open /dev/null")?;
+    // SAFETY: dup2 onto stdin, which we own; signal() with SIG_IGN/SIG_DFL installs no handler.
+    unsafe {
+        if libc::dup2(null.as_raw_fd(), libc::STDIN_FILENO) == -1 {
+            return Err(std::io::Error::last_os_error()).context("cannot detach stdin");
+        }
+        for signo in [libc::SIGINT, libc::SIGHUP, libc::SIGPIPE] {
+            libc::signal(signo, libc::SIG_IGN);
+        }
+        libc::signal(libc::SIGTERM, libc::SIG_DFL);
+    }
+    std::env::set_current_dir("/").context("cannot change to /")?;
+    Ok(())
+}
+
+fn set_cloexec(fd: RawFd) {
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+}
+
+/// How often the lock is renewed: every TTL/3, as exec does, so two renewals may fail before it
+/// expires.
+fn renewal_interval(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_millis(1))
+}
+
+struct Keeper<'a> {
+    config: &'a Config,
+    on_lost: PidOnLost,
+    pid: Pid,
+    lock: Lock,
+    /// `None` after a connection failed and could not be recovered: opened again at the next
+    /// renewal.
+    store: Option<Box<dyn Store>>,
+    /// The lock is surely ours until then (monotonic clock).
+    deadline: Instant,
+    next_renewal: Instant,
+    last_error: Option<String>,
+    /// A `--preempt` waiter asked for the lock, and PID was acted on.
+    preempted: bool,
+}
+
+impl Keeper<'_> {
+    /// The loop: returns the keeper's exit status.
+    fn run(mut self, rx: &Receiver<Wake>) -> u8 {
+        let end = loop {
+            let now = Instant::now();
+            if now >= self.deadline {
+                let why = match &self.last_error {
+                    Some(e) => format!("no renewal succeeded before the lock's TTL ran out ({e})"),
+                    None => "no renewal succeeded before the lock's TTL ran out".to_string(),
+                };
+                break End::Lost(why);
+            }
+            if now >= self.next_renewal {
+                match self.renew() {
+                    Some(end) => break end,
+                    None => continue,
+                }
+            }
+            let wake = self.next_renewal.min(self.deadline);
+            match rx.recv_timeout(wake.saturating_duration_since(now)) {
+                Ok(wake) => {
+                    if let Some(end) = self.handle(wake) {
+                        break end;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                // The signal thread keeps a sender for the life of the process.
+                Err(RecvTimeoutError::Disconnected) => break End::Release(None),
+            }
+        };
+        match end {
+            End::Release(signal) => self.release(signal),
+            End::Released => {
+                messages::log(self.config, || {
+                    format!(
+                        "'{}' was released by its owner; the keeper of pid {} ends",
+                        self.lock.keys.name, self.pid.pid
+                    )
+                });
+                exit::OK
+            }
+            End::Lost(why) => self.lose(&why),
+        }
+    }
+
+    fn handle(&mut self, wake: Wake) -> Option<End> {
+        let ours = |token: &str| token == self.lock.token;
+        match wake {
+            Wake::PidEnded => Some(End::Release(None)),
+            Wake::Signal(s) if s.signo == libc::SIGTERM => Some(End::Release(Some(s))),
+            Wake::Signal(_) => None,
+            Wake::Notice(Event::Released { token }) if ours(&token) => Some(End::Released),
+            Wake::Notice(Event::TakenAway { token, why }) if ours(&token) => Some(End::Lost(why)),
+            Wake::Notice(Event::Preempted { token, preemption }) if ours(&token) => {
+                self.preempt(&preemption);
+                None
+            }
+            Wake::Notice(_) => None,
+        }
+    }
+
+    /// The store, opened again if the last connection failed.
+    fn store(&mut self) -> Result<&mut Box<dyn Store>> {
+        if self.store.is_none() {
+            let mut store = backend::open(self.config)?;
+            store.track_restarts(&self.lock.run_ids);
+            self.store = Some(store);
+        }
+        Ok(self.store.as_mut().expect("opened above"))
+    }
+
+    /// Renews the lock once; `Some` when it turned out not to be ours any more.
+    fn renew(&mut self) -> Option<End> {
+        let interval = renewal_interval(self.lock.ttl);
+        let sent = Instant::now();
+        let (keys, token, ttl) = (
+            self.lock.keys.clone(),
+            self.lock.token.clone(),
+            self.lock.ttl,
+        );
+        let place = self.lock.slot.is_some();
+        let verdict = self
+            .store()
+            .and_then(|store| store.extend(&keys, &token, ttl, place));
+        match verdict {
+            Ok(Verdict::Done(_)) => {
+                self.renewed(sent, interval);
+                None
+            }
+            Ok(Verdict::Preempted(preemption)) => {
+                // Still ours, and renewed until PID has ended.
+                self.renewed(sent, interval);
+                if !self.preempted {
+                    self.preempt(&preemption);
+                }
+                None
+            }
+            Ok(other) => {
+                let store = self.store.as_mut().expect("it answered");
+                let forced = store
+                    .inspect(&keys)
+                    .ok()
+                    .and_then(|s| s.forced_of(&token).cloned());
+                // Held surely until the deadline: gone before it, with no forced release of our
+                // token, the lock was released by its owner (an announcement we missed).
+                if forced.is_none() && sent < self.deadline {
+                    return Some(End::Released);
+                }
+                Some(End::Lost(loss_reason(store.as_mut(), &self.lock, &other)))
+            }
+            Err(e) => {
+                // A fresh connection next time: this one may still have a reply on its way.
+                if let Some(store) = self.store.as_mut()
+                    && store.recover().is_err()
+                {
+                    self.store = None;
+                }
+                if self.last_error.is_none() {
+                    messages::notice(
+                        self.config,
+                        format_args!(
+                            "renewing '{}' for pid {} failed: {e:#}; retrying while the lock \
+                             lasts ({} left)",
+                            self.lock.keys.name,
+                            self.pid.pid,
+                            human_ms(self.deadline.saturating_duration_since(Instant::now()))
+                        ),
+                    );
+                }
+                self.last_error = Some(format!("{e:#}"));
+                self.next_renewal = Instant::now() + (interval / 3).max(Duration::from_millis(1));
+                None
+            }
+        }
+    }
+
+    fn renewed(&mut self, sent: Instant, interval: Duration) {
+        if sent < self.deadline {
+            self.deadline = self.deadline.max(self.lock.valid_until(sent));
+        }
+        self.last_error = None;
+        // From when this one was sent, so that slow renewals do not push the next ones later.
+        self.next_renewal = sent + interval;
+    }
+
+    /// What `--on-lost` does to PID, said; and does it.
+    fn act_on_pid(&self) -> String {
+        let pid = self.pid.pid;
+        let (signo, said) = match self.on_lost {
+            PidOnLost::Term => (libc::SIGTERM, format!("sending SIGTERM to pid {pid}")),
+            PidOnLost::Kill => (libc::SIGKILL, format!("sending SIGKILL to pid {pid}")),
+            PidOnLost::Ignore => return format!("pid {pid} runs on (--on-lost ignore)"),
+        };
+        match self.pid.signal(signo) {
+            Ok(()) => said,
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => format!("pid {pid} has ended"),
+            Err(e) => format!("{said} failed: {e}"),
+        }
+    }
+
+    /// A `--preempt` waiter asked for the lock: PID is acted on as on a loss, once; the lock stays
+    /// ours, renewed, until PID has ended.
+    fn preempt(&mut self, preemption: &Preemption) {
+        if self.preempted {
+            return;
+        }
+        self.preempted = true;
+        let action = self.act_on_pid();
+        messages::alert(format_args!(
+            "'{}' was {} after {}; {action}, then releasing the lock to them once it has ended",
+            self.lock.keys.name,
+            preemption.reason(),
+            human_ms(self.lock.sent.elapsed()),
+        ));
+    }
+
+    /// The lock is lost: PID is acted on (unless it was already, preempted), the loss said and
+    /// told to the lock's history.
+    fn lose(&mut self, why: &str) -> u8 {
+        let action = if self.preempted {
+            format!("pid {} was told already (preempted)", self.pid.pid)
+        } else {
+            self.act_on_pid()
+        };
+        messages::alert(format_args!(
+            "lost the lock '{}' at {} after holding it {} for pid {}: {why}; {action}",
+            self.lock.keys.name,
+            humantime::format_rfc3339_seconds(SystemTime::now()),
+            human_ms(self.lock.sent.elapsed()),
+            self.pid.pid,
+        ));
+        self.tell_lost(why);
+        exit::LOCK_LOST
+    }
+
+    /// Tells the lock's history and watchers (`lost.lua`, on the queue node of a quorum). Best
+    /// effort: the loss was said on stderr already.
+    fn tell_lost(&mut self, why: &str) {
+        let lock = self.lock.clone();
+        if let Ok(store) = self.store()
+            && let Some(redis) = store.parking()
+        {
+            let _ = lock::report(
+                redis,
+                &lock.keys,
+                &lock.token,
+                lock.fence,
+                Befell::Lost,
+                why,
+            );
+        }
+    }
+
+    /// PID ended, or SIGTERM came (`signal`): releases the lock.
+    fn release(&mut self, signal: Option<Signal>) -> u8 {
+        let by = Releaser::of(&self.lock, None);
+        let keys = self.lock.keys.clone();
+        let released = self
+            .store()
+            .and_then(|s| s.release(&keys, &by))
+            .or_else(|first| {
+                // The connection may have gone stale during a long hold: once more on a fresh one.
+                self.store = None;
+                self.store()
+                    .and_then(|s| s.release(&keys, &by))
+                    .map_err(|_| first)
+            });
+        let (name, pid) = (&self.lock.keys.name, self.pid.pid);
+        let code = match released {
+            Ok(Verdict::Done(_)) => exit::OK,
+            Ok(other) => {
+                let store = self.store.as_mut().expect("it answered");
+                let why = loss_reason(store.as_mut(), &self.lock, &other);
+                messages::notice(
+                    self.config,
+                    format_args!("'{name}' was no longer ours at release: {why}"),
+                );
+                exit::LOCK_LOST
+            }
+            Err(e) => {
+                messages::alert(format_args!(
+                    "cannot release '{name}' ({e:#}); it expires within {}",
+                    human_ms(self.lock.ttl)
+                ));
+                exit_code(&e)
+            }
+        };
+        match signal {
+            Some(s) => messages::alert(format_args!(
+                "the keeper of '{name}' got {}: released the lock; pid {pid} runs on without it",
+                signals::name(s.signo)
+            )),
+            None => messages::log(self.config, || {
+                format!("pid {pid} has ended: released '{name}'")
+            }),
+        }
+        code
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fails if the clock hand-over moves `sent`: the keeper's deadline would be later than the
+    /// lock's.
+    #[test]
+    fn the_brief_keeps_when_the_lock_was_taken() {
+        let sent_ns = monotonic_ns() - 2_000_000_000;
+        let brief = Brief {
+            args: vec![],
+            token: "t".into(),
+            fence: 1,
+            acquired_ms: 0,
+            ttl_ns: 3_000_000_000,
+            drift_ns: 0,
+            sent_ns,
+            run_ids: vec![],
+            slot: None,
+            resource: None,
+            pid: 1,
+            pidfd: -1,
+            ready: -1,
+        };
+        let lock = brief.lock(Keys::new("p", "k").unwrap());
+        let age = lock.sent.elapsed();
+        assert!(
+            age >= Duration::from_secs(2) && age < Duration::from_millis(2500),
+            "{age:?}"
+        );
+    }
+
+    /// A pid with no process is refused; our own can be watched and signalled.
+    #[test]
+    fn a_pid_is_watched_only_while_it_exists() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id() as i32;
+        child.wait().unwrap();
+        let err = Pid::open(gone, PidOnLost::Term).err().unwrap();
+        assert_eq!(exit_code(&err), exit::USAGE);
+        assert!(format!("{err:#}").contains("no such process"), "{err:#}");
+        let me = Pid::open(std::process::id() as i32, PidOnLost::Term).unwrap();
+        me.signal(0).unwrap();
+    }
+
+    #[test]
+    fn an_exit_status_from_the_keeper_gives_back_its_kind() {
+        for kind in [Kind::Usage, Kind::Unavailable, Kind::Auth] {
+            let code = exit_code(&failure(kind, ""));
+            assert_eq!(kind_of_code(code), kind);
+        }
+    }
+}

@@ -1,0 +1,400 @@
+//! `redlock acquire KEY --while-pid PID`: a detached keeper renews the lock while PID lives,
+//! releases it when PID ends (however it ended), ends when the owner releases the lock, and acts
+//! on PID (`--on-lost`) when the lock is lost or preempted. Real servers, real processes; every
+//! wait is on an event (a file, a key, a process gone), with a generous bound.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, Run, default_signals, lock_key, meta_key, wait_for, wait_subscribed};
+use serde_json::Value;
+
+/// Bound for what should take milliseconds (a keeper noticing its pid's end, an announcement).
+const SOON: Duration = Duration::from_secs(10);
+
+/// The keepers running for `pid` (`redlock-keeper --pid PID -- KEY` in their command line; a
+/// zombie has none, and counts as gone).
+fn keepers_of(pid: u32) -> Vec<u32> {
+    let pid = pid.to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(n) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
+        if args.len() >= 3
+            && args[0] == b"redlock-keeper"
+            && args[1] == b"--pid"
+            && args[2] == pid.as_bytes()
+        {
+            found.push(n);
+        }
+    }
+    found
+}
+
+/// A `sleep 1000` to keep locks for, with the default signal dispositions.
+fn sleeper() -> std::process::Child {
+    let mut cmd = Command::new("sleep");
+    default_signals(&mut cmd);
+    cmd.arg("1000").spawn().unwrap()
+}
+
+/// Runs `acquire` (`cmd`) to its end and returns the token. Its stderr goes nowhere: the keeper
+/// keeps it (for its warnings) for as long as it runs, so a pipe would not end with `acquire`.
+fn acquire(cmd: &mut Command) -> String {
+    let out = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The token in `file`, once the shell has written all of it.
+fn token_in(file: &Path) -> String {
+    let mut token = String::new();
+    let written = wait_for(
+        || {
+            token = std::fs::read_to_string(file).unwrap_or_default();
+            token.ends_with('\n')
+        },
+        SOON,
+    );
+    assert!(written, "no token in {}", file.display());
+    token.trim().to_string()
+}
+
+/// Fails if the keeper does not renew: with --ttl 1s the lock would expire after a second.
+#[test]
+fn the_lock_stays_held_past_several_ttls_while_the_pid_lives() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut pid = sleeper();
+    let token = acquire(
+        redis
+            .redlock()
+            .args(["acquire", "k", "--ttl", "1s", "--while-pid"])
+            .arg(pid.id().to_string()),
+    );
+    assert_eq!(keepers_of(pid.id()).len(), 1, "one keeper");
+    let started = Instant::now();
+    // Checked all along, not only at the end.
+    let held_throughout = wait_for(
+        || {
+            assert_eq!(
+                redis.get(&lock_key("k")).as_deref(),
+                Some(token.as_str()),
+                "lost after {:?}\n{}",
+                started.elapsed(),
+                redis.log()
+            );
+            started.elapsed() >= Duration::from_millis(3500)
+        },
+        Duration::from_secs(30),
+    );
+    assert!(held_throughout);
+    pid.kill().unwrap();
+    pid.wait().unwrap();
+    assert!(
+        wait_for(|| redis.get(&lock_key("k")).is_none(), SOON),
+        "still held after its pid ended"
+    );
+    assert!(wait_for(|| keepers_of(pid.id()).is_empty(), SOON));
+}
+
+/// Fails if the keeper waits for the TTL (30 s here) instead of watching the pid.
+#[test]
+fn kill_9_of_the_script_frees_the_lock_at_once_and_ends_the_keeper() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    let script = format!(
+        "redlock acquire k --while-pid $$ --ttl 30s >'{}' || exit; exec sleep 1000",
+        file.display()
+    );
+    let proc = redis.sh(&script).spawn_proc();
+    let token = token_in(&file);
+    assert_eq!(redis.get(&lock_key("k")).as_deref(), Some(token.as_str()));
+    assert_eq!(keepers_of(proc.id()).len(), 1);
+    let killed = Instant::now();
+    proc.signal(libc::SIGKILL);
+    assert!(
+        wait_for(|| redis.get(&lock_key("k")).is_none(), SOON),
+        "still held {:?} after kill -9 of its pid",
+        killed.elapsed()
+    );
+    eprintln!("freed {:?} after kill -9", killed.elapsed());
+    assert!(wait_for(|| keepers_of(proc.id()).is_empty(), SOON));
+    let out = proc.finish(SOON);
+    assert!(!out.stderr.contains("redlock:"), "said something:\n{out}");
+}
+
+/// Fails if the keeper misses the owner's release (it would end only at its renewal, 20 s in)
+/// or writes anything back afterwards.
+#[test]
+fn release_ends_the_keeper_and_leaves_nothing_held() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    let script = format!(
+        "redlock acquire k --while-pid $$ --ttl 60s >'{}' || exit; exec sleep 1000",
+        file.display()
+    );
+    let proc = redis.sh(&script).spawn_proc();
+    let token = token_in(&file);
+    wait_subscribed(&[&redis], "k");
+    common::release(&redis, "k", &token);
+    assert!(
+        wait_for(|| keepers_of(proc.id()).is_empty(), SOON),
+        "the keeper outlived the release"
+    );
+    let mut left = redis.keys();
+    left.retain(|k| *k != meta_key("k") && *k != format!("{}:log", lock_key("k")));
+    assert!(left.is_empty(), "left in Redis: {left:?}");
+    assert!(!proc.stderr().contains("redlock:"), "{}", proc.stderr());
+}
+
+/// A script that writes TERM to `term` when it gets SIGTERM (and ends, with its `sleep`: nothing
+/// keeps the output pipes open), after taking `k` for itself with `flags`; the token goes to
+/// `token`.
+fn trapping_script(flags: &str, token: &Path, term: &Path) -> String {
+    format!(
+        "trap 'echo TERM >\"{}\"; kill $!; exit 0' TERM
+         redlock acquire k --while-pid $$ --ttl 30s {flags} >'{}' || exit
+         sleep 1000 & wait $!",
+        term.display(),
+        token.display()
+    )
+}
+
+/// Fails if the keeper ignores a forced release (the script would run on without the lock).
+#[test]
+fn a_forced_release_sends_sigterm_to_the_script() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (file, term) = (dir.path().join("token"), dir.path().join("term"));
+    let mut proc = redis.sh(&trapping_script("", &file, &term)).spawn_proc();
+    token_in(&file);
+    wait_subscribed(&[&redis], "k");
+    redis
+        .redlock()
+        .args(["release", "--force", "k"])
+        .run()
+        .expect(0);
+    assert!(
+        wait_for(|| term.exists(), SOON),
+        "no SIGTERM\n{}",
+        proc.stderr()
+    );
+    proc.wait_for_stderr("lost the lock 'k'", SOON);
+    assert!(wait_for(|| keepers_of(proc.id()).is_empty(), SOON));
+    let out = proc.finish(SOON);
+    assert!(out.stderr.contains("force-released"), "{out}");
+    assert!(out.stderr.contains("sending SIGTERM to pid"), "{out}");
+    // Told to the lock's history.
+    let log = redis.redlock().args(["log", "k"]).run().ok();
+    assert!(log.contains("lost"), "{log}");
+}
+
+/// With --on-lost ignore the keeper only warns: the script runs on.
+#[test]
+fn with_on_lost_ignore_a_forced_release_only_warns() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (file, term) = (dir.path().join("token"), dir.path().join("term"));
+    let mut proc = redis
+        .sh(&trapping_script("--on-lost ignore", &file, &term))
+        .spawn_proc();
+    token_in(&file);
+    wait_subscribed(&[&redis], "k");
+    redis
+        .redlock()
+        .args(["release", "--force", "k"])
+        .run()
+        .expect(0);
+    proc.wait_for_stderr("lost the lock 'k'", SOON);
+    assert!(wait_for(|| keepers_of(proc.id()).is_empty(), SOON));
+    assert!(proc.stderr().contains("runs on (--on-lost ignore)"));
+    assert!(!term.exists(), "SIGTERM despite --on-lost ignore");
+    assert!(proc.running(), "the script ended");
+}
+
+/// Fails if the keeper does not hear the preemption (nobody stops the script; the preemptor
+/// waits), or releases before the script has ended.
+#[test]
+fn a_preemptor_stops_a_preemptible_script_and_runs_once_it_has_ended() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (file, term, ran) = (
+        dir.path().join("token"),
+        dir.path().join("term"),
+        dir.path().join("ran"),
+    );
+    let script = redis
+        .sh(&trapping_script("--preemptible", &file, &term))
+        .spawn_proc();
+    token_in(&file);
+    wait_subscribed(&[&redis], "k");
+    // The script's state when the preemptor's command runs: gone, or a zombie (exited, not
+    // reaped yet by this test).
+    let check = format!(
+        "s=$(cut -d' ' -f3 /proc/{}/stat 2>/dev/null); echo \"ran ${{s:-gone}}\" >'{}'",
+        script.id(),
+        ran.display()
+    );
+    let preemptor = redis
+        .redlock()
+        .args(["exec", "k", "--preempt", "--wait", "30s", "-c", &check])
+        .spawn_proc();
+    assert!(
+        wait_for(|| term.exists(), SOON),
+        "no SIGTERM\n{}",
+        script.stderr()
+    );
+    let out = preemptor.finish(Duration::from_secs(30)).expect(0);
+    let said = std::fs::read_to_string(&ran).unwrap();
+    assert!(
+        said == "ran Z\n" || said == "ran gone\n",
+        "the preemptor ran while the script ran: {said:?}\n{out}"
+    );
+    assert!(wait_for(|| keepers_of(script.id()).is_empty(), SOON));
+    assert!(script.stderr().contains("preempted"), "{}", script.stderr());
+    let _ = script.finish(SOON);
+}
+
+/// Fails if the keeper keeps the capture's pipe (stdout, or stderr when it is stdout): the
+/// shell would wait for the keeper, which waits for the shell.
+#[test]
+fn a_capture_returns_at_once_even_with_2_to_1() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = redis
+        .sh(
+            "T=$(redlock acquire k --while-pid $$ --ttl 30s 2>&1) || exit
+             echo \"got $T\"
+             redlock release k \"$T\"",
+        )
+        .run();
+    let said = out.stdout.trim().to_string();
+    assert!(
+        out.status.success() && common::is_token(said.trim_start_matches("got ")),
+        "{out}"
+    );
+    assert!(out.elapsed < Duration::from_secs(20), "{out}");
+}
+
+/// A pid with no process is refused before anything is written; --on-lost needs --while-pid.
+#[test]
+fn a_pid_that_does_not_exist_is_a_usage_error() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut gone = Command::new("true").spawn().unwrap();
+    let pid = gone.id().to_string();
+    gone.wait().unwrap();
+    let out = redis
+        .redlock()
+        .args(["acquire", "k", "--while-pid", &pid])
+        .run()
+        .expect(2);
+    common::assert_one_error_line(&out);
+    assert!(out.stderr.contains("no such process"), "{out}");
+    assert_eq!(redis.dbsize(), 0, "{:?}", redis.keys());
+    let out = redis
+        .redlock()
+        .args(["acquire", "k", "--on-lost", "kill"])
+        .run()
+        .expect(2);
+    assert!(out.stderr.contains("--while-pid"), "{out}");
+    assert_eq!(redis.dbsize(), 0);
+}
+
+/// `status` says why the lock outlives the acquire: the table and the JSON.
+#[test]
+fn status_shows_the_pid_the_lock_is_kept_alive_for() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut pid = sleeper();
+    let token = acquire(
+        redis
+            .redlock()
+            .args(["acquire", "k", "--while-pid"])
+            .arg(pid.id().to_string()),
+    );
+    let table = redis.redlock().args(["status", "k"]).run().ok();
+    assert!(
+        table.contains(&format!("kept alive for pid {}", pid.id())),
+        "{table}"
+    );
+    let json = redis
+        .redlock()
+        .args(["status", "--format", "json", "k"])
+        .run()
+        .ok();
+    let v: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v[0]["holder"]["kept"], true, "{v}");
+    assert_eq!(v[0]["holder"]["pid"], pid.id(), "{v}");
+    assert_eq!(redis.meta("k").get("kept").map(String::as_str), Some("1"));
+    common::release(&redis, "k", &token);
+    assert!(wait_for(|| keepers_of(pid.id()).is_empty(), SOON));
+    pid.kill().unwrap();
+    pid.wait().unwrap();
+}
+
+/// A quorum of several --url: renewed on every node, released on every node when the pid ends.
+#[test]
+fn a_quorum_lock_is_kept_and_released_on_every_node() {
+    let Some(nodes) = common::nodes::Nodes::start(3) else {
+        return;
+    };
+    let mut pid = sleeper();
+    let token = acquire(
+        nodes
+            .redlock()
+            .args(["acquire", "k", "--ttl", "1s", "--while-pid"])
+            .arg(pid.id().to_string()),
+    );
+    let started = Instant::now();
+    let held_throughout = wait_for(
+        || {
+            let tokens = nodes.tokens("k");
+            assert!(
+                tokens.iter().all(|t| t.as_deref() == Some(token.as_str())),
+                "lost after {:?}: {tokens:?}",
+                started.elapsed()
+            );
+            started.elapsed() >= Duration::from_millis(3500)
+        },
+        Duration::from_secs(30),
+    );
+    assert!(held_throughout);
+    pid.kill().unwrap();
+    pid.wait().unwrap();
+    assert!(
+        wait_for(|| nodes.tokens("k").iter().all(Option::is_none), SOON),
+        "{:?}",
+        nodes.tokens("k")
+    );
+    assert!(wait_for(|| keepers_of(pid.id()).is_empty(), SOON));
+}
