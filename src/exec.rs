@@ -938,7 +938,7 @@ impl Supervisor<'_> {
             && self.lost.is_none()
         {
             let preemptible = self.args.lock.preemptible.then(|| self.lock.token.clone());
-            notify::listen_for(self.config, &self.lock.keys, tx, preemptible);
+            notify::listen(self.config, &self.lock.keys, tx, preemptible);
         }
         if let Some(due) = self.limit_at.take_if(|at| now >= *at) {
             // A warning not said yet has no point once the command is being stopped.

@@ -467,7 +467,10 @@ fn prepare<'a>(
             }
         })
         .context("cannot start the keeper's threads")?;
-    notify::listen(config, &lock.keys, events);
+    // A --preemptible holder also reads the lock once it listens: a request made between the
+    // acquisition and the subscription was announced to nobody.
+    let preemptible = args.lock.preemptible.then(|| lock.token.clone());
+    notify::listen(config, &lock.keys, events, preemptible);
     let mut store = backend::open(config)?;
     store.track_restarts(&lock.run_ids);
     Ok(Keeper {
@@ -480,6 +483,7 @@ fn prepare<'a>(
         store: Some(store),
         last_error: None,
         preempted: false,
+        preemptible: args.lock.preemptible,
     })
 }
 
@@ -530,6 +534,8 @@ struct Keeper<'a> {
     last_error: Option<String>,
     /// A `--preempt` waiter asked for the lock, and PID was acted on.
     preempted: bool,
+    /// Taken `--preemptible`: only then is an announced preemption ours to act on.
+    preemptible: bool,
 }
 
 impl Keeper<'_> {
@@ -585,7 +591,11 @@ impl Keeper<'_> {
             Wake::Signal(_) => None,
             Wake::Notice(Event::Released { token }) if ours(&token) => Some(End::Released),
             Wake::Notice(Event::TakenAway { token, why }) if ours(&token) => Some(End::Lost(why)),
-            Wake::Notice(Event::Preempted { token, preemption }) if ours(&token) => {
+            // Only a holder that opted in is ever asked (anyone who may publish on the channel
+            // could send this).
+            Wake::Notice(Event::Preempted { token, preemption })
+                if ours(&token) && self.preemptible =>
+            {
                 self.preempt(&preemption);
                 None
             }

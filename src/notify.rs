@@ -33,15 +33,10 @@ const RESUBSCRIBE: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_CAP: Duration = Duration::from_secs(5);
 
 /// Listens for announcements about `keys` and sends each as an [`Event`] on `tx`, until `tx` is
-/// closed.
-pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>) {
-    listen_for(config, keys, tx, None);
-}
-
-/// [`listen`], for the `--preemptible` holder with token `preemptible` (if any): once subscribed
-/// (and again after each new subscription), it reads the lock once, since a request to stop made
-/// before (the holder listens from a moment after its command started) was announced to nobody.
-pub fn listen_for(config: &Config, keys: &Keys, tx: Sender<Event>, preemptible: Option<String>) {
+/// closed. For the `--preemptible` holder with token `preemptible` (if any), it also reads the
+/// lock once subscribed (and again after each new subscription), since a request to stop made
+/// before (the holder listens from a moment after it took the lock) was announced to nobody.
+pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>, preemptible: Option<String>) {
     let (shared, channel) = (config.clone(), keys.events());
     let keys = keys.clone();
     let spawned = std::thread::Builder::new()
