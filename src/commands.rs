@@ -8,6 +8,7 @@
 use std::io::Write;
 use std::ops::ControlFlow;
 use std::sync::mpsc::{self, Receiver};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 
@@ -247,6 +248,20 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     }
     // Opened first: a pid with no process is refused before anything is written to Redis, and
     // the pidfd names that very process however long the keeper runs (see keeper.rs).
+    if let Some(pid) = args.while_pid {
+        if u32::try_from(pid).ok() == Some(std::process::id()) {
+            return Err(usage(format!(
+                "--while-pid {pid} is this redlock itself, which ends once it printed the token; \
+                 give the script's pid ($$ in sh)"
+            )));
+        }
+        if pid == 1 && args.on_lost != crate::cli::PidOnLost::Ignore {
+            return Err(usage(
+                "--while-pid 1 is init: a lost lock would signal it; give --on-lost ignore to \
+                 keep the lock for it anyway",
+            ));
+        }
+    }
     let watched = args
         .while_pid
         .map(|pid| keeper::Pid::open(pid, args.on_lost))
@@ -274,17 +289,44 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         ControlFlow::Continue(lock) => lock,
         ControlFlow::Break(gave_up) => return Ok(gave_up.code()),
     };
-    if let Some(watched) = watched
-        && let Err(e) = keeper::start(config, &lock, watched)
-    {
-        // Nobody would renew it, nor release it when the pid ends: give it back.
-        let _ = store.release(&keys, &Releaser::of(&lock, None));
-        return Err(e.context(format!(
-            "cannot leave a keeper for pid {} (released '{}' again)",
-            args.while_pid.unwrap_or_default(),
-            keys.name
-        )));
-    }
+    let started = match watched {
+        Some(watched) => {
+            let pid = args.while_pid.unwrap_or_default();
+            let started = if watched.ended() {
+                // It ended while we waited in the queue: the lock would be kept for nobody.
+                Err(usage(format!(
+                    "--while-pid {pid}: the process ended while waiting"
+                )))
+            } else {
+                keeper::start(config, &lock, watched).and_then(|started| {
+                    // A keeper that took longer to start than the lock lasts renews nothing.
+                    if Instant::now() < lock.valid_until(lock.sent) {
+                        Ok(started)
+                    } else {
+                        Err(failure(
+                            Kind::Unavailable,
+                            format!(
+                                "the keeper took longer to start than the lock's TTL ({})",
+                                lock::human_ms(lock.ttl)
+                            ),
+                        ))
+                    }
+                })
+            };
+            match started {
+                Ok(started) => Some(started),
+                Err(e) => {
+                    // Nobody would renew it, nor release it when the pid ends: give it back.
+                    let _ = store.release(&keys, &Releaser::of(&lock, None));
+                    return Err(e.context(format!(
+                        "cannot leave a keeper for pid {pid} (released '{}' again)",
+                        keys.name
+                    )));
+                }
+            }
+        }
+        None => None,
+    };
     let text = crate::output::acquired(&lock, args.format);
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = stdout
@@ -308,6 +350,11 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
                 keys.name
             ),
         ));
+    }
+    // The token reached its reader: from here on the keeper keeps the lock (without this word,
+    // it gives the lock back: see `keeper::Started`).
+    if let Some(started) = started {
+        started.confirm();
     }
     Ok(exit::OK)
 }

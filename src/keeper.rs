@@ -28,9 +28,10 @@
 //! (every TTL/3, on the loop's own connection) or at the lock's deadline (`sent + TTL` of the last
 //! successful renewal). Invariants:
 //! - PID is acted on (`--on-lost`) only once the lock is known lost or preempted, and once.
-//! - A renewal that finds the lock no longer ours less than a TTL after the last success, with no
-//!   forced release naming our token, was a release by the owner (an announcement we missed): the
-//!   keeper ends quietly. Anything else is a loss, told to the lock's history.
+//! - Only positive evidence ends the keeper quietly: the owner's release, announced, or marked
+//!   (`released_by_owner` in the scripts: a renewal that finds the mark answers
+//!   [`Verdict::Released`]). A lock gone for any other reason (a restart, a flush, an eviction,
+//!   a forced release, another holder) is a loss: PID is acted on and the history told.
 //! - Preempted, the lock stays ours, renewed, until PID has ended; the release then hands it to
 //!   the preemptor, who queued first.
 //!
@@ -90,6 +91,9 @@ impl Pid {
             return Err(match e.raw_os_error() {
                 Some(libc::ESRCH) => usage(format!("--while-pid {pid}: no such process")),
                 Some(libc::ENOSYS) => usage("--while-pid needs Linux 5.3 or later (pidfd_open)"),
+                Some(libc::ENOENT | libc::EINVAL) => usage(format!(
+                    "--while-pid {pid}: not a process (a thread's id?), or cannot be watched: {e}"
+                )),
                 _ => usage(format!("--while-pid {pid}: cannot watch the process: {e}")),
             });
         }
@@ -99,6 +103,11 @@ impl Pid {
             pid,
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         };
+        if watched.ended() {
+            return Err(usage(format!(
+                "--while-pid {pid}: the process has ended (a zombie nobody reaped yet)"
+            )));
+        }
         if on_lost != PidOnLost::Ignore
             && let Err(e) = watched.signal(0)
         {
@@ -108,6 +117,17 @@ impl Pid {
             )));
         }
         Ok(watched)
+    }
+
+    /// Whether the process has ended (its pidfd is readable then, zombie or reaped).
+    pub fn ended(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd that we own, no wait; poll only writes `revents`.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
     }
 
     /// Sends `signo` to the process (0: only checks that we may), never to a later holder of its
@@ -183,18 +203,30 @@ pub struct Brief {
     resource: Option<String>,
     pid: i32,
     /// The inherited pidfd for `pid`, and the write end of the readiness pipe.
-    pidfd: RawFd,
-    ready: RawFd,
+    pub pidfd: RawFd,
+    pub ready: RawFd,
+    /// The password acquire resolved, if any: the keeper cannot read a `--password-file` again
+    /// when it was a pipe (`<(vault read ...)`). On this private pipe only, never in argv.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
 }
 
 impl Brief {
-    /// Reads the brief from stdin, to its end (acquire closes the pipe after writing it).
+    /// Reads the brief from stdin: one line. (The pipe stays open: acquire's word that it
+    /// printed the token comes on it later, see [`start`].)
     pub fn read() -> Result<Brief> {
         let mut text = Vec::new();
-        std::io::stdin()
-            .lock()
-            .read_to_end(&mut text)
-            .context("cannot read the keeper's brief")?;
+        let mut byte = [0u8; 1];
+        // Byte by byte: nothing past the line may be read here (a buffer would swallow it).
+        loop {
+            match std::io::stdin().lock().read(&mut byte) {
+                Ok(0) => break,
+                Ok(_) if byte[0] == b'\n' => break,
+                Ok(_) => text.push(byte[0]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e).context("cannot read the keeper's brief"),
+            }
+        }
         serde_json::from_slice(&text)
             .map_err(|e| usage(format!("the keeper's brief is not one: {e}")))
     }
@@ -234,9 +266,22 @@ fn monotonic_ns() -> u64 {
     secs.saturating_mul(1_000_000_000).saturating_add(nanos)
 }
 
+/// A keeper that runs and waits for acquire's word that the token reached its reader: without it
+/// (acquire failed to print it, or was killed first), the keeper releases the lock and ends.
+pub struct Started {
+    word: std::process::ChildStdin,
+}
+
+impl Started {
+    /// The token was printed: the keeper keeps the lock from here on.
+    pub fn confirm(mut self) {
+        let _ = self.word.write_all(b"1");
+    }
+}
+
 /// Starts the keeper of `lock` for `pid` and waits until it says it runs. An error leaves no
 /// keeper behind (the lock is the caller's to give back).
-pub fn start(config: &Config, lock: &Lock, pid: Pid) -> Result<()> {
+pub fn start(config: &Config, lock: &Lock, pid: Pid) -> Result<Started> {
     let args = std::env::args_os()
         .map(|a| a.into_string())
         .collect::<Result<Vec<String>, _>>()
@@ -261,6 +306,7 @@ pub fn start(config: &Config, lock: &Lock, pid: Pid) -> Result<()> {
         pid: pid.pid,
         pidfd: pid.fd.as_raw_fd(),
         ready: ready_w.as_raw_fd(),
+        password: config.for_child.password.clone(),
     };
     let inherited = [brief.pidfd, brief.ready];
     let mut cmd = Command::new("/proc/self/exe");
@@ -269,10 +315,10 @@ pub fn start(config: &Config, lock: &Lock, pid: Pid) -> Result<()> {
         .args(["--pid", &pid.pid.to_string(), "--", &lock.keys.name])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
-        .stderr(if stderr_is_stdout() {
-            Stdio::null()
-        } else {
+        .stderr(if stderr_may_stay(pid.pid) {
             Stdio::inherit()
+        } else {
+            Stdio::null()
         });
     // SAFETY: the closure runs in the child between fork and exec and calls only setsid and
     // fcntl, which are async-signal-safe, on descriptors open in the parent.
@@ -300,22 +346,27 @@ pub fn start(config: &Config, lock: &Lock, pid: Pid) -> Result<()> {
         .take()
         .context("no pipe to the keeper")
         .and_then(|mut stdin| {
-            let text = serde_json::to_vec(&brief)?;
+            let mut text = serde_json::to_vec(&brief)?;
+            text.push(b'\n');
             stdin
                 .write_all(&text)
-                .context("cannot hand the keeper its brief")
+                .context("cannot hand the keeper its brief")?;
+            Ok(stdin)
         });
-    let confirmed = told.and_then(|()| {
+    let confirmed = told.and_then(|stdin| {
         let bound = config.io_timeout * 4 + READY_GRACE;
-        await_ready(ready_r, bound)
+        await_ready(ready_r, bound)?;
+        Ok(stdin)
     });
-    if let Err(e) = confirmed {
-        // Our own child: gone before the lock is given back.
-        let _ = child.kill();
-        let _ = child.wait();
-        return Err(e);
+    match confirmed {
+        Ok(word) => Ok(Started { word }),
+        Err(e) => {
+            // Our own child: gone before the lock is given back.
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
     }
-    Ok(())
 }
 
 /// Waits up to `bound` for the keeper's byte on `ready`.
@@ -382,16 +433,46 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Whether stderr is the same open file as stdout (`2>&1`): same device and inode.
-fn stderr_is_stdout() -> bool {
-    // SAFETY: fstat writes into zeroed structs we own.
-    unsafe {
-        let mut out: libc::stat = std::mem::zeroed();
-        let mut err: libc::stat = std::mem::zeroed();
-        libc::fstat(libc::STDOUT_FILENO, &mut out) == 0
-            && libc::fstat(libc::STDERR_FILENO, &mut err) == 0
-            && out.st_dev == err.st_dev
-            && out.st_ino == err.st_ino
+/// Whether the keeper may keep acquire's stderr for its warnings: a terminal, a file or
+/// /dev/null; a pipe, FIFO or socket only if it is PID's own stderr too. Someone may wait for a
+/// pipe to close (a `$(... 2>&1)` capture, `2>&1 | tee`, a capture of the block around the
+/// acquire), and the keeper holds it as long as PID lives, and PID is often the shell that
+/// waits; a pipe PID holds itself (a CI job's log, the script's own stderr) closes no later
+/// with the keeper on it. (A loss is also told to the lock's history.)
+fn stderr_may_stay(pid: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: fstat writes into a zeroed struct we own.
+    let ours = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(libc::STDERR_FILENO, &mut st) != 0 {
+            return false;
+        }
+        st
+    };
+    if matches!(ours.st_mode & libc::S_IFMT, libc::S_IFREG | libc::S_IFCHR) {
+        return true;
+    }
+    std::fs::metadata(format!("/proc/{pid}/fd/2"))
+        .is_ok_and(|theirs| theirs.dev() == ours.st_dev && theirs.ino() == ours.st_ino)
+}
+
+/// Closes every descriptor the keeper inherited but `keep` (and stdin, stdout, stderr): a
+/// caller's `5>&1`, a file it locked with flock(1) on fd 3, a pipe someone waits on, would
+/// otherwise stay open as long as PID lives.
+pub fn close_inherited(keep: &[RawFd]) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let open: Vec<RawFd> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in open {
+        if fd > 2 && !keep.contains(&fd) {
+            // SAFETY: closing a descriptor nothing in this process uses yet (the keeper has
+            // opened none; the directory's own is closed already, and closing it again fails
+            // harmlessly).
+            unsafe { libc::close(fd) };
+        }
     }
 }
 
@@ -428,6 +509,9 @@ pub fn keep(config: &Config, args: &AcquireArgs, brief: Brief) -> Result<u8> {
         pid: brief.pid,
         fd: pidfd,
     };
+    // acquire's word comes on stdin, which `detach` puts on /dev/null: kept aside first.
+    // SAFETY: dup of stdin, which we own; the copy is ours.
+    let word = unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_DUPFD_CLOEXEC, 3) };
     let (tx, rx) = mpsc::channel::<Wake>();
     let keeper = match prepare(config, args, &brief, pid, &tx) {
         Ok(keeper) => keeper,
@@ -436,9 +520,39 @@ pub fn keep(config: &Config, args: &AcquireArgs, brief: Brief) -> Result<u8> {
             return Err(e);
         }
     };
-    let _ = ready.write_all(&[RUNNING]);
+    let said = ready.write_all(&[RUNNING]);
     drop(ready);
+    // acquire prints the token, then says so; if it was killed, or could not print it, nobody
+    // has the token: give the lock back at once rather than keep it for PID.
+    // SAFETY: `word` is the descriptor dup'd above, or -1 (then there is no word to wait for).
+    let word = (word >= 0).then(|| unsafe { OwnedFd::from_raw_fd(word) });
+    let bound = config.io_timeout * 4 + READY_GRACE;
+    if said.is_err() || !word.is_some_and(|w| awaited_word(w, bound)) {
+        return Ok(keeper.abandon());
+    }
     Ok(keeper.run(&rx))
+}
+
+/// Waits up to `bound` for acquire's word on `word`: true when it came.
+fn awaited_word(word: OwnedFd, bound: Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd: word.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let deadline = Instant::now() + bound;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd that we own; poll only writes `revents`.
+        match unsafe { libc::poll(&mut p, 1, ms) } {
+            1 => break,
+            -1 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return false,
+        }
+    }
+    let mut byte = [0u8; 1];
+    matches!(std::fs::File::from(word).read(&mut byte), Ok(1) if byte[0] == b'1')
 }
 
 /// Everything before the keeper says it runs: detached, the signals, the watchers, a connection.
@@ -589,7 +703,20 @@ impl Keeper<'_> {
             Wake::PidEnded => Some(End::Release(None)),
             Wake::Signal(s) if s.signo == libc::SIGTERM => Some(End::Release(Some(s))),
             Wake::Signal(_) => None,
-            Wake::Notice(Event::Released { token }) if ours(&token) => Some(End::Released),
+            Wake::Notice(Event::Released { token }) if ours(&token) => {
+                // One more renewal takes the release's mark away (see `Verdict::Released`): it
+                // answers that the lock was released, and leaves nothing behind.
+                let (keys, ttl, place) = (
+                    self.lock.keys.clone(),
+                    self.lock.ttl,
+                    self.lock.slot.is_some(),
+                );
+                let token = self.lock.token.clone();
+                if let Ok(store) = self.store() {
+                    let _ = store.extend(&keys, &token, ttl, place);
+                }
+                Some(End::Released)
+            }
             Wake::Notice(Event::TakenAway { token, why }) if ours(&token) => Some(End::Lost(why)),
             // Only a holder that opted in is ever asked (anyone who may publish on the channel
             // could send this).
@@ -639,17 +766,12 @@ impl Keeper<'_> {
                 }
                 None
             }
+            // Its mark says the owner released it (an announcement we missed).
+            Ok(Verdict::Released) => Some(End::Released),
+            // Anything else is a loss, however it came (a restart, a flush, an eviction, a
+            // forced release): PID must hear of it.
             Ok(other) => {
                 let store = self.store.as_mut().expect("it answered");
-                let forced = store
-                    .inspect(&keys)
-                    .ok()
-                    .and_then(|s| s.forced_of(&token).cloned());
-                // Held surely until the deadline: gone before it, with no forced release of our
-                // token, the lock was released by its owner (an announcement we missed).
-                if forced.is_none() && sent < self.deadline {
-                    return Some(End::Released);
-                }
                 Some(End::Lost(loss_reason(store.as_mut(), &self.lock, &other)))
             }
             Err(e) => {
@@ -755,6 +877,23 @@ impl Keeper<'_> {
         }
     }
 
+    /// acquire never said that it printed the token (it was killed, or could not print it):
+    /// nobody has the token, so the lock is given back at once.
+    fn abandon(mut self) -> u8 {
+        messages::log(self.config, || {
+            format!(
+                "acquire did not hand the token of '{}' on: the keeper releases it",
+                self.lock.keys.name
+            )
+        });
+        let by = Releaser::of(&self.lock, None);
+        let keys = self.lock.keys.clone();
+        match self.store().and_then(|s| s.release(&keys, &by)) {
+            Ok(_) => exit::OK,
+            Err(e) => exit_code(&e),
+        }
+    }
+
     /// PID ended, or SIGTERM came (`signal`): releases the lock.
     fn release(&mut self, signal: Option<Signal>) -> u8 {
         let by = Releaser::of(&self.lock, None);
@@ -790,10 +929,18 @@ impl Keeper<'_> {
             }
         };
         match signal {
-            Some(s) => messages::alert(format_args!(
-                "the keeper of '{name}' got {}: released the lock; pid {pid} runs on without it",
-                signals::name(s.signo)
-            )),
+            // PID runs on without the lock: it hears of it as of a loss (--on-lost).
+            Some(s) => {
+                let action = if self.preempted {
+                    format!("pid {pid} was told already (preempted)")
+                } else {
+                    self.act_on_pid()
+                };
+                messages::alert(format_args!(
+                    "the keeper of '{name}' got {}: released the lock; {action}",
+                    signals::name(s.signo)
+                ));
+            }
             None => messages::log(self.config, || {
                 format!("pid {pid} has ended: released '{name}'")
             }),
@@ -825,6 +972,7 @@ mod tests {
             pid: 1,
             pidfd: -1,
             ready: -1,
+            password: None,
         };
         let lock = brief.lock(Keys::new("p", "k").unwrap());
         let age = lock.sent.elapsed();

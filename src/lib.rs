@@ -123,10 +123,21 @@ pub fn run_keeper() -> Option<u8> {
 /// line among it) and keeps the lock for it (see `keeper.rs`). The same flags and the inherited
 /// environment make the same [`Config`]; their warnings were said by `acquire` already.
 fn keep() -> Result<u8> {
-    let brief = keeper::Brief::read()?;
-    let cli = cli::parse_from(&brief.args)
+    let mut brief = keeper::Brief::read()?;
+    keeper::close_inherited(&[brief.pidfd, brief.ready]);
+    let mut cli = cli::parse_from(&brief.args)
         .map_err(|e| error::usage(format!("the keeper's brief does not parse: {e}")))?;
-    let config = resolve(&cli, &mut |_| {})?;
+    // The password acquire resolved, rather than a --password-file read again (a pipe, as
+    // `<(vault read ...)`, gives it only once).
+    let mut env = Env::from_process();
+    if let Some(password) = brief.password.take() {
+        cli.global.password_file = None;
+        env.password = Some(password);
+    }
+    let mut config = Config::resolve(&cli.global, &env, &mut |_| {})?;
+    if let Command::Acquire(a) = &cli.command {
+        config.allow_eviction = a.lock.allow_eviction;
+    }
     let Command::Acquire(args) = &cli.command else {
         return Err(error::usage(
             "the keeper's brief is not an acquire command line",

@@ -842,6 +842,9 @@ pub enum Verdict {
     /// Extended, and still ours; but a `--preempt` waiter asked us to stop (we were taken
     /// `--preemptible`): stop, then release (the release hands the lock to the preemptor).
     Preempted(Preemption),
+    /// Not ours any more because its holder released it: a kept lock (`acquire --while-pid`)
+    /// released with its token, as its mark says (`mark_released` in `common.lua`).
+    Released,
 }
 
 impl Lock {
@@ -1349,6 +1352,7 @@ fn verdict(what: &str, reply: &[Value]) -> Result<Verdict> {
     match reply {
         [Value::Int(1), meta, ..] => Ok(Verdict::Done(parse_meta(meta).1)),
         [Value::Int(0), ..] => Ok(Verdict::Free),
+        [Value::Int(2), ..] => Ok(Verdict::Released),
         [Value::Int(-1), meta, ..] => Ok(Verdict::HeldByOther(parse_meta(meta).1)),
         [Value::Int(-2), ..] => Ok(Verdict::Slots),
         other => Err(unexpected_reply(what, format!("{other:?}"))),
@@ -1384,7 +1388,7 @@ pub fn not_owner(verdict: &Verdict, token: &str) -> anyhow::Error {
         Verdict::HeldByOther(None) => {
             "the lock is held by another token (no redlock record)".to_string()
         }
-        Verdict::Done(_) | Verdict::Forced(_) | Verdict::Preempted(_) => {
+        Verdict::Done(_) | Verdict::Forced(_) | Verdict::Preempted(_) | Verdict::Released => {
             "the lock was released".to_string()
         }
         Verdict::Slots => "the lock has more than one holder now".to_string(),

@@ -1087,10 +1087,16 @@ impl Store for Nodes {
             return Ok(preempted.map_or(Verdict::Done(None), Verdict::Preempted));
         }
         if refused.len() > n - q {
-            // A majority can no longer agree: the lock is gone.
+            // A majority can no longer agree: the lock is gone (released by its holder, if a
+            // node says so: see `Verdict::Released`).
             return Ok(refused
                 .iter()
-                .find(|v| matches!(v, Verdict::HeldByOther(_)))
+                .find(|v| matches!(v, Verdict::Released))
+                .or_else(|| {
+                    refused
+                        .iter()
+                        .find(|v| matches!(v, Verdict::HeldByOther(_)))
+                })
                 .cloned()
                 .unwrap_or(Verdict::Free));
         }

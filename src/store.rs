@@ -195,6 +195,7 @@ pub fn lost_reason(v: &Verdict) -> String {
         Verdict::Done(_) | Verdict::Forced(_) | Verdict::Preempted(_) => {
             "the lock was released".into()
         }
+        Verdict::Released => "the lock was released with its token".into(),
         Verdict::Slots => "the lock key now holds a lock with more than one holder".into(),
         Verdict::PlaceGone => {
             "our place in the lock is gone (it expired, or was released or force-released)".into()

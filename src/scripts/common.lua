@@ -82,6 +82,26 @@ local function gone_key(token)
   return LOCK .. ':gone:' .. token
 end
 
+-- A holder kept alive by a keeper (`acquire --while-pid`) that releases: its keeper hears it at
+-- once on LOCK:events ('released:TOKEN'), and, should it miss that, its next renewal finds the
+-- mark LOCK:gone:TOKEN = 'rel' (see extend.lua), lasting `ttl_ms` and a minute more: positive
+-- evidence that the owner released, where a lock key gone for another reason (a restart, a
+-- flush, an eviction) is a loss. (An attempt never reads it: a released token never attempts.)
+local function mark_released(token, ttl_ms)
+  redis.pcall('SET', gone_key(token), 'rel', 'PX', int((tonumber(ttl_ms) or 0) + 60000))
+  redis.pcall('PUBLISH', LOCK .. ':events', 'released:' .. token)
+end
+
+-- Whether the holder with `token` released the lock itself (see mark_released); the mark is
+-- taken away with the answer (its keeper asks once, then ends).
+local function released_by_owner(token)
+  if redis.call('GET', gone_key(token)) == 'rel' then
+    redis.call('DEL', gone_key(token))
+    return true
+  end
+  return false
+end
+
 -- Take `token` out of the queue: its ticket, its lease and its records go together (true if it
 -- was queued).
 local function drop_waiter(token)

@@ -5,13 +5,17 @@
 --
 -- Returns {1, {}, run_id[, preempted]} extended (preempted: 'AT:BY' when a --preempt waiter asked
 -- this holder to stop, see acquire.lua: the lock is still renewed, and released by its holder), {0, {}, run_id} free (expired: it is never brought back),
--- {-1, holder-record, run_id} held by another token, {-2} a lock with more than one holder (see
+-- {-1, holder-record, run_id} held by another token, {2, {}, run_id} released by its holder
+-- (a kept lock: see mark_released in common.lua; free or another's now), {-2} a lock with more than one holder (see
 -- slots_common.lua); run_id is false unless asked for. An expired
 -- key is gone, so PEXPIRE is never reached for it: extend cannot resurrect a lock. The holder
 -- record's expires_ms follows the renewal, so that `status` can tell when a lock that nobody
 -- released expired. The lock's history (`:log`) and meta live on as long as the renewed lock plus
 -- meta_idle_ms.
 local current = redis.call('GET', LOCK)
+if current ~= ARGV[1] and released_by_owner(ARGV[1]) then
+  return {2, {}, run_id(ARGV[3])}
+end
 if not current then
   return {0, {}, run_id(ARGV[3])}
 end

@@ -21,7 +21,8 @@
 --
 -- The holder record stays (it becomes the last holder's, for `status`), dated with the release.
 -- A holder kept alive by a keeper (META `kept`, `acquire --while-pid`) that releases has its
--- token published on KEYS[1] .. ':events' as 'released:TOKEN', which stops the keeper.
+-- token published on KEYS[1] .. ':events' as 'released:TOKEN', which stops the keeper, and
+-- marked released (see mark_released in common.lua).
 -- With 'force', the evicted holder's token is published on KEYS[1] .. ':events' as
 -- 'forced:TOKEN:FORCED_AT:FORCED_BY' (a redlock token never contains ':'), and in the same step
 -- the meta hash records the forced release: forced_token (the evicted token), forced_by
@@ -75,7 +76,7 @@ end
 -- The lock changes first, the records after, with pcall: a server out of memory (maxmemory,
 -- noeviction) refuses HSET but not DEL, and a release must not fail for want of a date.
 local log_max, keep = ARGV[11], tonumber(ARGV[13]) or 0
-local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence', 'told', 'kept')
+local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence', 'told', 'kept', 'ttl_ms')
 -- Only an acquisition in the history has its end told (a quorum's attempt that did not win a
 -- majority, given back, was never an acquisition).
 local told = mine[4] == current
@@ -98,8 +99,8 @@ if current == ARGV[1] then
     event('released', current, fields, log_max, keep, at)
   end
   if dated and mine[5] == '1' then
-    -- Its keeper (`acquire --while-pid`) stops at once rather than at its next renewal.
-    redis.pcall('PUBLISH', LOCK .. ':events', 'released:' .. current)
+    -- Its keeper (`acquire --while-pid`) ends (see mark_released in common.lua).
+    mark_released(current, mine[6])
   end
   return {1, {}, next}
 end
