@@ -91,7 +91,8 @@ gzip -9n >"$doc/changelog.Debian.gz" <<EOF
 redlock ($deb_version) unstable; urgency=medium
 
   * redlock $version, built by scripts/dist.sh from the static binary
-    ($target). The changes: /usr/share/doc/redlock/changelog.gz.
+    ($target).
+  * The changes are in /usr/share/doc/redlock/changelog.gz.
 
  -- redlock developers <redlock@users.noreply.github.com>  $date_rfc
 EOF

@@ -3,10 +3,11 @@
 -- ARGV token, ttl_ms, want_run_id ('1': return this server's run_id), meta_idle_ms (see
 --      keep_meta: meta must outlive the lock's new expiry)
 --
--- Returns {1, {}, run_id[, preempted]} extended (preempted: 'AT:BY' when a --preempt waiter asked
--- this holder to stop, see acquire.lua: the lock is still renewed, and released by its holder), {0, {}, run_id} free (expired: it is never brought back),
--- {-1, holder-record, run_id} held by another token, {2, {}, run_id} released by its holder
--- (a kept lock: see mark_released in common.lua; free or another's now), {-2} a lock with more than one holder (see
+-- Returns {1, {}, run_id[, preempted]} extended (preempted: 'AT:BY' when a --preempt waiter
+-- asked this holder to stop, see acquire.lua: the lock is still renewed, and released by its
+-- holder), {0, {}, run_id} free (expired: it is never brought back), {-1, holder-record, run_id}
+-- held by another token, {2, {}, run_id} released by its holder (a kept lock: see mark_released
+-- in common.lua; free or another's now), {-2} a lock with more than one holder (see
 -- slots_common.lua); run_id is false unless asked for. An expired
 -- key is gone, so PEXPIRE is never reached for it: extend cannot resurrect a lock. The holder
 -- record's expires_ms follows the renewal, so that `status` can tell when a lock that nobody
