@@ -712,11 +712,6 @@ fn password_fd(password: &str) -> std::io::Result<OwnedFd> {
     Ok(OwnedFd::from(file))
 }
 
-/// How often the lock is renewed: every TTL/3, so two renewals may fail before it expires.
-fn renewal_interval(ttl: Duration) -> Duration {
-    (ttl / 3).max(Duration::from_millis(1))
-}
-
 /// The renewal thread, not started yet: a command that ends within TTL/3 never needs it.
 struct PendingRenewal {
     at: Instant,
@@ -727,7 +722,7 @@ struct PendingRenewal {
 /// Renews the lock now and then every TTL/3 on its own connection, until `stop` is dropped or
 /// the lock is lost.
 fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Event>) {
-    let interval = renewal_interval(lock.ttl);
+    let interval = lock.renewal_interval();
     let retry = (interval / 3).max(Duration::from_millis(1));
     let spawned = std::thread::Builder::new()
         .name("renewal".into())
@@ -862,7 +857,7 @@ impl<'a> Supervisor<'a> {
             // renewal).
             listening: Some((Instant::now() + LISTEN_AFTER, tx.clone())),
             renewal: Some(PendingRenewal {
-                at: lock.sent + renewal_interval(lock.ttl),
+                at: lock.sent + lock.renewal_interval(),
                 stop,
                 tx,
             }),

@@ -371,8 +371,36 @@ pub fn start(config: &Config, lock: &Lock, pid: Pid) -> Result<Started> {
 
 /// Waits up to `bound` for the keeper's byte on `ready`.
 fn await_ready(ready: OwnedFd, bound: Duration) -> Result<()> {
+    match byte_within(ready, bound) {
+        Heard::Byte(RUNNING) => Ok(()),
+        Heard::Byte(code) => Err(failure(
+            kind_of_code(code),
+            "the keeper could not start (its error is above, unless stderr is stdout)",
+        )),
+        Heard::Closed => Err(failure(
+            Kind::Io,
+            "the keeper ended before it ran (its error is above, unless stderr is stdout)",
+        )),
+        Heard::TimedOut => Err(failure(
+            Kind::Unavailable,
+            format!("the keeper did not say it runs within {}", human_ms(bound)),
+        )),
+    }
+}
+
+/// What [`byte_within`] heard on a pipe.
+enum Heard {
+    Byte(u8),
+    /// The other end closed (or the pipe failed) with nothing said.
+    Closed,
+    TimedOut,
+}
+
+/// Waits up to `bound` for one byte on the pipe `fd` (the two words acquire and its keeper say to
+/// each other: [`await_ready`], [`awaited_word`]).
+fn byte_within(fd: OwnedFd, bound: Duration) -> Heard {
     let mut p = libc::pollfd {
-        fd: ready.as_raw_fd(),
+        fd: fd.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
@@ -381,30 +409,16 @@ fn await_ready(ready: OwnedFd, bound: Duration) -> Result<()> {
         let left = deadline.saturating_duration_since(Instant::now());
         let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
         // SAFETY: one valid pollfd that we own; poll only writes `revents`.
-        let n = unsafe { libc::poll(&mut p, 1, ms) };
-        if n == -1 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
+        match unsafe { libc::poll(&mut p, 1, ms) } {
+            0 => return Heard::TimedOut,
+            -1 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => break,
         }
-        if n == 0 {
-            return Err(failure(
-                Kind::Unavailable,
-                format!("the keeper did not say it runs within {}", human_ms(bound)),
-            ));
-        }
-        break;
     }
     let mut byte = [0u8; 1];
-    let mut file = std::fs::File::from(ready);
-    match file.read(&mut byte) {
-        Ok(1) if byte[0] == RUNNING => Ok(()),
-        Ok(1) => Err(failure(
-            kind_of_code(byte[0]),
-            "the keeper could not start (its error is above, unless stderr is stdout)",
-        )),
-        _ => Err(failure(
-            Kind::Io,
-            "the keeper ended before it ran (its error is above, unless stderr is stdout)",
-        )),
+    match std::fs::File::from(fd).read(&mut byte) {
+        Ok(1) => Heard::Byte(byte[0]),
+        _ => Heard::Closed,
     }
 }
 
@@ -535,24 +549,7 @@ pub fn keep(config: &Config, args: &AcquireArgs, brief: Brief) -> Result<u8> {
 
 /// Waits up to `bound` for acquire's word on `word`: true when it came.
 fn awaited_word(word: OwnedFd, bound: Duration) -> bool {
-    let mut p = libc::pollfd {
-        fd: word.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let deadline = Instant::now() + bound;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: one valid pollfd that we own; poll only writes `revents`.
-        match unsafe { libc::poll(&mut p, 1, ms) } {
-            1 => break,
-            -1 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
-            _ => return false,
-        }
-    }
-    let mut byte = [0u8; 1];
-    matches!(std::fs::File::from(word).read(&mut byte), Ok(1) if byte[0] == b'1')
+    matches!(byte_within(word, bound), Heard::Byte(b'1'))
 }
 
 /// Everything before the keeper says it runs: detached, the signals, the watchers, a connection.
@@ -592,7 +589,7 @@ fn prepare<'a>(
         on_lost: args.on_lost,
         pid,
         deadline: lock.valid_until(lock.sent),
-        next_renewal: lock.sent + renewal_interval(lock.ttl),
+        next_renewal: lock.sent + lock.renewal_interval(),
         lock,
         store: Some(store),
         last_error: None,
@@ -626,12 +623,6 @@ fn detach() -> Result<()> {
 fn set_cloexec(fd: RawFd) {
     // SAFETY: fcntl on a descriptor we own.
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-}
-
-/// How often the lock is renewed: every TTL/3, as exec does, so two renewals may fail before it
-/// expires.
-fn renewal_interval(ttl: Duration) -> Duration {
-    (ttl / 3).max(Duration::from_millis(1))
 }
 
 struct Keeper<'a> {
@@ -742,7 +733,7 @@ impl Keeper<'_> {
 
     /// Renews the lock once; `Some` when it turned out not to be ours any more.
     fn renew(&mut self) -> Option<End> {
-        let interval = renewal_interval(self.lock.ttl);
+        let interval = self.lock.renewal_interval();
         let sent = Instant::now();
         let (keys, token, ttl) = (
             self.lock.keys.clone(),

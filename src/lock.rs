@@ -852,6 +852,12 @@ impl Lock {
     pub fn valid_until(&self, sent: Instant) -> Instant {
         sent + self.ttl.saturating_sub(self.drift)
     }
+
+    /// How often a holder that keeps the lock (`exec`, `acquire --while-pid`'s keeper) renews
+    /// it: every TTL/3, so two renewals may fail before it expires.
+    pub fn renewal_interval(&self) -> Duration {
+        (self.ttl / 3).max(Duration::from_millis(1))
+    }
 }
 
 /// The outcome of one attempt to take a lock. (Short-lived, one per round trip: not worth a box.)
