@@ -9,42 +9,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, Run, default_signals, lock_key, meta_key, wait_for, wait_subscribed};
+use common::keeper::{SOON, keepers_of, sleeper, token_in};
+use common::{RedisServer, Run, lock_key, meta_key, wait_for, wait_subscribed};
 use serde_json::Value;
-
-/// Bound for what should take milliseconds (a keeper noticing its pid's end, an announcement).
-const SOON: Duration = Duration::from_secs(10);
-
-/// The keepers running for `pid` (`redlock-keeper --pid PID -- KEY` in their command line; a
-/// zombie has none, and counts as gone).
-fn keepers_of(pid: u32) -> Vec<u32> {
-    let pid = pid.to_string();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(n) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
-        if args.len() >= 3
-            && args[0] == b"redlock-keeper"
-            && args[1] == b"--pid"
-            && args[2] == pid.as_bytes()
-        {
-            found.push(n);
-        }
-    }
-    found
-}
-
-/// A `sleep 1000` to keep locks for, with the default signal dispositions.
-fn sleeper() -> std::process::Child {
-    let mut cmd = Command::new("sleep");
-    default_signals(&mut cmd);
-    cmd.arg("1000").spawn().unwrap()
-}
 
 /// Runs `acquire` (`cmd`) to its end and returns the token. Its stderr goes nowhere: the keeper
 /// keeps it (for its warnings) for as long as it runs, so a pipe would not end with `acquire`.
@@ -56,20 +23,6 @@ fn acquire(cmd: &mut Command) -> String {
         .unwrap();
     assert!(out.status.success(), "{:?}", out.status);
     String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-/// The token in `file`, once the shell has written all of it.
-fn token_in(file: &Path) -> String {
-    let mut token = String::new();
-    let written = wait_for(
-        || {
-            token = std::fs::read_to_string(file).unwrap_or_default();
-            token.ends_with('\n')
-        },
-        SOON,
-    );
-    assert!(written, "no token in {}", file.display());
-    token.trim().to_string()
 }
 
 /// Fails if the keeper does not renew: with --ttl 1s the lock would expire after a second.

@@ -4,60 +4,15 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
+use common::keeper::{SOON, keepers_of, sleeper, token_in};
 use common::proxy::Proxy;
-use common::{RedisServer, Run, default_signals, lock_key, wait_for};
-
-/// Bound for what should take milliseconds.
-const SOON: Duration = Duration::from_secs(10);
-
-/// The keepers running for `pid` (`redlock-keeper --pid PID -- KEY`).
-fn keepers_of(pid: u32) -> Vec<u32> {
-    let pid = pid.to_string();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(n) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
-        if args.len() >= 3
-            && args[0] == b"redlock-keeper"
-            && args[1] == b"--pid"
-            && args[2] == pid.as_bytes()
-        {
-            found.push(n);
-        }
-    }
-    found
-}
-
-fn sleeper() -> std::process::Child {
-    let mut cmd = Command::new("sleep");
-    default_signals(&mut cmd);
-    cmd.arg("1000").spawn().unwrap()
-}
+use common::{RedisServer, Run, lock_key, wait_for};
 
 fn exited(child: &mut std::process::Child) -> bool {
     child.try_wait().unwrap().is_some()
-}
-
-fn token_in(file: &Path) -> String {
-    let mut token = String::new();
-    let written = wait_for(
-        || {
-            token = std::fs::read_to_string(file).unwrap_or_default();
-            token.ends_with('\n')
-        },
-        SOON,
-    );
-    assert!(written, "no token in {}", file.display());
-    token.trim().to_string()
 }
 
 /// Exclusion. A Redis restart (no persistence: `--save ''`) loses the lock while PID runs. The

@@ -18,6 +18,7 @@
 
 #![allow(dead_code)] // each test crate uses its own subset
 
+pub mod keeper;
 pub mod nodes;
 pub mod proxy;
 pub mod pty;
