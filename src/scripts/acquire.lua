@@ -73,6 +73,15 @@ if ended then
   return ended
 end
 
+-- Asks `holder` to stop for `by` ('user@host (pid N)'), at `now` (ms): recorded in META
+-- `preempted`, announced on LOCK:events and told as `preempted` (the history kept `keep` ms).
+local function ask_to_stop(holder, by, keep, now)
+  local at = int(now)
+  redis.call('HSET', META, 'preempted', holder .. ':' .. at .. ':' .. by)
+  redis.pcall('PUBLISH', LOCK .. ':events', 'preempted:' .. holder .. ':' .. at .. ':' .. by)
+  event('preempted', holder, {'by', by}, log_max, keep, now)
+end
+
 -- A --preemptible holder that takes the lock while a --preempt waiter is at the head of the
 -- queue (it queued while the lock was being handed to this one) is asked to stop at once, as if
 -- that waiter had asked it (see below): its ticket is below 0, ahead of every plain one.
@@ -90,10 +99,7 @@ local function ask_if_preempted(holder, keep, now)
     end
     by = (f[4] or '?') .. '@' .. (f[5] or '?') .. ' (pid ' .. (f[3] or '?') .. ')'
   end
-  local at = int(now)
-  redis.call('HSET', META, 'preempted', holder .. ':' .. at .. ':' .. by)
-  redis.pcall('PUBLISH', LOCK .. ':events', 'preempted:' .. holder .. ':' .. at .. ':' .. by)
-  event('preempted', holder, {'by', by}, log_max, keep, now)
+  ask_to_stop(holder, by, keep, now)
 end
 
 -- `queued`: we may be in the queue (drop us from it); `woken`: the lock was reserved for us,
@@ -246,11 +252,7 @@ if preempt and string.sub(current, 1, 1) ~= '~' and string.sub(current, 1, 1) ~=
   local m = redis.call('HMGET', META, 'token', 'preemptible', 'preempted')
   if m[1] == current and m[2] == '1'
       and string.sub(m[3] or '', 1, #current + 1) ~= current .. ':' then
-    local at, by = int(now_ms()), ARGV[21] or '?'
-    redis.call('HSET', META, 'preempted', current .. ':' .. at .. ':' .. by)
-    redis.pcall('PUBLISH', LOCK .. ':events', 'preempted:' .. current .. ':' .. at .. ':' .. by)
-    event('preempted', current, {'by', by}, log_max, math.max(pttl, 0) + (tonumber(ARGV[13]) or 0),
-      now_ms())
+    ask_to_stop(current, ARGV[21] or '?', math.max(pttl, 0) + (tonumber(ARGV[13]) or 0), now_ms())
   end
 end
 -- Busy because the lock is reserved for a waiter (its turn), not because someone holds it.
