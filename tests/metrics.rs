@@ -715,3 +715,26 @@ fn a_cluster_lists_the_locks_of_every_master() {
     }
     assert!(s.iter().all(|x| !x.labels.contains_key("node")), "{out}");
 }
+
+/// The cron recipe replaces the metrics file only when `status` succeeds (`&& mv`): against a
+/// server that cannot be reached it writes nothing to stdout and fails with the documented code
+/// (69, unavailable) and one line on stderr, so the old file stays. A server that is down (the
+/// port closed) and one that never answers (a hung server, the timeout's path) alike.
+#[test]
+fn an_unreachable_server_writes_nothing_and_fails() {
+    for (what, url) in [
+        ("down", format!("redis://127.0.0.1:{}", closed_port())),
+        ("hung", format!("redis://127.0.0.1:{}", silent_port())),
+    ] {
+        let out = metrics(
+            redlock().args(["--url", &url, "--io-timeout", "1s"]),
+            &["deploy-prod", "nightly-backup"],
+        );
+        assert_eq!(out.code(), 69, "a {what} server:\n{out}");
+        assert!(
+            out.stdout.is_empty(),
+            "a {what} server wrote metrics:\n{out}"
+        );
+        assert_one_error_line(&out);
+    }
+}
