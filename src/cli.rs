@@ -724,9 +724,10 @@ pub fn parse_pool(s: &str) -> Result<Pool, String> {
                 "'{s}' has an empty name; separate names with single commas"
             ));
         }
-        if let Some(c) = name.chars().find(|c| c.is_control()) {
+        if let Some(why) = crate::printable::unsafe_in_name(name) {
             return Err(format!(
-                "the name {name:?} contains the control character {c:?}"
+                "the name '{}' contains {why}",
+                crate::printable::printable(name)
             ));
         }
         if names[..i].contains(name) {

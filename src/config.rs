@@ -211,10 +211,13 @@ fn check_prefix(prefix: &str) -> Result<()> {
             crate::printable::printable(prefix)
         )));
     }
-    if prefix.chars().any(crate::printable::is_unsafe) {
-        return Err(usage(
-            "--prefix must not contain control or direction characters",
-        ));
+    // The same rule as for a lock name (see lock.rs).
+    if let Some(why) = crate::printable::unsafe_in_name(prefix) {
+        return Err(usage(format!(
+            "--prefix '{}' contains {why}; a prefix must not have control, direction or \
+             invisible characters",
+            crate::printable::printable(prefix)
+        )));
     }
     if prefix.len() > MAX_PREFIX_LEN {
         return Err(usage(format!(

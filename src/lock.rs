@@ -31,7 +31,7 @@ use redis::Value;
 
 use crate::client::{Redis, unexpected_reply};
 use crate::error::{Kind, failure, refusal, usage};
-use crate::printable::{is_bidi_control, printable};
+use crate::printable::{printable, unsafe_in_name};
 use crate::redact::redact;
 use crate::scripts;
 
@@ -60,17 +60,13 @@ impl Keys {
                 name.len()
             )));
         }
-        if let Some(c) = name.chars().find(|c| c.is_control()) {
+        // Shown in `status`, a name with these would read differently from what it is (the
+        // same rule as for --prefix).
+        if let Some(why) = unsafe_in_name(name) {
             return Err(usage(format!(
-                "the lock name {name:?} contains the control character {c:?}"
-            )));
-        }
-        // Shown in `status`, a name with these would read differently from what it is.
-        if let Some(c) = name.chars().find(|&c| is_bidi_control(c)) {
-            return Err(usage(format!(
-                "the lock name {:?} contains the invisible direction character {}",
-                printable(name),
-                c.escape_unicode()
+                "the lock name '{}' contains {why}; names are refused with control, direction or \
+                 invisible characters",
+                printable(name)
             )));
         }
         // `{}...` would be an empty hash tag, and the lock's keys would land in different

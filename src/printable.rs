@@ -44,6 +44,24 @@ pub fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
+/// Why `s` cannot name something redlock shows (a lock, a `--prefix`, a pool's place), or
+/// `None` when it can: the first character that [`is_unsafe`] finds, said by kind and escaped
+/// (`the invisible character \u{200b}`). One rule for every name: a name that `status` would
+/// have to show escaped, or that looks like another, is refused where it is given.
+pub fn unsafe_in_name(s: &str) -> Option<String> {
+    let c = s.chars().find(|&c| is_unsafe(c))?;
+    let kind = if c.is_control() {
+        "control character"
+    } else if is_bidi_control(c) {
+        "invisible direction character"
+    } else if matches!(c, '\u{2028}' | '\u{2029}') {
+        "line or paragraph separator"
+    } else {
+        "invisible character"
+    };
+    Some(format!("the {kind} {}", c.escape_unicode()))
+}
+
 /// `s` with every unsafe character escaped (`\u{1b}`); borrowed when there is none.
 pub fn printable(s: &str) -> Cow<'_, str> {
     if !s.chars().any(is_unsafe) {
@@ -87,5 +105,25 @@ mod tests {
             assert_eq!(printable(raw), shown, "{raw:?}");
         }
         assert!(matches!(printable("plain"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_name_with_an_unsafe_character_is_refused_by_kind() {
+        for (name, why) in [
+            ("deploy", None),
+            ("デプロイ-👩\u{200d}💻", None),
+            ("a\tb", Some("the control character \\u{9}")),
+            (
+                "a\u{202e}b",
+                Some("the invisible direction character \\u{202e}"),
+            ),
+            ("ad\u{200b}min", Some("the invisible character \\u{200b}")),
+            (
+                "a\u{2028}b",
+                Some("the line or paragraph separator \\u{2028}"),
+            ),
+        ] {
+            assert_eq!(unsafe_in_name(name).as_deref(), why, "{name:?}");
+        }
     }
 }

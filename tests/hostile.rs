@@ -194,6 +194,47 @@ fn a_prefix_must_be_a_namespace_of_its_own() {
     assert!(out.stderr.contains("limit is 256"), "{out}");
 }
 
+/// One rule for a lock name and a prefix: a zero-width space makes a name look like another, a
+/// line separator breaks a line where none shows; both are refused as a direction character is,
+/// with exit 2 and one line that names the character (escaped) rather than printing it. Refused
+/// before any connection: no server is needed.
+#[test]
+fn a_lock_name_has_the_rule_of_a_prefix() {
+    for (c, says) in [
+        ('\u{200b}', "invisible character \\u{200b}"),
+        ('\u{2028}', "line or paragraph separator \\u{2028}"),
+        ('\u{202e}', "invisible direction character \\u{202e}"),
+        ('\u{1b}', "control character \\u{1b}"),
+    ] {
+        let name = format!("ad{c}min");
+        let prefix = format!("app{c}:");
+        for (what, args) in [
+            ("a lock name", vec!["acquire", name.as_str()]),
+            ("a lock name", vec!["status", name.as_str()]),
+            (
+                "a pool's name",
+                vec!["acquire", "k", "--pool", name.as_str()],
+            ),
+            ("a prefix", vec!["--prefix", prefix.as_str(), "status"]),
+        ] {
+            let out = redlock()
+                .args(["--url", &format!("redis://127.0.0.1:{}", closed_port())])
+                .args(&args)
+                .run()
+                .expect(2);
+            assert!(
+                !out.stderr.contains(c),
+                "{what} with {c:?} printed as is:\n{out}"
+            );
+            assert_one_error_line(&out);
+            assert!(
+                out.stderr.contains(says),
+                "{what} with {c:?} not refused by name:\n{out}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_reservation_value_is_not_a_token() {
     let Some(redis) = RedisServer::start() else {
