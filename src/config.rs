@@ -510,6 +510,14 @@ pub fn parse_url(
             redact_unparsed(raw)
         )));
     }
+    if !has_scheme(raw) {
+        // `-u "$PASSWORD"` (the password where the URL goes) is the usual way to get here: the
+        // value is not printed at all.
+        return Err(usage(
+            "the Redis URL given does not start with a scheme (redis://, rediss:// or unix://); \
+             it is not printed, as it may be a password; expected e.g. redis://127.0.0.1:6379",
+        ));
+    }
     let url = url::Url::parse(raw).map_err(|e| {
         usage(format!(
             "malformed Redis URL '{}': {e}; expected e.g. redis://127.0.0.1:6379",
@@ -648,10 +656,20 @@ fn secret_param(name: &str) -> bool {
     name.eq_ignore_ascii_case("pass") || name.eq_ignore_ascii_case("password")
 }
 
+/// Whether `raw` starts with `SCHEME://`: without one, it is no URL, and may be anything the
+/// user meant to put elsewhere (a password).
+fn has_scheme(raw: &str) -> bool {
+    raw.find("://").is_some_and(|i| is_scheme(&raw[..i]))
+}
+
 /// A string that did not parse as a URL, safe to print: whatever its shape (`redis:/:PW@h`,
 /// `redis//:PW@h`, `redis:PW@h`), everything before its last `@` is hidden but a leading
-/// `scheme://`, and so is the value of a `pass=` or `password=` parameter.
+/// `scheme://`, and so is the value of a `pass=` or `password=` parameter. Without a leading
+/// `scheme://` nothing of it is shown (`***`): it may be a password given where a URL goes.
 fn redact_unparsed(raw: &str) -> String {
+    if !has_scheme(raw) {
+        return "***".to_string();
+    }
     let shown = match raw.rfind('@') {
         Some(at) => {
             let scheme = raw

@@ -38,7 +38,12 @@ const MAX_DEPTH: usize = 4;
 ///   (`X-Api-Key: ***`, `Authorization: Basic ***`, `"password": ***`), and the two after
 ///   `AUTH` (`auth` too after a `redis-cli`);
 /// - the password after `-u`, `-U`, `--user` or `--proxy-user` (`curl -u admin:***`,
-///   `smbclient -U user%***`), and what follows `-p` in one word (`-p***`, mysql's form).
+///   `smbclient -U user%***`, `lftp -u user,***`), and what follows `-p` in one word (`-p***`,
+///   mysql's form);
+/// - the word after `--pwd` (an option, unlike the shell's `PWD=/dir`), after openssl's `-k`
+///   and `-K` once an `openssl` was seen (`openssl enc -k ***`), and after a word that names a
+///   secret following `set` (`aws configure set aws_secret_access_key ***`,
+///   `redis-cli config set requirepass ***`).
 pub fn redact(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     Redactor::new(0).text(text, &mut out);
@@ -81,6 +86,10 @@ struct Redactor {
     next: Next,
     /// A `redis-cli` was seen: a lowercase `auth` is its command.
     redis_cli: bool,
+    /// An `openssl` was seen: `-k` and `-K` take its pass phrase and key.
+    openssl: bool,
+    /// The previous word was `set`: a secret's name now is followed by its value.
+    after_set: bool,
     /// A value's quote was never closed: everything after it is hidden.
     hide_rest: bool,
     depth: usize,
@@ -91,6 +100,8 @@ impl Redactor {
         Redactor {
             next: Next::Keep,
             redis_cli: false,
+            openssl: false,
+            after_set: false,
             hide_rest: false,
             depth,
         }
@@ -116,6 +127,7 @@ impl Redactor {
         if self.hide_rest {
             return;
         }
+        let after_set = std::mem::take(&mut self.after_set);
         if self.next == Next::Script {
             self.next = Next::Keep;
             Redactor::new(self.depth + 1).text(arg, out);
@@ -132,11 +144,13 @@ impl Redactor {
             // Not a value of one of ours: text, such as a header (`X-Api-Key: SECRET`).
             self.text(arg, out);
         } else {
+            self.after_set = after_set;
             self.word(arg, out);
         }
     }
 
     fn word(&mut self, word: &str, out: &mut String) {
+        let after_set = std::mem::take(&mut self.after_set);
         if self.hidden_by_previous(word, out) {
             return;
         }
@@ -144,7 +158,15 @@ impl Redactor {
         if is_redis_cli(bare) {
             self.redis_cli = true;
         }
-        self.next = self.after(bare);
+        if bare.rsplit('/').next() == Some("openssl") {
+            self.openssl = true;
+        }
+        self.next = if after_set && is_secret_name(bare) {
+            Next::Hide(1)
+        } else {
+            self.after(bare)
+        };
+        self.after_set = bare.eq_ignore_ascii_case("set");
         let inner = self.quoted_parts(word);
         let (rewritten, unclosed) = rewrite(&inner);
         out.push_str(&rewritten);
@@ -171,7 +193,7 @@ impl Redactor {
             // A URL (redlock's own `-u URL`) is left to the URL rule.
             Next::Credentials if unit.contains("://") => false,
             Next::Credentials => {
-                match unit.find([':', '%']) {
+                match unit.find(CREDENTIALS_SEP) {
                     Some(sep) => {
                         out.push_str(&unit[..=sep]);
                         out.push_str(HIDDEN);
@@ -200,6 +222,9 @@ impl Redactor {
             "-p" | "-P" => return Next::Hide(1),
             // redis-cli's password; elsewhere `-a` is "all" (`cp -a`, `git commit -a`).
             "-a" if self.redis_cli => return Next::Hide(1),
+            // openssl's pass phrase (`enc -k PW`) and raw key (`-K HEX`); elsewhere `-k` is
+            // curl's "insecure".
+            "-k" | "-K" if self.openssl => return Next::Hide(1),
             "-u" | "-U" | "--user" | "--proxy-user" => return Next::Credentials,
             "-c" => return Next::Script,
             "AUTH" => return Next::Hide(2),
@@ -232,8 +257,8 @@ impl Redactor {
         if word.contains('=') {
             return Next::Keep;
         }
-        if let Some(name) = word.strip_prefix("--") {
-            if is_secret_name(name) {
+        if word.starts_with("--") {
+            if is_secret_name(word) {
                 return Next::Hide(1);
             }
         } else if let Some(name) = word.strip_prefix('-') {
@@ -299,13 +324,13 @@ fn hide_whole_arg(arg: &str) -> Option<String> {
     if let Some((name, _)) = arg.split_once('=') {
         let option = name.trim_start_matches('-');
         if is_name(option) {
-            if is_secret_name(option) {
+            if is_secret_name(name) {
                 return Some(format!("{name}={HIDDEN}"));
             }
             if matches!(name, "--user" | "--proxy-user") {
                 let value = &arg[name.len() + 1..];
                 return value
-                    .find([':', '%'])
+                    .find(CREDENTIALS_SEP)
                     .map(|sep| format!("{name}={}{HIDDEN}", &value[..=sep]));
             }
         }
@@ -338,7 +363,7 @@ fn attached(word: &str) -> Option<String> {
         return Some(format!("-p{HIDDEN}"));
     }
     if let Some(value) = word.strip_prefix("-u").filter(|v| !v.contains("://"))
-        && let Some(sep) = value.find([':', '%'])
+        && let Some(sep) = value.find(CREDENTIALS_SEP)
     {
         return Some(format!("-u{}{HIDDEN}", &value[..=sep]));
     }
@@ -354,7 +379,7 @@ fn rewrite(word: &str) -> (String, bool) {
         .strip_prefix("--user=")
         .or(word.strip_prefix("--proxy-user="))
     {
-        Some(value) => match value.find([':', '%']) {
+        Some(value) => match value.find(CREDENTIALS_SEP) {
             Some(sep) => {
                 let keep = word.len() - value.len() + sep + 1;
                 return (format!("{}{HIDDEN}", &word[..keep]), false);
@@ -367,12 +392,17 @@ fn rewrite(word: &str) -> (String, bool) {
     (redact_urls(&word), unclosed)
 }
 
+/// What separates a user from a password in `-u USER:PW` (curl), `-U USER%PW` (smbclient) and
+/// `-u USER,PW` (lftp).
+const CREDENTIALS_SEP: [char; 3] = [':', '%', ','];
+
 /// Whether NAME (of `NAME=VALUE`, `NAME: VALUE` or `--NAME VALUE`, case and `-`/`_`/`.` aside)
 /// names a secret: it contains PASS, SECRET, TOKEN, APIKEY/API_KEY, AUTH (not as in AUTHOR),
 /// CREDENTIAL, PRIVATE or COOKIE, or has a part PW or PWD (`MYSQL_PWD`, `DB_PW`; the shell's
-/// `PWD` and `OLDPWD` are directories). A name ending in FILE holds a path
-/// (`REDLOCK_PASSWORD_FILE`, `--password-file`), not a secret.
+/// `PWD` and `OLDPWD` are directories, but `--pwd` is an option). A name ending in FILE holds a
+/// path (`REDLOCK_PASSWORD_FILE`, `--password-file`), not a secret.
 fn is_secret_name(name: &str) -> bool {
+    let option = name.starts_with("--");
     const SECRET: [&str; 8] = [
         "PASS",
         "SECRET",
@@ -394,8 +424,7 @@ fn is_secret_name(name: &str) -> bool {
         let rest = &name[i + 4..];
         !rest.starts_with("OR") || rest.starts_with("ORI")
     });
-    let pw = name != "PWD"
-        && name != "OLDPWD"
+    let pw = (option || (name != "PWD" && name != "OLDPWD"))
         && name.split('_').any(|part| part == "PW" || part == "PWD");
     auth || pw || SECRET.iter().any(|s| name.contains(s))
 }
@@ -840,6 +869,40 @@ mod tests {
             "redis-cli HELLO 3 AUTH u PW",
             "redis-cli HELLO 3 AUTH *** ***",
         ),
+        // --pwd is an option (the shell's PWD= is a directory, above), openssl's -k and -K,
+        // a secret set by name (aws, redis-cli), lftp's USER,PASSWORD.
+        ("mysqlsh --pwd PW db", "mysqlsh --pwd *** db"),
+        ("tool --pwd=PW x", "tool --pwd=*** x"),
+        (
+            "openssl enc -aes256 -k PW -in f",
+            "openssl enc -aes256 -k *** -in f",
+        ),
+        ("openssl enc -K PWHEX -iv 00", "openssl enc -K *** -iv 00"),
+        ("openssl enc -pass pass:PW", "openssl enc -pass ***"),
+        (
+            "aws configure set aws_secret_access_key PW",
+            "aws configure set aws_secret_access_key ***",
+        ),
+        (
+            "aws configure set default.aws_secret_access_key PW --profile p",
+            "aws configure set default.aws_secret_access_key *** --profile p",
+        ),
+        (
+            "aws configure set secret_access_key PW",
+            "aws configure set secret_access_key ***",
+        ),
+        (
+            "redis-cli config set requirepass PW",
+            "redis-cli config set requirepass ***",
+        ),
+        ("lftp -u deploy,PW sftp://h", "lftp -u deploy,*** sftp://h"),
+        ("lftp -udeploy,PW h", "lftp -udeploy,*** h"),
+        // Readable: curl's -k is "insecure", a `set` of something not secret.
+        ("curl -k https://h/x", "curl -k https://h/x"),
+        (
+            "aws configure set region eu-west-1",
+            "aws configure set region eu-west-1",
+        ),
     ];
 
     #[test]
@@ -895,6 +958,16 @@ mod tests {
             (
                 &["redis-cli", "AUTH", "default", "PW"],
                 "redis-cli AUTH *** ***",
+            ),
+            (&["mysqlsh", "--pwd", "two PW"], "mysqlsh --pwd ***"),
+            (&["openssl", "enc", "-k", "two PW"], "openssl enc -k ***"),
+            (
+                &["aws", "configure", "set", "aws_secret_access_key", "two PW"],
+                "aws configure set aws_secret_access_key ***",
+            ),
+            (
+                &["lftp", "-u", "deploy,two PW", "h"],
+                "lftp -u deploy,*** h",
             ),
             (
                 &[

@@ -215,6 +215,55 @@ fn an_argument_after_a_password_option_is_hidden_whole() {
     assert_eq!(note, "true --password ***");
 }
 
+/// The default note is the command line: each of these tools' ways of passing a password is
+/// hidden in Redis and in `status`, while the rest of the command stays readable.
+#[test]
+fn passwords_in_other_tools_command_lines_are_hidden() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    for (name, argv, shown) in [
+        ("pwd", vec!["mysqlsh", "--pwd", PW], "mysqlsh --pwd ***"),
+        (
+            "openssl-k",
+            vec!["openssl", "enc", "-aes256", "-k", PW],
+            "openssl enc -aes256 -k ***",
+        ),
+        (
+            "openssl-pass",
+            vec!["openssl", "enc", "-pass", &format!("pass:{PW}")],
+            "openssl enc -pass ***",
+        ),
+        (
+            "aws",
+            vec!["aws", "configure", "set", "aws_secret_access_key", PW],
+            "aws configure set aws_secret_access_key ***",
+        ),
+        (
+            "aws-short",
+            vec!["aws", "configure", "set", "default.secret_access_key", PW],
+            "aws configure set default.secret_access_key ***",
+        ),
+        (
+            "lftp",
+            vec!["lftp", "-u", &format!("deploy,{PW}"), "sftp://h"],
+            "lftp -u deploy,*** sftp://h",
+        ),
+    ] {
+        // `true` runs instead of the tool: only its command line matters.
+        redis
+            .redlock()
+            .args(["exec", name, "--", "sh", "-c", "true", "sh"])
+            .args(&argv)
+            .run()
+            .expect(0);
+        let note = redis.meta(name).get("note").cloned().unwrap_or_default();
+        assert!(!note.contains(PW), "{name}: the password is stored: {note}");
+        assert!(note.contains(shown), "{name}: {note}");
+    }
+    assert!(!dump(&redis).contains(PW), "{}", dump(&redis));
+}
+
 #[test]
 fn an_unparsable_url_never_prints_its_password() {
     for url in [
@@ -222,11 +271,19 @@ fn an_unparsable_url_never_prints_its_password() {
         format!("redis//:{PW}@127.0.0.1:6379"),
         format!("redis:{PW}@127.0.0.1:6379"),
         format!("unix://?pass={PW}"),
+        // `-u "$PASSWORD"`: the password where the URL goes, in every shape a password takes.
+        PW.to_string(),
+        format!("{PW}:x"),
+        format!(":{PW}"),
+        format!("{PW}@host"),
+        format!("h:{PW}"),
     ] {
         let out = redlock().args(["-u", &url, "status"]).run().expect(2);
         assert_one_error_line(&out);
         assert_no_password(&out);
     }
+    let out = redlock().args(["-u", PW, "status"]).run().expect(2);
+    assert!(out.stderr.contains("not printed"), "{out}");
     // A ',' in a password cuts a $REDLOCK_URL list in the middle of it.
     let (head, tail) = PW.split_at(6);
     for list in [
