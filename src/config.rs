@@ -783,13 +783,15 @@ mod tests {
     }
 
     #[test]
-    fn unparsable_urls_hide_everything_before_the_last_at() {
+    fn unparsable_urls_hide_everything_before_the_last_at_or_all() {
         for (raw, want) in [
-            ("redis:/:s3cret@h", "***@h"),
-            ("redis//:s3cret@h", "***@h"),
-            ("redis:s3cret@h", "***@h"),
+            // Without a leading scheme:// nothing is shown: it may be a password.
+            ("redis:/:s3cret@h", "***"),
+            ("redis//:s3cret@h", "***"),
+            ("redis:s3cret@h", "***"),
+            ("s3cret", "***"),
             ("redis://:s3c@ret@h:1", "redis://***@h:1"),
-            ("x:s3cret://y@h", "***@h"),
+            ("x:s3cret://y@h", "***"),
             ("unix://?pass=s3cret&db=1", "unix://?pass=***&db=1"),
             ("redis://h", "redis://h"),
         ] {
