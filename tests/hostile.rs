@@ -302,7 +302,7 @@ const README_ACL: &str = "resetkeys ~redlock:* resetchannels &redlock:* &redlock
 -@all +@connection \
 +eval +evalsha +script|load +scan +blpop +subscribe +wait +get +set +del +exists +pttl +pexpire +persist +hget +hset \
 +hdel +hmget +hgetall +hincrby +zadd +zrem +zrange +zscore +zcard +lpush +publish +time +info \
-+xadd +type +xrange +xrevrange +xread +psubscribe +pubsub|numsub";
++xadd +type +xrange +xrevrange +xread +psubscribe +pubsub|numsub +multi +exec";
 
 #[test]
 fn the_readme_acl_confines_redlock_to_its_prefix() {
@@ -336,6 +336,24 @@ fn the_readme_acl_confines_redlock_to_its_prefix() {
         .run()
         .expect(0);
     with_user().arg("status").run().expect(0);
+    // `status` of every lock reads them in one MULTI/EXEC transaction (lock.rs's
+    // inspect_batch), not with one script call each: without `+multi +exec` the server refused
+    // the transaction and each lock was read alone, silently.
+    let others: Vec<(&str, String)> = ["a", "b", "c"]
+        .into_iter()
+        .map(|name| (name, hold(&redis, name, "60s")))
+        .collect();
+    let (multi, scripts) = (redis.calls("multi"), redis.script_calls());
+    let all = with_user().arg("status").run().ok();
+    assert_eq!(all.lines().count(), 5, "{all}");
+    assert_eq!(
+        (redis.calls("multi") - multi, redis.script_calls() - scripts),
+        (1, 0),
+        "status of four locks did not read them in one transaction"
+    );
+    for (name, token) in &others {
+        release(&redis, name, token);
+    }
     let waiter = with_user()
         .args(["acquire", "k", "--wait", "30s"])
         .spawn_proc();
