@@ -1,8 +1,8 @@
 //! The command-line definition, and nothing else.
 //!
-//! This file depends only on clap, humantime and `crate::exit` (itself std-only), so that the
-//! completion and man-page generators in `tests/generated.rs` can include both with `#[path]` and
-//! render exactly what users see. Parsing helpers that clap calls (`parse_duration`) live here for
+//! This file depends only on clap, humantime, `crate::exit` and `crate::printable` (both
+//! std-only), so that the completion and man-page generators in `tests/generated.rs` can include
+//! them with `#[path]` and render exactly what users see. Parsing helpers that clap calls (`parse_duration`) live here for
 //! that reason.
 //!
 //! Layer 1 of the list in `lib.rs`.

@@ -26,6 +26,10 @@ mod cli;
 #[allow(dead_code)]
 #[path = "../src/exit.rs"]
 mod exit;
+// The rule for names (`--pool`'s), std-only too.
+#[allow(dead_code)]
+#[path = "../src/printable.rs"]
+mod printable;
 
 use std::collections::BTreeSet;
 use std::fs;
