@@ -2,7 +2,14 @@
 //! `common.lua`), read back for `redlock log`.
 //!
 //! Each entry is one event (`acquired`, `released`, `expired`, `forced`, `lost`) with the fields
-//! the script wrote; its stream ID's first part is the server's clock in ms when it was written.
+//! the script wrote, among them `at_ms`, the server's clock (TIME) in ms when it was written.
+//! An entry is dated by that field, not by its stream ID: the ID's first part is the clock only
+//! until someone plants an entry with an ID in the future (`XADD KEY 99999999999999-0 ...`);
+//! every later ID then follows the planted one, and would date its event in the year 5138. The
+//! IDs stay in the order written, so they remain the cursor (`--follow`, paging), and an ID is
+//! never smaller than the clock when it was given, so `--since`'s lower bound on IDs only
+//! lets more through, which the field then filters. An entry without the field (written by a
+//! version before it) is dated by its ID.
 //! Anyone who can write the prefix can write the stream, so every field read here is untrusted:
 //! escaped for display (printable.rs), the note redacted (redact.rs), numbers parsed, never
 //! trusted to fit. The stream lives on the lock's server (a quorum's queue node, the first URL).
@@ -26,7 +33,8 @@ use crate::redact::redact;
 pub struct Entry {
     /// The stream ID (`MS-SEQ`): where `--follow` goes on from.
     pub id: String,
-    /// When it was written (the server's clock, ms): the ID's first part.
+    /// When it was written (the server's clock, ms): the `at_ms` field, or the ID's first part
+    /// for an entry without one.
     pub at_ms: i64,
     /// The fields in the order written, `event` and `token` first; escaped, the note redacted.
     pub fields: Vec<(String, String)>,
@@ -147,6 +155,9 @@ impl Entry {
         m.insert("id".into(), json!(self.id));
         m.insert("lock".into(), json!(name));
         for (k, v) in &self.fields {
+            if k == "at_ms" {
+                continue;
+            }
             let numeric = matches!(
                 k.as_str(),
                 "waited_ms" | "ttl_ms" | "held_ms" | "status" | "expires_ms" | "slot"
@@ -164,7 +175,7 @@ impl Entry {
 /// Where reading starts and how much.
 #[derive(Debug, Clone, Copy)]
 pub struct Range {
-    /// Only entries written at or after this time (server ms).
+    /// Only entries written at or after this time (server ms, as [`Entry::at_ms`] says).
     pub since_ms: Option<i64>,
     /// At most this many, the most recent.
     pub limit: Option<usize>,
@@ -180,8 +191,10 @@ pub fn server_ms(redis: &mut Redis) -> Result<i64> {
 ///
 /// Without a limit, page by page ([`PAGE`] entries per round trip), each page passed to `each`
 /// as it comes, so that a history far beyond `--log-max` (anyone may write the stream) is never
-/// held whole; with a limit, the newest that many in one read. Stops when `each` says `Break`.
-/// Returns the last entry passed, if any.
+/// held whole; with a limit, the newest that many, read backwards page by page until there are
+/// enough. Entries dated before `since_ms` are left out (the IDs' bound lets through entries
+/// that follow a planted future ID; see the module's doc). Stops when `each` says `Break`.
+/// Returns the last entry read, if any (passed or not: `--follow` goes on after it).
 pub fn read(
     redis: &mut Redis,
     keys: &Keys,
@@ -192,21 +205,42 @@ pub fn read(
     let start = range
         .since_ms
         .map_or_else(|| "-".to_string(), |ms| ms.max(0).to_string());
+    let wanted = |e: &Entry| range.since_ms.is_none_or(|since| e.at_ms >= since);
     if let Some(n) = range.limit {
-        let reply: Value = redis.call("history", |con| {
-            redis::cmd("XREVRANGE")
-                .arg(&log)
-                .arg("+")
-                .arg(&start)
-                .arg("COUNT")
-                .arg(n)
-                .query(con)
-        })?;
-        let mut entries = entries(&reply)?;
-        entries.reverse();
-        // One page: whether `each` wants more, nothing comes after it.
-        let _ = each(&entries)?;
-        return Ok(entries.pop());
+        let mut kept: Vec<Entry> = Vec::new();
+        let mut newest = None;
+        let mut to = "+".to_string();
+        while kept.len() < n {
+            let reply: Value = redis.call("history", |con| {
+                redis::cmd("XREVRANGE")
+                    .arg(&log)
+                    .arg(&to)
+                    .arg(&start)
+                    .arg("COUNT")
+                    .arg(PAGE.min(n - kept.len()).max(1))
+                    .query(con)
+            })?;
+            let page = entries(&reply)?;
+            let full = page.len() == PAGE.min(n - kept.len()).max(1);
+            let Some(oldest) = page.last().map(|e| e.id.clone()) else {
+                break;
+            };
+            if newest.is_none() {
+                newest = page.first().cloned();
+            }
+            kept.extend(page.into_iter().filter(wanted));
+            // The next page ends just before this one's oldest ID; an ID we cannot parse
+            // (planted) ends the listing rather than loop on it.
+            match previous_id(&oldest) {
+                Some(prev) if full => to = prev,
+                _ => break,
+            }
+        }
+        kept.truncate(n);
+        kept.reverse();
+        // One listing: whether `each` wants more, nothing comes after it.
+        let _ = each(&kept)?;
+        return Ok(newest);
     }
     let mut from = start;
     let mut last = None;
@@ -222,10 +256,11 @@ pub fn read(
         })?;
         let mut page = entries(&reply)?;
         let full = page.len() == PAGE;
-        let stop = each(&page)?.is_break();
-        let Some(e) = page.pop() else {
+        let Some(e) = page.last().cloned() else {
             return Ok(last);
         };
+        page.retain(wanted);
+        let stop = each(&page)?.is_break();
         // The next page starts just after this one's last ID (`MS-SEQ`); an ID we cannot
         // parse (planted) ends the listing rather than loop on it.
         let Some(next) = next_id(&e.id) else {
@@ -249,6 +284,16 @@ fn next_id(id: &str) -> Option<String> {
     Some(match seq.checked_add(1) {
         Some(seq) => format!("{ms}-{seq}"),
         None => format!("{}-0", ms.checked_add(1)?),
+    })
+}
+
+/// The largest stream ID before `id` (`MS-SEQ`).
+fn previous_id(id: &str) -> Option<String> {
+    let (ms, seq) = id.split_once('-')?;
+    let (ms, seq): (u64, u64) = (ms.parse().ok()?, seq.parse().ok()?);
+    Some(match seq.checked_sub(1) {
+        Some(seq) => format!("{ms}-{seq}"),
+        None => format!("{}-{}", ms.checked_sub(1)?, u64::MAX),
     })
 }
 
@@ -308,11 +353,7 @@ fn entry(v: &Value) -> Result<Entry> {
         return Err(bad());
     };
     let id = text(id).ok_or_else(bad)?;
-    let at_ms = id
-        .split('-')
-        .next()
-        .and_then(|ms| ms.parse().ok())
-        .unwrap_or(0);
+    let by_id = || id.split('-').next().and_then(|ms| ms.parse().ok());
     let fields = flat
         .chunks(2)
         .filter_map(|kv| match kv {
@@ -323,7 +364,14 @@ fn entry(v: &Value) -> Result<Entry> {
             }
             _ => None,
         })
-        .collect();
+        .collect::<Vec<(String, String)>>();
+    // Dated by the field the script wrote from TIME (see the module's doc), else by the ID.
+    let at_ms = fields
+        .iter()
+        .find(|(k, _)| k == "at_ms")
+        .and_then(|(_, v)| v.parse::<i64>().ok())
+        .or_else(by_id)
+        .unwrap_or(0);
     Ok(Entry {
         id: printable(&id).into_owned(),
         at_ms,
@@ -378,6 +426,33 @@ mod tests {
         assert_eq!(next_id("18446744073709551615-18446744073709551615"), None);
         assert_eq!(next_id("x"), None);
         assert_eq!(next_id("5-x"), None);
+        assert_eq!(previous_id("5-1").as_deref(), Some("5-0"));
+        assert_eq!(
+            previous_id("5-0").as_deref(),
+            Some("4-18446744073709551615")
+        );
+        assert_eq!(previous_id("0-0"), None);
+        assert_eq!(previous_id("x"), None);
+    }
+
+    #[test]
+    fn an_entry_is_dated_by_its_field_else_by_its_id() {
+        let v = Value::Array(vec![
+            raw(
+                "99999999999999-0",
+                &[("event", "acquired"), ("at_ms", "1700000000000")],
+            ),
+            raw("1600000000000-0", &[("event", "lost")]),
+            raw("1600000000000-1", &[("event", "lost"), ("at_ms", "soon")]),
+        ]);
+        let got: Vec<i64> = entries(&v).unwrap().iter().map(|e| e.at_ms).collect();
+        assert_eq!(
+            got,
+            [1_700_000_000_000, 1_600_000_000_000, 1_600_000_000_000]
+        );
+        let e = entries(&v).unwrap().remove(0);
+        assert_eq!(e.json("k")["at_ms"], 1_700_000_000_000_i64);
+        assert!(e.line(None).starts_with("2023-"), "{}", e.line(None));
     }
 
     #[test]

@@ -610,3 +610,94 @@ fn a_history_shortened_by_a_lost_report_is_not_recreated_without_expiry() {
         "B's release re-created the history without expiry (PTTL {pttl})"
     );
 }
+
+/// One planted future stream ID (`XADD KEY 99999999999999-0 ...`) makes every later ID follow it:
+/// dated by their IDs, the later events were in the year 5138, and `--since` listed the planted
+/// entry forever. Events are dated by the `at_ms` field the scripts write from TIME, `--since`
+/// filters by it (with and without --limit), and an entry without the field (an older version's)
+/// is still dated by its ID. An ID at the very end of the ID space, which makes every XADD after
+/// it fail, does not stop the history: the events are still recorded.
+#[test]
+fn a_planted_future_id_neither_dates_nor_hides_events() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let key = log_key("k");
+    let now = redis.now_ms();
+    // An older version's entry (no at_ms): a minute ago by its ID.
+    redis.query::<()>(&[
+        "XADD",
+        &key,
+        &format!("{}-0", now - 60_000),
+        "event",
+        "lost",
+    ]);
+    // The planted one, dated by its ID in the year 5138 and by a field an hour ago.
+    redis.query::<()>(&[
+        "XADD",
+        &key,
+        "99999999999999-0",
+        "event",
+        "forced",
+        "at_ms",
+        &(now - 3_600_000).to_string(),
+    ]);
+    for _ in 0..2 {
+        redis
+            .redlock()
+            .args(["exec", "k", "--", "true"])
+            .run()
+            .expect(0);
+    }
+    let all = events(&redis, "k", &[]);
+    assert_eq!(
+        kinds(&all),
+        [
+            "lost", "forced", "acquired", "released", "acquired", "released"
+        ]
+    );
+    let later = redis.now_ms();
+    for e in &all[2..] {
+        let at = e["at_ms"].as_i64().unwrap();
+        assert!(
+            (now - 1000..=later + 1000).contains(&at),
+            "dated {at} ({}), not by the server's clock {now}..{later}: {e}",
+            e["time"]
+        );
+        assert!(e["time"].as_str().unwrap().starts_with("20"), "{e}");
+    }
+    assert_eq!(all[0]["at_ms"].as_i64(), Some(now - 60_000), "{}", all[0]);
+    let text = redis.redlock().args(["log", "k"]).run().ok();
+    assert!(!text.contains("5138"), "{text}");
+    // --since by the entries' dates: the planted entry (an hour ago) is out, the old-style one
+    // (a minute ago) is in with 2m and out with 30s.
+    let want = ["acquired", "released", "acquired", "released"];
+    assert_eq!(kinds(&events(&redis, "k", &["--since", "30s"])), want);
+    assert_eq!(
+        kinds(&events(&redis, "k", &["--since", "30s", "--limit", "10"])),
+        want
+    );
+    assert_eq!(
+        kinds(&events(&redis, "k", &["--since", "30s", "--limit", "3"])),
+        want[1..]
+    );
+    assert_eq!(
+        kinds(&events(&redis, "k", &["--since", "2m"])),
+        ["lost", "acquired", "released", "acquired", "released"]
+    );
+    // The last possible ID: Redis refuses every XADD after it; the events are recorded still.
+    redis.query::<()>(&[
+        "XADD",
+        &key,
+        "18446744073709551615-18446744073709551615",
+        "event",
+        "forced",
+    ]);
+    redis
+        .redlock()
+        .args(["exec", "k", "--", "true"])
+        .run()
+        .expect(0);
+    let after = events(&redis, "k", &["--since", "30s"]);
+    assert_eq!(kinds(&after), ["acquired", "released"], "{after:?}");
+}

@@ -279,7 +279,9 @@ local function event(kind, token, fields, log_max, keep_ms, at)
   end
   if keep then
     -- Numbers go to Redis as integers written out: Lua would write 1.7961336804629e+15.
-    local entry = {'event', kind, 'token', fp}
+    -- `at_ms`: the entry's date, from TIME; the stream ID is only its place (history.rs: an ID
+    -- planted in the future makes every later ID follow it).
+    local entry = {'event', kind, 'token', fp, 'at_ms', int(now_ms())}
     for i = 1, #fields, 2 do
       local v = fields[i + 1]
       entry[#entry + 1] = fields[i]
@@ -297,6 +299,13 @@ local function event(kind, token, fields, log_max, keep_ms, at)
     if max >= APPROX_FROM and (tonumber(at) or 0) % 100 ~= 0 then
       added = redis.pcall('XADD', log, 'MAXLEN', '~', int(max), '*', unpack(entry))
     else
+      added = redis.pcall('XADD', log, 'MAXLEN', int(max), '*', unpack(entry))
+    end
+    -- An ID planted at the end of the ID space (18446744073709551615-18446744073709551615) would
+    -- make every XADD after it fail: the planted stream goes, the event is kept.
+    if type(added) == 'table' and type(added.err) == 'string'
+        and string.find(added.err, 'exhausted', 1, true) then
+      redis.pcall('DEL', log)
       added = redis.pcall('XADD', log, 'MAXLEN', int(max), '*', unpack(entry))
     end
     -- Not on a key of another type planted there: its owner did not ask for an expiry. Never 0,
