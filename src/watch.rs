@@ -18,8 +18,10 @@
 //! acquisition's script publishes for the same token is then not shown a second time.
 //!
 //! Anyone who may PUBLISH can send anything, as fast as they like; the watcher stays bounded.
-//! At most [`BACKLOG`] messages wait between the threads (past that they are dropped, counted and
-//! the count told once a refresh). A holder only heard of (an `acquired`) is remembered until a
+//! At most [`BACKLOG`] messages and [`BACKLOG_BYTES`] of them wait between the threads (past
+//! that they are dropped, counted and the count told once a refresh): a stdout nobody reads
+//! stops the main thread, never the listener. A message over [`PAYLOAD_MAX`] is no event of
+//! redlock's and is dropped as it arrives (counted and told the same way). A holder only heard of (an `acquired`) is remembered until a
 //! read confirms it, for [`UNCONFIRMED_READS`] reads at most and [`UNCONFIRMED_MAX`] of them at
 //! once, and is never reported expired without Redis's word. Published strings are cut to
 //! [`FIELD_MAX`] characters, times clamped to years 1970 to 9999 and added without overflow. On
@@ -79,6 +81,13 @@ const UNCONFIRMED_MAX: usize = 100;
 const UNCONFIRMED_READS: u8 = 3;
 /// How many changes may wait for the main thread; past that the listener drops them and counts.
 const BACKLOG: usize = 1024;
+/// How many bytes of messages may wait for the main thread (with [`BACKLOG`], whichever comes
+/// first): a published message may be up to 512 MB (Redis's `proto-max-bulk-len`), and 150
+/// messages of 8 MB held for a stdout nobody reads took 779 MB.
+const BACKLOG_BYTES: usize = 4 << 20;
+/// The largest message taken as an event: those the scripts publish are a few hundred bytes (a
+/// note is cut to 200 characters where it is written, and every field is short).
+const PAYLOAD_MAX: usize = 64 << 10;
 /// On a terminal, a change re-reads the locks at most this often.
 const COALESCE: Duration = Duration::from_millis(250);
 /// The longest string kept from a published event (in characters).
@@ -110,7 +119,11 @@ enum Msg {
 #[derive(Default)]
 struct Backlog {
     pending: AtomicUsize,
+    /// The payload bytes of the `pending` messages.
+    bytes: AtomicUsize,
     missed: AtomicU64,
+    /// Messages over [`PAYLOAD_MAX`], dropped as they arrived.
+    oversized: AtomicU64,
 }
 
 /// Where the changes go.
@@ -407,6 +420,9 @@ impl Watcher<'_> {
             }
             Msg::Event { channel, payload } => {
                 self.backlog.pending.fetch_sub(1, Ordering::AcqRel);
+                self.backlog
+                    .bytes
+                    .fetch_sub(payload.len(), Ordering::AcqRel);
                 let Some(keys) = self.keys_of(&channel) else {
                     return Ok(None);
                 };
@@ -517,6 +533,15 @@ impl Watcher<'_> {
             self.say(format!(
                 "missed {missed} change{} (the watcher fell behind)",
                 if missed == 1 { "" } else { "s" }
+            ));
+        }
+        let oversized = self.backlog.oversized.swap(0, Ordering::AcqRel);
+        if oversized > 0 {
+            self.say(format!(
+                "ignored {oversized} message{} over {} KiB (no change redlock publishes is that \
+                 large)",
+                if oversized == 1 { "" } else { "s" },
+                PAYLOAD_MAX >> 10
             ));
         }
         self.last_read = Instant::now();
@@ -1077,16 +1102,25 @@ fn relay(
     pubsub.set_read_timeout(Some(PING_EVERY)).map_err(lost)?;
     loop {
         match pubsub.get_message() {
-            Ok(_) if backlog.pending.load(Ordering::Acquire) >= BACKLOG => {
+            Ok(msg) if msg.get_payload_bytes().len() > PAYLOAD_MAX => {
+                backlog.oversized.fetch_add(1, Ordering::AcqRel);
+            }
+            Ok(msg)
+                if backlog.pending.load(Ordering::Acquire) >= BACKLOG
+                    || backlog.bytes.load(Ordering::Acquire) + msg.get_payload_bytes().len()
+                        > BACKLOG_BYTES =>
+            {
                 // The main thread is behind (a flood, or a stdout nobody reads): dropped and
                 // counted, rather than held in memory without bound.
                 backlog.missed.fetch_add(1, Ordering::AcqRel);
             }
             Ok(msg) => {
+                let payload = msg.get_payload_bytes().to_vec();
                 backlog.pending.fetch_add(1, Ordering::AcqRel);
+                backlog.bytes.fetch_add(payload.len(), Ordering::AcqRel);
                 let event = Msg::Event {
                     channel: msg.get_channel_name().to_string(),
-                    payload: msg.get_payload_bytes().to_vec(),
+                    payload,
                 };
                 if tx.send(event).is_err() {
                     return Ok(());

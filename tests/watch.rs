@@ -654,6 +654,113 @@ fn a_watcher_that_falls_behind_says_how_many_changes_it_missed() {
     assert!(!out.stderr.contains("panicked"), "{out}");
 }
 
+/// The peak resident memory of process `pid` in KiB (VmHWM in /proc/PID/status).
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// A watcher whose stdout nobody reads holds a bounded number of bytes, not of messages: a
+/// flood of 60 KB changes (each under the size of an event, 1,000 of them: 60 MB) and of 8 MB
+/// messages (20 of them: 160 MB) leaves its peak memory far below either (it rose by the whole
+/// flood before, 779 MB in the audit for 150 messages of 8 MB), and once the reader reads, it
+/// says what it dropped.
+#[test]
+fn a_stalled_watcher_holds_a_bounded_number_of_bytes() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // The server never cuts off a subscriber that lags: the watcher must keep up by itself.
+    redis.query::<()>(&[
+        "CONFIG",
+        "SET",
+        "client-output-buffer-limit",
+        "pubsub 0 0 0",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let pid = dir.path().join("pid");
+    let script = format!(
+        "sh -c 'echo $$ > \"$1\"; exec redlock status --watch k' sh '{}' \
+         | {{ while [ ! -e '{}' ]; do sleep 0.05; done; cat > /dev/null; }}",
+        pid.display(),
+        go.display()
+    );
+    let mut proc = redis.sh(&script).spawn_proc();
+    let channel = format!("{}:watch", lock_key("k"));
+    let subscribed = || {
+        let counts: Vec<redis::Value> = redis.query(&["PUBSUB", "NUMSUB", &channel]);
+        matches!(counts.get(1), Some(redis::Value::Int(1)))
+    };
+    assert!(wait_for(subscribed, EVENT), "{}", proc.stderr());
+    proc.wait_for_stderr("listening for changes", EVENT);
+    let watcher: u32 = std::fs::read_to_string(&pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let before = peak_rss_kib(watcher);
+    let mut con = redis.cli();
+    let event = |pad: usize| {
+        format!(
+            r#"{{"event":"left","token":"0123abcd","pad":"{}"}}"#,
+            "x".repeat(pad)
+        )
+    };
+    let (medium, big) = (event(60_000), event(8 << 20));
+    for (payload, n) in [(&medium, 1000), (&big, 20)] {
+        for _ in 0..n {
+            redis::cmd("PUBLISH")
+                .arg(&channel)
+                .arg(payload)
+                .query::<()>(&mut con)
+                .unwrap();
+        }
+    }
+    // Everything sent: the server holds nothing more for the watcher.
+    let drained = || {
+        let list: String = redis.query(&["CLIENT", "LIST", "TYPE", "pubsub"]);
+        list.contains(" omem=0 ")
+    };
+    assert!(wait_for(drained, EVENT), "the watcher stopped reading");
+    // A last small change, the listener's last read, then the peak.
+    redis.query::<()>(&["PUBLISH", &channel, &event(10)]);
+    assert!(wait_for(drained, EVENT), "the watcher stopped reading");
+    let peak = peak_rss_kib(watcher);
+    assert!(
+        peak < before + 100 * 1024,
+        "the watcher's peak memory rose from {before} KiB to {peak} KiB\n{}",
+        proc.stderr()
+    );
+    std::fs::write(&go, "").unwrap();
+    proc.wait_for_stderr("changes (the watcher fell behind)", EVENT);
+    // Told once a refresh: the count may come in parts.
+    let ignored = |stderr: &str| -> u64 {
+        stderr
+            .split("ignored ")
+            .skip(1)
+            .filter_map(|rest| {
+                let (n, tail) = rest.lines().next()?.split_once(' ')?;
+                tail.contains(" over 64 KiB")
+                    .then(|| n.parse::<u64>().ok())?
+            })
+            .sum()
+    };
+    assert!(
+        wait_for(|| ignored(&proc.stderr()) == 20, EVENT),
+        "not told of the 20 messages over 64 KiB:\n{}",
+        proc.stderr()
+    );
+    signal(watcher, libc::SIGTERM);
+    let out = proc.finish(EVENT);
+    assert!(!out.stderr.contains("panicked"), "{out}");
+    eprintln!("peak memory {before} KiB -> {peak} KiB");
+}
+
 /// An `acquired` that anyone may publish for a lock that does not exist creates no holder of its
 /// own: the watcher's reads, which find nothing in Redis, never report it as expired.
 #[test]
