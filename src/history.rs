@@ -11,8 +11,8 @@
 //! lets more through, which the field then filters. An entry without the field (written by a
 //! version before it) is dated by its ID.
 //! Anyone who can write the prefix can write the stream, so every field read here is untrusted:
-//! escaped for display (printable.rs), the note redacted (redact.rs), numbers parsed, never
-//! trusted to fit. The stream lives on the lock's server (a quorum's queue node, the first URL).
+//! escaped for display and bounded (printable.rs: kept to 4 KiB, shown to 200 characters in
+//! lines), the note redacted (redact.rs), numbers parsed, never trusted to fit. The stream lives on the lock's server (a quorum's queue node, the first URL).
 //!
 //! Layer 7 of the list in `lib.rs`.
 
@@ -25,7 +25,7 @@ use serde_json::{Map, Value as Json, json};
 
 use crate::client::{Redis, unexpected_reply};
 use crate::lock::{Keys, human_ms, rfc3339, text};
-use crate::printable::printable;
+use crate::printable::{field, printable, shown};
 use crate::redact::redact;
 
 /// One event of the history.
@@ -61,8 +61,8 @@ impl Entry {
     }
 
     fn who(&self) -> Option<String> {
-        let (user, host) = (self.get("user")?, self.get("host")?);
-        Some(match self.get("pid") {
+        let (user, host) = (shown(self.get("user")?), shown(self.get("host")?));
+        Some(match self.get("pid").map(shown) {
             Some(pid) if !pid.is_empty() => format!("{user}@{host} (pid {pid})"),
             _ => format!("{user}@{host}"),
         })
@@ -74,15 +74,15 @@ impl Entry {
         if let Some(name) = name {
             parts.push(format!("'{}'", printable(name)));
         }
-        parts.push(format!("{:<8}", self.kind()));
-        parts.push(self.get("token").unwrap_or("?").to_string());
+        parts.push(format!("{:<8}", shown(self.kind())));
+        parts.push(shown(self.get("token").unwrap_or("?")).into_owned());
         let mut said = Vec::new();
         if let Some(fence) = self.get("fence").filter(|f| !f.is_empty()) {
-            said.push(format!("fence {fence}"));
+            said.push(format!("fence {}", shown(fence)));
         }
         // A lock with more than one holder: whose place it was.
         if let Some(slot) = self.get("slot").filter(|s| !s.is_empty()) {
-            said.push(format!("slot {slot}"));
+            said.push(format!("slot {}", shown(slot)));
         }
         match self.kind() {
             "acquired" => {
@@ -93,7 +93,7 @@ impl Entry {
                     said.push(format!("after waiting {}", human_ms(w)));
                 }
                 if let Some(note) = self.get("note").filter(|n| !n.is_empty()) {
-                    said.push(format!("running '{note}'"));
+                    said.push(format!("running '{}'", shown(note)));
                 }
             }
             "released" => {
@@ -119,23 +119,23 @@ impl Entry {
                 if let Some(who) = self.who() {
                     said.push(format!("held by {who}"));
                 }
-                if let Some(by) = self.get("by") {
+                if let Some(by) = self.get("by").map(shown) {
                     said.push(format!("released by {by}"));
                 }
             }
             "superseded" => {
-                if let Some(by) = self.get("by") {
+                if let Some(by) = self.get("by").map(shown) {
                     said.push(format!("superseded by {by}"));
                 }
             }
             "preempted" => {
-                if let Some(by) = self.get("by") {
+                if let Some(by) = self.get("by").map(shown) {
                     said.push(format!("asked to stop by {by} (--preempt)"));
                 }
             }
             "lost" | "overran" | "timeout" => {
                 if let Some(why) = self.get("reason") {
-                    said.push(why.to_string());
+                    said.push(shown(why).into_owned());
                 }
             }
             _ => {}
@@ -360,7 +360,7 @@ fn entry(v: &Value) -> Result<Entry> {
             [k, v] => {
                 let (k, v) = (text(k)?, text(v)?);
                 let v = if k == "note" { redact(&v) } else { v };
-                Some((printable(&k).into_owned(), printable(&v).into_owned()))
+                Some((field(&k), field(&v)))
             }
             _ => None,
         })

@@ -31,7 +31,7 @@ use redis::Value;
 
 use crate::client::{Redis, unexpected_reply};
 use crate::error::{Kind, failure, refusal, usage};
-use crate::printable::{printable, unsafe_in_name};
+use crate::printable::{field, printable, shown, unsafe_in_name};
 use crate::redact::redact;
 use crate::scripts;
 
@@ -175,7 +175,7 @@ impl Preemption {
     pub fn parse(at_by: &str) -> Option<Preemption> {
         let (at, by) = at_by.split_once(':')?;
         Some(Preemption {
-            by: printable(by).into_owned(),
+            by: field(by),
             at_ms: at.parse().ok()?,
         })
     }
@@ -184,7 +184,7 @@ impl Preemption {
     pub fn reason(&self) -> String {
         format!(
             "preempted by {} at {} (--preemptible)",
-            self.by,
+            shown(&self.by),
             rfc3339(self.at_ms)
         )
     }
@@ -273,13 +273,13 @@ pub static EXCLUSIVE: Mode = Mode::Exclusive;
 /// A refused attempt: the lock is of another kind than the call asks for (see [`Mode`]), as
 /// recorded (`spec`) by `by` ('user@host (pid N)'), or held by a plain holder `by`.
 pub fn mismatch(keys: &Keys, asked: &Mode, spec: &str, by: &str) -> anyhow::Error {
-    let by = printable(by);
+    let by = shown(&printable(by)).into_owned();
     let is = match Mode::from_spec(spec) {
         Some(Mode::Exclusive) if by.is_empty() => "an exclusive lock".to_string(),
         Some(Mode::Exclusive) => format!("held as an exclusive lock by {by}"),
         Some(mode) if by.is_empty() => format!("a {} lock", mode.describe()),
         Some(mode) => format!("a {} lock (set by {by})", mode.describe()),
-        None => format!("a lock of another kind ({})", printable(spec)),
+        None => format!("a lock of another kind ({})", shown(&printable(spec))),
     };
     // A refusal: the script wrote nothing, so there is nothing to undo (no tombstone either).
     refusal(
@@ -356,7 +356,7 @@ fn parse_slots(v: &Value, now_ms: i64, meta: &HashMap<String, String>) -> Slots 
 /// PID\tUSER\tHOST\tPIDNS\tNOTE`, see `slots_common.lua`). Records are anyone's to write: every
 /// field is escaped for display, the note redacted.
 pub fn slot_holder(token: &str, record: &str) -> Holder {
-    let clean = |s: &str| printable(s).into_owned();
+    let clean = |s: &str| field(s);
     let mut f = record.splitn(10, '\t');
     let mut next = || f.next().unwrap_or_default();
     let expires_ms = next().parse().ok();
@@ -366,7 +366,8 @@ pub fn slot_holder(token: &str, record: &str) -> Holder {
     let ttl_ms = next().parse().ok();
     let (pid, user, host, pidns) = (clean(next()), clean(next()), clean(next()), clean(next()));
     Holder {
-        token: clean(token),
+        // The token is the hash's field name: escaped, never cut (it is compared).
+        token: printable(token).into_owned(),
         fence,
         host,
         pid,
@@ -424,7 +425,12 @@ impl Holder {
         } else {
             "pid"
         };
-        format!("{}@{} ({pid} {})", self.user, self.host, self.pid)
+        format!(
+            "{}@{} ({pid} {})",
+            shown(&self.user),
+            shown(&self.host),
+            shown(&self.pid)
+        )
     }
 
     /// The first 8 characters of the token: enough to tell holders apart, useless to release.
@@ -468,7 +474,12 @@ impl Waiting {
         if self.since_ms.is_none() && self.user.is_empty() {
             return "unknown".to_string();
         }
-        format!("{}@{} (pid {})", self.user, self.host, self.pid)
+        format!(
+            "{}@{} (pid {})",
+            shown(&self.user),
+            shown(&self.host),
+            shown(&self.pid)
+        )
     }
 }
 
@@ -479,7 +490,7 @@ fn parse_queue(v: &Value, now_ms: i64) -> Vec<Waiting> {
     let Value::Array(items) = v else {
         return Vec::new();
     };
-    let clean = |s: &str| printable(s).into_owned();
+    let clean = |s: &str| field(s);
     let mut queue = Vec::new();
     for entry in items.chunks_exact(3) {
         let lease = text(&entry[1]).and_then(|l| l.parse::<i64>().ok());
@@ -538,7 +549,7 @@ pub fn forced_reason(forced: Option<&Forced>) -> String {
         Some(f) => {
             format!(
                 "it was force-released by {} at {} (`redlock release --force`)",
-                f.by,
+                shown(&f.by),
                 rfc3339(f.at_ms)
             )
         }
@@ -675,7 +686,7 @@ impl State {
         if let Some(h) = &self.holder
             && !h.note.is_empty()
         {
-            s.push_str(&format!(" running '{}'", h.note));
+            s.push_str(&format!(" running '{}'", shown(&h.note)));
         }
         if let Some(d) = self.held_for() {
             s.push_str(&format!(" for {}", human_ms(d)));
@@ -1052,7 +1063,7 @@ pub fn attempt(
         }
         [Value::Int(-3), _, by] => Ok(Attempt::Superseded {
             // Anyone may write the mark: escaped for display.
-            by: printable(&text(by).unwrap_or_default()).into_owned(),
+            by: field(&text(by).unwrap_or_default()),
         }),
         [Value::Int(-2), spec, by] => Err(mismatch(
             keys,
@@ -1778,7 +1789,7 @@ fn meta_map(v: &Value) -> HashMap<String, String> {
         for pair in items.chunks_exact(2) {
             if let (Some(k), Some(val)) = (text(&pair[0]), text(&pair[1])) {
                 let val = if k == "note" { redact(&val) } else { val };
-                map.insert(k, printable(&val).into_owned());
+                map.insert(k, field(&val));
             }
         }
     }

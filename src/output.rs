@@ -19,6 +19,7 @@ use crate::lock::{
     Forced, Holder, Lock, Mode, QuorumVerdict, Slots, State, Waiting, fingerprint, human_ms,
     rfc3339,
 };
+use crate::printable::shown;
 
 /// The text `acquire` prints on stdout for `format`.
 pub fn acquired(lock: &Lock, format: Format) -> String {
@@ -208,11 +209,11 @@ pub fn holders_details(states: &[State], show_token: bool) -> String {
                 h.acquired_ms.map_or_else(dash, |a| ms(s.now_ms - a)),
                 h.expires_ms.map_or_else(dash, |e| ms(e - s.now_ms)),
                 if show_token {
-                    h.token.clone()
+                    shown(&h.token).into_owned()
                 } else {
                     h.fingerprint()
                 },
-                Some(h.note.clone())
+                Some(shown(&h.note).into_owned())
                     .filter(|n| !n.is_empty())
                     .unwrap_or_else(dash),
             ]);
@@ -264,7 +265,7 @@ pub fn queue_details(states: &[State]) -> String {
                     (Some(_), None) => "never".to_string(),
                     (None, None) => dash(),
                 },
-                Some(w.note.clone())
+                Some(shown(&w.note).into_owned())
                     .filter(|n| !n.is_empty())
                     .unwrap_or_else(dash),
             ]);
@@ -327,7 +328,7 @@ fn last_cell(h: &Holder, forced: Option<&Forced>) -> String {
         None => format!("(last: {}", h.who()),
     };
     if let Some(f) = forced {
-        cell.push_str(&format!(", force-released by {}", f.by));
+        cell.push_str(&format!(", force-released by {}", shown(&f.by)));
     }
     cell.push(')');
     cell
@@ -408,7 +409,7 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
             match (s.held(), h, &s.last) {
                 (true, Some(h), _) if s.stale == Some(true) => format!("{} stale?", h.who()),
                 (true, Some(h), _) => match &h.preempted {
-                    Some(p) => format!("{} (preempted by {})", h.who(), p.by),
+                    Some(p) => format!("{} (preempted by {})", h.who(), shown(&p.by)),
                     None if h.preemptible => format!("{} (preemptible)", h.who()),
                     None => h.who(),
                 },
@@ -431,11 +432,11 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
             },
             s.waiters.to_string(),
             match &s.token {
-                Some(t) if show_token => t.clone(),
+                Some(t) if show_token => shown(t).into_owned(),
                 Some(t) => fingerprint(t),
                 None => dash(),
             },
-            h.map(|h| h.note.clone())
+            h.map(|h| shown(&h.note).into_owned())
                 .filter(|n| !n.is_empty())
                 .unwrap_or_else(dash),
         ]);

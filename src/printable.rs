@@ -7,6 +7,10 @@
 //! text in an order other than the one it has). Such characters are shown escaped, as `\u{1b}`,
 //! so that they are visible rather than obeyed. Everything else, wide characters included, stays.
 //!
+//! Such text is bounded too: a planted 2 MB note must not fill a terminal, a log or a JSON
+//! consumer. What enters from Redis is kept to [`KEPT_BYTES`] ([`field`]: what `--json` carries)
+//! and shown to [`SHOWN_CHARS`] characters in tables, lines and messages ([`shown`]); a cut text
+//! ends in `…`.//!
 //! Layer 0 of the list in `lib.rs`.
 
 use std::borrow::Cow;
@@ -62,6 +66,57 @@ pub fn unsafe_in_name(s: &str) -> Option<String> {
     Some(format!("the {kind} {}", c.escape_unicode()))
 }
 
+/// The most characters of one field (a note, a user, a host, a pid, who forced a release) that
+/// a table, a line or a message shows; a longer one is cut, with `…` as its last character.
+/// A note redlock writes is 200 characters at most.
+pub const SHOWN_CHARS: usize = 200;
+
+/// The most bytes of one field kept from Redis, and so carried by `--json`; a longer one is
+/// cut at a character boundary, with `…` as its end.
+pub const KEPT_BYTES: usize = 4096;
+
+/// The ellipsis that ends a cut field.
+const CUT: char = '…';
+
+/// `s` cut to at most `max` characters (`max` ≥ 1), the last of them `…` when it was cut.
+pub fn clip(s: &str, max: usize) -> Cow<'_, str> {
+    match s.char_indices().nth(max) {
+        None => Cow::Borrowed(s),
+        Some(_) => {
+            let end = s
+                .char_indices()
+                .nth(max.max(1) - 1)
+                .map_or(s.len(), |(i, _)| i);
+            Cow::Owned(format!("{}{CUT}", &s[..end]))
+        }
+    }
+}
+
+/// `s` as a table, a line or a message shows a field: at most [`SHOWN_CHARS`] characters.
+pub fn shown(s: &str) -> Cow<'_, str> {
+    clip(s, SHOWN_CHARS)
+}
+
+/// A field read from Redis as redlock keeps it: escaped ([`printable`]) and at most
+/// [`KEPT_BYTES`] bytes, `…` included when it was cut.
+pub fn field(s: &str) -> String {
+    let head = &s[..floor_char_boundary(s, KEPT_BYTES)];
+    let escaped = printable(head);
+    if escaped.len() <= KEPT_BYTES && head.len() == s.len() {
+        return escaped.into_owned();
+    }
+    let end = floor_char_boundary(&escaped, KEPT_BYTES - CUT.len_utf8());
+    format!("{}{CUT}", &escaped[..end])
+}
+
+/// The largest char boundary of `s` at or below `i`.
+fn floor_char_boundary(s: &str, i: usize) -> usize {
+    if i >= s.len() {
+        return s.len();
+    }
+    (0..=i).rev().find(|&j| s.is_char_boundary(j)).unwrap_or(0)
+}
+
 /// `s` with every unsafe character escaped (`\u{1b}`); borrowed when there is none.
 pub fn printable(s: &str) -> Cow<'_, str> {
     if !s.chars().any(is_unsafe) {
@@ -105,6 +160,26 @@ mod tests {
             assert_eq!(printable(raw), shown, "{raw:?}");
         }
         assert!(matches!(printable("plain"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn fields_are_bounded_with_an_ellipsis() {
+        assert_eq!(clip("abc", 3), "abc");
+        assert_eq!(clip("abcd", 3), "ab…");
+        assert_eq!(clip("デプロイ", 3), "デプ…");
+        assert!(matches!(clip("abc", 3), Cow::Borrowed(_)));
+        let long = "x".repeat(2 << 20);
+        assert_eq!(shown(&long).chars().count(), SHOWN_CHARS);
+        assert!(shown(&long).ends_with('…'));
+        assert_eq!(shown("short"), "short");
+        for raw in [long.clone(), "é".repeat(5000), "\u{1b}".repeat(3000)] {
+            let kept = field(&raw);
+            assert!(kept.len() <= KEPT_BYTES, "{}", kept.len());
+            assert!(kept.ends_with('…'), "{kept:?}");
+            assert!(!kept.contains('\u{1b}'));
+        }
+        assert_eq!(field("ok\u{1b}"), "ok\\u{1b}");
+        assert_eq!(field(&"y".repeat(KEPT_BYTES)), "y".repeat(KEPT_BYTES));
     }
 
     #[test]

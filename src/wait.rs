@@ -169,7 +169,7 @@ pub fn status_text(w: &Waiting) -> String {
             Some(h) => {
                 s.push_str(&format!("held by {}", h.who()));
                 if !h.note.is_empty() {
-                    s.push_str(&format!(" running '{}'", h.note));
+                    s.push_str(&format!(" running '{}'", crate::printable::shown(&h.note)));
                 }
                 if let Some(d) = state.held_for() {
                     s.push_str(&format!(" for {}", secs(d)));

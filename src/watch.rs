@@ -53,7 +53,7 @@ use crate::error::{Kind, failure, kind_of, redis_kind, usage};
 use crate::exit;
 use crate::lock::{self, Ended, Keys, State, fingerprint, human_ms, rfc3339};
 use crate::messages;
-use crate::printable::printable;
+use crate::printable::{printable, shown};
 use crate::redact::redact;
 use crate::signals::{self, Signal};
 use crate::store::Store;
@@ -898,8 +898,9 @@ fn integer(v: Option<&Value>) -> Option<i64> {
 
 /// One change as a line for humans: `TIME LOCK EVENT details`.
 fn describe(event: &Map<String, Value>) -> String {
+    // Each field cut to what a line shows (the event keeps FIELD_MAX characters for --json).
     let text = |k: &str| match event.get(k) {
-        Some(Value::String(s)) => s.clone(),
+        Some(Value::String(s)) => shown(s).into_owned(),
         Some(Value::Number(n)) => n.to_string(),
         Some(Value::Bool(b)) => b.to_string(),
         _ => String::new(),

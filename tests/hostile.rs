@@ -194,6 +194,102 @@ fn a_prefix_must_be_a_namespace_of_its_own() {
     assert!(out.stderr.contains("limit is 256"), "{out}");
 }
 
+/// A planted field of 2 MB (a note, a user, a host, a pid) is cut to 200 characters, ending in
+/// `…`, in the table, the busy message, `release --force`'s line and `log`'s lines; `--json`
+/// (of `status` and `log`) carries at most 4 KiB of it (`…` included).
+#[test]
+fn a_planted_field_is_shown_bounded() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    const SHOWN: usize = 200;
+    const KEPT: usize = 4096;
+    let huge = |c: &str| c.repeat(2 << 20);
+    let (note, user, host, pid) = (huge("n"), huge("u"), huge("h"), huge("9"));
+    // No line of text holds a run of a field longer than SHOWN characters.
+    let bounded = |text: &str, what: &str| {
+        for c in ['n', 'u', 'h', '9'] {
+            let run = c.to_string().repeat(SHOWN);
+            assert!(
+                !text.contains(&run),
+                "{what}: a field of {c} runs past {SHOWN}"
+            );
+        }
+        assert!(
+            text.contains(&format!("{}…", "u".repeat(SHOWN - 1))),
+            "{what}: {:.400}",
+            text
+        );
+        assert!(text.len() < 16 * 1024, "{what}: {} bytes", text.len());
+    };
+    let plant = |name: &str| {
+        redis.query::<()>(&[
+            "HSET",
+            &meta_key(name),
+            "user",
+            &user,
+            "host",
+            &host,
+            "note",
+            &note,
+            "pid",
+            &pid,
+        ]);
+    };
+    hold(&redis, "big", "60s");
+    plant("big");
+    let table = redis.redlock().args(["status", "big"]).run().expect(0);
+    bounded(&table.stdout, "status");
+    assert!(
+        table
+            .stdout
+            .contains(&format!("{}…", "n".repeat(SHOWN - 1))),
+        "{table:.400}"
+    );
+    let all = redis.redlock().arg("status").run().expect(0);
+    bounded(&all.stdout, "status of every lock");
+    let busy = redis
+        .redlock()
+        .args(["acquire", "big", "-n"])
+        .run()
+        .expect(1);
+    bounded(&busy.stderr, "the busy message");
+    let json = redis
+        .redlock()
+        .args(["status", "big", "--json"])
+        .run()
+        .expect(0);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let v = if v.is_array() { v[0].clone() } else { v };
+    for field in [&v["note"], &v["holder"]["user"], &v["holder"]["host"]] {
+        let s = field.as_str().unwrap_or_else(|| panic!("{v:.400}"));
+        assert!(s.len() <= KEPT && s.ends_with('…'), "{} bytes", s.len());
+        assert!(s.len() > KEPT - 8, "{} bytes: more may be carried", s.len());
+    }
+    let forced = redis
+        .redlock()
+        .args(["release", "big", "--force"])
+        .run()
+        .expect(0);
+    bounded(&forced.stderr, "release --force");
+    // The history: a planted entry with the same fields.
+    let log = format!("{}:log", lock_key("big"));
+    redis.query::<()>(&[
+        "XADD", &log, "*", "event", "acquired", "token", "0123abcd", "user", &user, "host", &host,
+        "pid", &pid, "note", &note,
+    ]);
+    let lines = redis.redlock().args(["log", "big"]).run().ok();
+    bounded(&lines, "log");
+    let json = redis.redlock().args(["log", "big", "--json"]).run().ok();
+    for line in json.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        for (k, field) in v.as_object().unwrap() {
+            let len = field.as_str().map_or(0, str::len);
+            assert!(len <= KEPT, "log --json: {k} is {len} bytes");
+        }
+    }
+}
+
 /// One rule for a lock name and a prefix: a zero-width space makes a name look like another, a
 /// line separator breaks a line where none shows; both are refused as a direction character is,
 /// with exit 2 and one line that names the character (escaped) rather than printing it. Refused
