@@ -23,7 +23,16 @@
 //!   the renewal, which finds any loss within TTL/3.
 //! - The child shares our process group, so terminal signals (Ctrl-C) reach it directly; signals
 //!   sent to redlock alone are forwarded. It gets SIGTERM if redlock dies (PR_SET_PDEATHSIG), so it
-//!   never runs on unlocked after a `kill -9` of redlock.
+//!   never runs on unlocked after a `kill -9` of redlock. A command that switches users
+//!   (`setpriv`, `gosu`, `su-exec`, `sudo` run by another user) has that signal cleared by the
+//!   kernel: exec looks at its credentials (10 ms after the start, then less and less often, up
+//!   to every second) and, when they changed, starts a [`spawn::Watchdog`], a process that
+//!   outlives redlock and stops the command when redlock dies, and warns with the form that
+//!   needs none (`sudo -u USER redlock exec ...`). A watchdog rather than a refusal: the
+//!   wrappers are the usual way to drop root in containers, and with one the guarantee holds
+//!   again wherever redlock may signal the command (as root, or as the user who ran `sudo`).
+//!   What it cannot cover: a kill of redlock before the switch was seen (up to a second), and
+//!   a command that redlock's user may not signal.
 //! - Release happens after the child has been reaped, then redlock exits with the child's status,
 //!   unless the lock was not provably ours for the command's whole run: lost while it ran, its
 //!   deadline passed by the time the child was reaped (redlock stopped or starved: nothing
@@ -65,6 +74,11 @@ use crate::wait::{self, Event};
 
 /// The longest the loop sleeps without looking at the child (a safety net under SIGCHLD).
 const POLL_CAP: Duration = Duration::from_secs(1);
+
+/// How long after the command started `exec` first looks whether it switched users (a wrapper
+/// such as `setpriv` does it just after its exec); then 4 times later each time, up to every
+/// [`POLL_CAP`].
+const FIRST_LOOK: Duration = Duration::from_millis(10);
 
 /// How long after the command started `exec` begins to listen for a forced release. A command
 /// over by then (cron's and CI's short steps, `exec -- true`) never pays for the thread, the
@@ -185,6 +199,7 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
     // (maxclients) could refuse.
     let mut supervisor = Supervisor::new(config, args, &lock, child, tx, stop_rx, store);
     let status = supervisor.run(&rx);
+    supervisor.dismiss_watchdog();
     // What a command stopped by redlock left running is stopped too, while the renewals still
     // keep the lock (it may take --kill-after and more); then the renewals stop, before the
     // release.
@@ -852,6 +867,11 @@ struct Supervisor<'a> {
     limit_at: Option<Instant>,
     /// When `--max-runtime` ran out and the command was told to stop.
     timed_out: Option<Instant>,
+    /// When to look next whether the command changed its credentials (see
+    /// [`spawn::credentials_changed`]), and the pause after; `None` once it did.
+    credentials_check: Option<(Instant, Duration)>,
+    /// Stops the command if redlock dies, when its parent-death signal was cleared.
+    watchdog: Option<spawn::Watchdog>,
     /// The threads telling the lock's history of the warning or the limit, joined before the
     /// release (so that the history has them in order).
     telling: Vec<std::thread::JoinHandle<()>>,
@@ -898,6 +918,8 @@ impl<'a> Supervisor<'a> {
             warn_at: args.warn_after.and_then(|d| lock.sent.checked_add(d)),
             limit_at: args.max_runtime.and_then(|d| lock.sent.checked_add(d)),
             timed_out: None,
+            credentials_check: Some((Instant::now() + FIRST_LOOK, FIRST_LOOK)),
+            watchdog: None,
             telling: Vec::new(),
         }
     }
@@ -971,6 +993,47 @@ impl Supervisor<'_> {
         if self.warn_at.take_if(|at| now >= *at).is_some() {
             self.overran();
         }
+        if let Some((at, pause)) = self.credentials_check
+            && now >= at
+        {
+            self.credentials_check = Some((now + pause, (pause * 4).min(POLL_CAP)));
+            self.look_at_credentials();
+        }
+    }
+
+    /// Whether the command switched users (`setpriv`, `gosu`, `su-exec`, `sudo`...), which
+    /// cleared the signal that stops it when redlock dies: then a [`spawn::Watchdog`] does that
+    /// in its place, and a warning names the form that needs none.
+    fn look_at_credentials(&mut self) {
+        let pid = self.child.id() as libc::pid_t;
+        let Some(change) = spawn::credentials_changed(pid) else {
+            return;
+        };
+        self.credentials_check = None;
+        let stopped_by = match spawn::Watchdog::start(pid, self.args.kill_after) {
+            Ok(watchdog) => {
+                self.watchdog = Some(watchdog);
+                "a watchdog process stops it if redlock dies"
+            }
+            Err(e) => {
+                messages::alert(format_args!("cannot start a watchdog process: {e}"));
+                "it would run on without the lock if redlock were killed"
+            }
+        };
+        messages::warning(
+            self.config,
+            format_args!(
+                "the command under '{}' changed its credentials ({change}), which cleared the \
+                 signal that stops it when redlock dies; {stopped_by}. Switch users before \
+                 redlock instead: sudo -u USER redlock exec ...",
+                self.lock.keys.name
+            ),
+        );
+    }
+
+    /// The command was reaped: a watchdog has nothing left to watch.
+    fn dismiss_watchdog(&mut self) {
+        self.watchdog = None;
     }
 
     /// When [`act_on_time`](Self::act_on_time) has something to do next, or [`POLL_CAP`] from
@@ -986,7 +1049,8 @@ impl Supervisor<'_> {
         if self.lost.is_none() {
             wake = wake.min(self.deadline);
         }
-        for t in [self.kill_at, self.warn_at, self.limit_at]
+        let credentials = self.credentials_check.map(|(at, _)| at);
+        for t in [self.kill_at, self.warn_at, self.limit_at, credentials]
             .into_iter()
             .flatten()
         {
