@@ -62,5 +62,37 @@ fn waiters_filling_maxclients_do_not_starve_the_holder() {
     let out = holder.finish(Duration::from_secs(30));
     assert_eq!(out.code(), 0, "{out}");
     assert!(out.stdout.contains("finished"), "{out}");
+    assert!(!out.stderr.contains("renewing"), "{out}");
     drop(waiters);
+}
+
+/// The forced-release subscription is optional: a server with room for the holder's one
+/// connection and no more refuses it, and the holder runs on with its renewals alone (which
+/// would find a forced release within TTL/3), to the end of its command and its release.
+#[test]
+fn a_refused_subscription_leaves_the_holder_running() {
+    let Some(redis) = RedisServer::builder().arg("--maxclients").arg("20").start() else {
+        return;
+    };
+    let mut look = redis.cli();
+    // 19 clients, ours among them: room for one more, the holder's.
+    let mut fill = Vec::new();
+    while connected(&mut look) < 19 {
+        fill.push(redis.cli());
+        assert!(fill.len() < 20, "{} clients", connected(&mut look));
+    }
+    let out = redis
+        .redlock()
+        .args(["-v", "exec", "room", "--ttl", "1500ms", "--"])
+        .args(["sh", "-c", "sleep 2; echo finished"])
+        .run();
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(out.stdout.contains("finished"), "{out}");
+    assert!(
+        out.stderr.contains("not listening on") && out.stderr.contains("max number of clients"),
+        "the subscription was not refused:\n{out}"
+    );
+    assert!(out.stderr.contains("release on"), "{out}");
+    drop(fill);
+    assert_eq!(redis.get(&lock_key("room")), None, "not released:\n{out}");
 }
