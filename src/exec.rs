@@ -773,6 +773,8 @@ fn start_renewal(
     let spawned = std::thread::Builder::new()
         .name("renewal".into())
         .spawn(move || {
+            // A renewal tells of a server restarted since the acquisition (its run_id changed).
+            store.track_restarts(&lock.run_ids);
             let mut next = Duration::ZERO;
             loop {
                 if stop.recv_timeout(next) != Err(RecvTimeoutError::Timeout) {
