@@ -313,6 +313,17 @@ unsafe fn watch(
             from = from.max(fd + 1);
         }
         close(from, libc::c_int::MAX);
+        // Nor redlock's stdio: a reader of its output sees the end when the command's ends.
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            // (Unless one is ours: a redlock started with a closed stdin or stdout.)
+            for fd in (0..3).filter(|&fd| fd != read && fd != pidfd) {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
         // A Ctrl-C or a hangup of redlock's group is redlock's to handle; our handlers were
         // copied from it, and are reset.
         for signo in 1..32 {

@@ -495,4 +495,34 @@ fn a_command_that_switches_users_is_still_stopped_when_redlock_is_sigkilled() {
     );
     let out = holder.finish(EVENT);
     assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out}");
+
+    // A command that ignores the SIGTERM gets SIGKILL after --kill-after, as under redlock.
+    let mut holder = redis
+        .redlock()
+        .args([
+            "-v",
+            "exec",
+            "k",
+            "--ttl",
+            "2s",
+            "--kill-after",
+            "500ms",
+            "--",
+        ])
+        .args(switch)
+        .args(["sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"])
+        .spawn_proc();
+    holder.wait_for_stderr(warned, EVENT);
+    let stderr = holder.stderr();
+    let child: u32 = stderr
+        .split("started pid ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in: {stderr}"));
+    holder.signal(libc::SIGKILL);
+    assert!(
+        wait_for(|| dead(child), EVENT),
+        "the command {child}, ignoring SIGTERM, still runs after redlock was killed"
+    );
+    holder.finish(EVENT);
 }
