@@ -1012,14 +1012,20 @@ impl Supervisor<'_> {
             return;
         };
         self.credentials_check = None;
-        let stopped_by = match spawn::Watchdog::start(pid, self.args.kill_after) {
-            Ok(watchdog) => {
-                self.watchdog = Some(watchdog);
-                "a watchdog process stops it if redlock dies"
-            }
-            Err(e) => {
-                messages::alert(format_args!("cannot start a watchdog process: {e}"));
-                "it would run on without the lock if redlock were killed"
+        let unprotected = "it would run on without the lock if redlock were killed";
+        let stopped_by = if !spawn::may_signal(pid) {
+            // A watchdog with our credentials could not stop it either.
+            format!("redlock's user may not signal it, so {unprotected}")
+        } else {
+            match spawn::Watchdog::start(pid, self.args.kill_after) {
+                Ok(watchdog) => {
+                    self.watchdog = Some(watchdog);
+                    "a watchdog process stops it if redlock dies".to_string()
+                }
+                Err(e) => {
+                    messages::alert(format_args!("cannot start a watchdog process: {e}"));
+                    unprotected.to_string()
+                }
             }
         };
         messages::warning(

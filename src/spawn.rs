@@ -202,6 +202,13 @@ pub fn credentials_changed(pid: libc::pid_t) -> Option<String> {
     None
 }
 
+/// Whether we may send signals to process `pid` (`kill(pid, 0)` is not refused with EPERM):
+/// after a switch of users, a [`Watchdog`] with our credentials can stop it only then.
+pub fn may_signal(pid: libc::pid_t) -> bool {
+    // SAFETY: kill with signal 0 only checks the pid and the permission.
+    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() != libc::EPERM }
+}
+
 /// A process of ours that outlives us to stop the command when we die: the parent-death signal
 /// does that, unless the command changed its credentials (see [`credentials_changed`]), which
 /// cleared it. Started then, it waits for the end of a pipe whose other end only we hold; at
