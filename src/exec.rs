@@ -13,11 +13,26 @@
 //!   `sent + ttl` of the last successful acquire/renewal, on the monotonic clock; when it passes
 //!   without a renewal, or a renewal finds another token or no key, the lock is lost and
 //!   `--on-lost` acts on the child.
-//! - Renewal runs on its own connection and thread and stops when the child exits (its channel is
-//!   dropped); a renewal in flight then is harmless, since extend never recreates a released key.
+//! - A holder opens no connection it needs once its command runs: renewal runs on its own
+//!   thread on the connection the lock was taken on, which it hands back for the release when
+//!   it stops (the child exited: its channel is dropped). So waiters filling a server's
+//!   `maxclients` cannot starve the holder of the renewal. One connection per server, then (a
+//!   waiter's is the same one); the forced-release subscription (one more per server), the
+//!   history's notes (`--warn-after`, `--max-runtime`) and a `--preemptible` holder's look at
+//!   its record open theirs for a moment and are best effort: refused, the holder runs on with
+//!   the renewal, which finds any loss within TTL/3.
 //! - The child shares our process group, so terminal signals (Ctrl-C) reach it directly; signals
 //!   sent to redlock alone are forwarded. It gets SIGTERM if redlock dies (PR_SET_PDEATHSIG), so it
-//!   never runs on unlocked after a `kill -9` of redlock.
+//!   never runs on unlocked after a `kill -9` of redlock. A command that switches users
+//!   (`setpriv`, `gosu`, `su-exec`, `sudo` run by another user) has that signal cleared by the
+//!   kernel: exec looks at its credentials (10 ms after the start, then less and less often, up
+//!   to every second) and, when they changed, starts a [`spawn::Watchdog`], a process that
+//!   outlives redlock and stops the command when redlock dies, and warns with the form that
+//!   needs none (`sudo -u USER redlock exec ...`). A watchdog rather than a refusal: the
+//!   wrappers are the usual way to drop root in containers, and with one the guarantee holds
+//!   again wherever redlock may signal the command (as root, or as the user who ran `sudo`).
+//!   What it cannot cover: a kill of redlock before the switch was seen (up to a second), and
+//!   a command that redlock's user may not signal.
 //! - Release happens after the child has been reaped, then redlock exits with the child's status,
 //!   unless the lock was not provably ours for the command's whole run: lost while it ran, its
 //!   deadline passed by the time the child was reaped (redlock stopped or starved: nothing
@@ -59,6 +74,11 @@ use crate::wait::{self, Event};
 
 /// The longest the loop sleeps without looking at the child (a safety net under SIGCHLD).
 const POLL_CAP: Duration = Duration::from_secs(1);
+
+/// How long after the command started `exec` first looks whether it switched users (a wrapper
+/// such as `setpriv` does it just after its exec); then 4 times later each time, up to every
+/// [`POLL_CAP`].
+const FIRST_LOOK: Duration = Duration::from_millis(10);
 
 /// How long after the command started `exec` begins to listen for a forced release. A command
 /// over by then (cron's and CI's short steps, `exec -- true`) never pays for the thread, the
@@ -174,8 +194,12 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
         )
     });
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
-    let mut supervisor = Supervisor::new(config, args, &lock, child, tx, stop_rx);
+    // The connection the lock was taken on renews it, and comes back for the release: a holder
+    // needs no new connection while its command runs, which a server full of waiters
+    // (maxclients) could refuse.
+    let mut supervisor = Supervisor::new(config, args, &lock, child, tx, stop_rx, store);
     let status = supervisor.run(&rx);
+    supervisor.dismiss_watchdog();
     // What a command stopped by redlock left running is stopped too, while the renewals still
     // keep the lock (it may take --kill-after and more); then the renewals stop, before the
     // release.
@@ -184,6 +208,7 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
         stop_leftovers(config, args.kill_after);
     }
     drop(stop_tx);
+    let mut store = supervisor.connection_back()?;
     match status {
         Ok(status) => {
             facts.command = Some(exit_code(status));
@@ -719,37 +744,45 @@ struct PendingRenewal {
     tx: Sender<Event>,
 }
 
-/// Renews the lock now and then every TTL/3 on its own connection, until `stop` is dropped or
-/// the lock is lost.
-fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Event>) {
+/// The connection the lock was taken on (a store: one server's, or a quorum's): the
+/// supervisor's until the renewals start, the renewal thread's while they run, and the
+/// supervisor's again for the release once they stopped.
+enum Connection {
+    Here(Box<dyn Store>),
+    Renewing(std::thread::JoinHandle<Box<dyn Store>>),
+    /// Lost with a renewal thread that could not start or panicked.
+    Gone,
+}
+
+/// Renews the lock now and then every TTL/3 on `store`, the connection it was taken on, until
+/// `stop` is dropped or the lock is lost; the thread gives `store` back when it ends. `None`
+/// when the thread cannot start (then the store is gone too).
+///
+/// No new connection: a failed renewal reconnects the same store (a one-server store that
+/// cannot reconnect tries again before its next call; a quorum reconnects the nodes that
+/// failed), so that a holder keeps its lock as long as the servers answer on the connections it
+/// has, even when waiters fill every other place the server has (maxclients).
+fn start_renewal(
+    lock: Lock,
+    mut store: Box<dyn Store>,
+    stop: Receiver<()>,
+    tx: Sender<Event>,
+) -> Option<std::thread::JoinHandle<Box<dyn Store>>> {
     let interval = lock.renewal_interval();
     let retry = (interval / 3).max(Duration::from_millis(1));
     let spawned = std::thread::Builder::new()
         .name("renewal".into())
         .spawn(move || {
+            // A renewal tells of a server restarted since the acquisition (its run_id changed).
+            store.track_restarts(&lock.run_ids);
             let mut next = Duration::ZERO;
-            let mut store: Option<Box<dyn Store>> = None;
             loop {
                 if stop.recv_timeout(next) != Err(RecvTimeoutError::Timeout) {
-                    return;
+                    return store;
                 }
-                let con = match &mut store {
-                    Some(con) => con,
-                    None => match backend::open(&config) {
-                        Ok(mut con) => {
-                            con.track_restarts(&lock.run_ids);
-                            store.insert(con)
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Event::RenewFailed(format!("{e:#}")));
-                            next = retry;
-                            continue;
-                        }
-                    },
-                };
                 let sent = Instant::now();
-                let event = match con.extend(&lock.keys, &lock.token, lock.ttl, lock.slot.is_some())
-                {
+                let place = lock.slot.is_some();
+                let event = match store.extend(&lock.keys, &lock.token, lock.ttl, place) {
                     Ok(Verdict::Done(_)) => {
                         // Counted from when this one was sent, so that slow renewals (a quorum
                         // giving a frozen node its grace) do not push the next ones later.
@@ -761,30 +794,33 @@ fn start_renewal(config: Config, lock: Lock, stop: Receiver<()>, tx: Sender<Even
                         next = interval.saturating_sub(sent.elapsed());
                         let token = lock.token.clone();
                         if tx.send(Event::Renewed(sent)).is_err() {
-                            return;
+                            return store;
                         }
                         Event::Preempted { token, preemption }
                     }
-                    Ok(lost) => Event::Lost(loss_reason(con.as_mut(), &lock, &lost)),
+                    Ok(lost) => Event::Lost(loss_reason(store.as_mut(), &lock, &lost)),
                     Err(e) => {
                         // A fresh connection next time: this one may still have a reply on its
-                        // way (a quorum reconnects only the nodes that failed).
-                        if con.recover().is_err() {
-                            store = None;
-                        }
+                        // way. A reconnection that fails now is tried again before the next
+                        // call (see `Redis::reconnect`).
+                        let _ = store.recover();
                         next = retry;
                         Event::RenewFailed(format!("{e:#}"))
                     }
                 };
                 let done = matches!(event, Event::Lost(_));
                 if tx.send(event).is_err() || done {
-                    return;
+                    return store;
                 }
             }
         });
-    if let Err(e) = spawned {
-        // Without renewal the deadline check still stops the child when the TTL runs out.
-        messages::alert(format_args!("cannot start the renewal thread: {e}"));
+    match spawned {
+        Ok(thread) => Some(thread),
+        Err(e) => {
+            // Without renewal the deadline check still stops the child when the TTL runs out.
+            messages::alert(format_args!("cannot start the renewal thread: {e}"));
+            None
+        }
     }
 }
 
@@ -806,6 +842,8 @@ struct Supervisor<'a> {
     listening: Option<(Instant, Sender<Event>)>,
     /// Started when the first renewal is due.
     renewal: Option<PendingRenewal>,
+    /// The connection the lock was taken on, which renews it (see [`Connection`]).
+    connection: Connection,
     /// The lock is surely ours until then (monotonic clock).
     deadline: Instant,
     /// When to send SIGKILL, after a SIGTERM we sent or forwarded.
@@ -831,6 +869,11 @@ struct Supervisor<'a> {
     limit_at: Option<Instant>,
     /// When `--max-runtime` ran out and the command was told to stop.
     timed_out: Option<Instant>,
+    /// When to look next whether the command changed its credentials (see
+    /// [`spawn::credentials_changed`]), and the pause after; `None` once it did.
+    credentials_check: Option<(Instant, Duration)>,
+    /// Stops the command if redlock dies, when its parent-death signal was cleared.
+    watchdog: Option<spawn::Watchdog>,
     /// The threads telling the lock's history of the warning or the limit, joined before the
     /// release (so that the history has them in order).
     telling: Vec<std::thread::JoinHandle<()>>,
@@ -847,6 +890,7 @@ impl<'a> Supervisor<'a> {
         child: Child,
         tx: Sender<Event>,
         stop: Receiver<()>,
+        store: Box<dyn Store>,
     ) -> Self {
         Supervisor {
             config,
@@ -861,6 +905,7 @@ impl<'a> Supervisor<'a> {
                 stop,
                 tx,
             }),
+            connection: Connection::Here(store),
             deadline: lock.valid_until(lock.sent),
             kill_at: None,
             terminations: 0,
@@ -875,6 +920,8 @@ impl<'a> Supervisor<'a> {
             warn_at: args.warn_after.and_then(|d| lock.sent.checked_add(d)),
             limit_at: args.max_runtime.and_then(|d| lock.sent.checked_add(d)),
             timed_out: None,
+            credentials_check: Some((Instant::now() + FIRST_LOOK, FIRST_LOOK)),
+            watchdog: None,
             telling: Vec::new(),
         }
     }
@@ -927,7 +974,7 @@ impl Supervisor<'_> {
         if let Some(due) = self.renewal.take_if(|r| now >= r.at)
             && self.lost.is_none()
         {
-            start_renewal(self.config.clone(), self.lock.clone(), due.stop, due.tx);
+            self.start_renewal(due);
         }
         if let Some((_, tx)) = self.listening.take_if(|(at, _)| now >= *at)
             && self.lost.is_none()
@@ -948,6 +995,53 @@ impl Supervisor<'_> {
         if self.warn_at.take_if(|at| now >= *at).is_some() {
             self.overran();
         }
+        if let Some((at, pause)) = self.credentials_check
+            && now >= at
+        {
+            self.credentials_check = Some((now + pause, (pause * 4).min(POLL_CAP)));
+            self.look_at_credentials();
+        }
+    }
+
+    /// Whether the command switched users (`setpriv`, `gosu`, `su-exec`, `sudo`...), which
+    /// cleared the signal that stops it when redlock dies: then a [`spawn::Watchdog`] does that
+    /// in its place, and a warning names the form that needs none.
+    fn look_at_credentials(&mut self) {
+        let pid = self.child.id() as libc::pid_t;
+        let Some(change) = spawn::credentials_changed(pid) else {
+            return;
+        };
+        self.credentials_check = None;
+        let unprotected = "it would run on without the lock if redlock were killed";
+        let stopped_by = if !spawn::may_signal(pid) {
+            // A watchdog with our credentials could not stop it either.
+            format!("redlock's user may not signal it, so {unprotected}")
+        } else {
+            match spawn::Watchdog::start(pid, self.args.kill_after) {
+                Ok(watchdog) => {
+                    self.watchdog = Some(watchdog);
+                    "a watchdog process stops it if redlock dies".to_string()
+                }
+                Err(e) => {
+                    messages::alert(format_args!("cannot start a watchdog process: {e}"));
+                    unprotected.to_string()
+                }
+            }
+        };
+        messages::warning(
+            self.config,
+            format_args!(
+                "the command under '{}' changed its credentials ({change}), which cleared the \
+                 signal that stops it when redlock dies; {stopped_by}. Switch users before \
+                 redlock instead: sudo -u USER redlock exec ...",
+                self.lock.keys.name
+            ),
+        );
+    }
+
+    /// The command was reaped: a watchdog has nothing left to watch.
+    fn dismiss_watchdog(&mut self) {
+        self.watchdog = None;
     }
 
     /// When [`act_on_time`](Self::act_on_time) has something to do next, or [`POLL_CAP`] from
@@ -963,7 +1057,8 @@ impl Supervisor<'_> {
         if self.lost.is_none() {
             wake = wake.min(self.deadline);
         }
-        for t in [self.kill_at, self.warn_at, self.limit_at]
+        let credentials = self.credentials_check.map(|(at, _)| at);
+        for t in [self.kill_at, self.warn_at, self.limit_at, credentials]
             .into_iter()
             .flatten()
         {
@@ -1249,7 +1344,29 @@ impl Supervisor<'_> {
         if let Some(due) = self.renewal.take()
             && self.lost.is_none()
         {
-            start_renewal(self.config.clone(), self.lock.clone(), due.stop, due.tx);
+            self.start_renewal(due);
+        }
+    }
+
+    /// Hands the connection to a renewal thread, started now.
+    fn start_renewal(&mut self, due: PendingRenewal) {
+        if let Connection::Here(store) = std::mem::replace(&mut self.connection, Connection::Gone)
+            && let Some(thread) = start_renewal(self.lock.clone(), store, due.stop, due.tx)
+        {
+            self.connection = Connection::Renewing(thread);
+        }
+    }
+
+    /// The connection the lock was taken on, back from the renewal thread once the renewals
+    /// were told to stop (waiting for one in flight); a new one if the thread lost it.
+    fn connection_back(&mut self) -> Result<Box<dyn Store>> {
+        match std::mem::replace(&mut self.connection, Connection::Gone) {
+            Connection::Here(store) => Ok(store),
+            Connection::Renewing(thread) => match thread.join() {
+                Ok(store) => Ok(store),
+                Err(_) => backend::open(self.config),
+            },
+            Connection::Gone => backend::open(self.config),
         }
     }
 

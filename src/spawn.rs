@@ -9,6 +9,10 @@
 //! (reset signal handlers and mask, `prctl`, `execve`) while the parent's thread waits for the
 //! exec. Everything the child needs (paths, argument and environment arrays) is built before.
 //!
+//! The kernel clears that signal when the command changes its credentials (a `setpriv`, `gosu`
+//! or `sudo` wrapper): [`credentials_changed`] sees such a change, and a [`Watchdog`] process
+//! stops the command at redlock's death in its place.
+//!
 //! Signals: all are blocked in the parent around the clone, so that no handler of ours can run
 //! in the child (it shares our memory until it execs); the child resets the handled signals and
 //! SIGPIPE to their defaults and unblocks everything, as `std` does for its children.
@@ -162,6 +166,233 @@ pub fn reap_exited() {
     let mut status = 0;
     // SAFETY: waitpid writes the status into our integer.
     while unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } > 0 {}
+}
+
+/// How the credentials of process `pid` differ from ours, if they do ("uid 0 → 65534"): the
+/// kernel clears a process's parent-death signal when its effective or filesystem uid or gid
+/// changes, and when it execs a set-user-ID, set-group-ID or file-capability binary (prctl(2)),
+/// which shows as another uid, gid or effective capability set. `/proc/PID/status` cannot say
+/// whether the signal is still set, only that such a change happened; `None` also when the
+/// process is gone or unreadable.
+pub fn credentials_changed(pid: libc::pid_t) -> Option<String> {
+    let theirs = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let ours = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |status: &str, name: &str| -> Option<String> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+    };
+    // The effective one: the second of real, effective, saved, filesystem.
+    let effective = |ids: &str| ids.split(' ').nth(1).unwrap_or(ids).to_string();
+    for (name, shown) in [
+        ("Uid:", "uid"),
+        ("Gid:", "gid"),
+        ("CapEff:", "capabilities"),
+    ] {
+        let (mine, now) = (field(&ours, name)?, field(&theirs, name)?);
+        if mine != now {
+            let (mine, now) = match name {
+                "CapEff:" => (mine, now),
+                _ => (effective(&mine), effective(&now)),
+            };
+            return Some(format!("{shown} {mine} → {now}"));
+        }
+    }
+    None
+}
+
+/// Whether we may send signals to process `pid` (`kill(pid, 0)` is not refused with EPERM):
+/// after a switch of users, a [`Watchdog`] with our credentials can stop it only then.
+pub fn may_signal(pid: libc::pid_t) -> bool {
+    // SAFETY: kill with signal 0 only checks the pid and the permission.
+    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() != libc::EPERM }
+}
+
+/// A process of ours that outlives us to stop the command when we die: the parent-death signal
+/// does that, unless the command changed its credentials (see [`credentials_changed`]), which
+/// cleared it. Started then, it waits for the end of a pipe whose other end only we hold; at
+/// our death (even by SIGKILL) it reads an end of file and sends SIGTERM to the command, then
+/// SIGKILL after the grace period if it is still there. Told that all is well (a byte) when the
+/// command has been reaped, it exits; dropping the handle tells it and reaps it.
+///
+/// It signals through a pidfd, so that a pid reused meanwhile is never hit; without pidfds
+/// (Linux before 5.3) it sends SIGTERM by pid, and no SIGKILL. It has our credentials: it can
+/// stop a command that switched to another user when we run as root, or as the user that ran a
+/// set-user-ID wrapper such as `sudo` (whose real uid stays that user's), and not otherwise.
+pub struct Watchdog {
+    pid: libc::pid_t,
+    /// The write end: a byte means "exit"; its end of file (we died) means "stop the command".
+    tell: Option<std::fs::File>,
+}
+
+impl Watchdog {
+    /// Starts a watchdog over the command `child`, SIGKILL following SIGTERM after `grace`.
+    pub fn start(child: libc::pid_t, grace: std::time::Duration) -> io::Result<Watchdog> {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into our array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        let (read, write) = (fds[0], fds[1]);
+        // SAFETY: the write end is ours from here on.
+        let tell = unsafe { std::fs::File::from_raw_fd(write) };
+        // SAFETY: pidfd_open takes a pid and flags, and returns a descriptor or -1.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child, 0) } as libc::c_int;
+        let grace_ms = libc::c_int::try_from(grace.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: every signal is blocked around the fork, so no handler of ours runs in the
+        // child, which makes async-signal-safe calls only (this process has threads).
+        let pid = unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+            let pid = libc::fork();
+            if pid == 0 {
+                watch(read, write, pidfd, child, grace_ms);
+            }
+            let fork_error = io::Error::last_os_error();
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            libc::close(read);
+            if pidfd >= 0 {
+                libc::close(pidfd);
+            }
+            if pid == -1 {
+                return Err(fork_error);
+            }
+            pid
+        };
+        Ok(Watchdog {
+            pid,
+            tell: Some(tell),
+        })
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        use std::io::Write as _;
+        if let Some(mut tell) = self.tell.take() {
+            let _ = tell.write_all(b"x");
+        }
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into our integer; the watchdog is our child (or was
+        // reaped already by a wait for any child: ECHILD, ignored).
+        unsafe {
+            libc::waitpid(self.pid, &mut status, 0);
+        }
+    }
+}
+
+/// The watchdog's life, in the forked child: async-signal-safe calls only.
+///
+/// # Safety
+/// Called in the child of a fork of a process with threads, with every signal blocked.
+unsafe fn watch(
+    read: libc::c_int,
+    write: libc::c_int,
+    pidfd: libc::c_int,
+    child: libc::pid_t,
+    grace_ms: libc::c_int,
+) -> ! {
+    // SAFETY: (for the whole body) the calls below are async-signal-safe, and touch only our
+    // stack and the descriptors we were given.
+    unsafe {
+        libc::close(write);
+        // Nothing else of ours stays open here: a Redis connection held by the watchdog would
+        // outlive a killed redlock.
+        let mut keep = [read, pidfd];
+        keep.sort_unstable();
+        let close = |from: libc::c_int, to: libc::c_int| {
+            // close_range is Linux 5.9's; before it, one by one up to a bound.
+            if libc::syscall(libc::SYS_close_range, from, to, 0) == -1 {
+                for fd in from..=to.min(4095) {
+                    libc::close(fd);
+                }
+            }
+        };
+        let mut from = 3;
+        for fd in keep.into_iter().filter(|&fd| fd >= 3) {
+            if fd > from {
+                close(from, fd - 1);
+            }
+            from = from.max(fd + 1);
+        }
+        close(from, libc::c_int::MAX);
+        // Nor redlock's stdio: a reader of its output sees the end when the command's ends.
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            // (Unless one is ours: a redlock started with a closed stdin or stdout.)
+            for fd in (0..3).filter(|&fd| fd != read && fd != pidfd) {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+        // A Ctrl-C or a hangup of redlock's group is redlock's to handle; our handlers were
+        // copied from it, and are reset.
+        for signo in 1..32 {
+            let ignored = matches!(
+                signo,
+                libc::SIGINT
+                    | libc::SIGQUIT
+                    | libc::SIGHUP
+                    | libc::SIGTSTP
+                    | libc::SIGTTIN
+                    | libc::SIGTTOU
+                    | libc::SIGPIPE
+            );
+            if signo != libc::SIGKILL && signo != libc::SIGSTOP {
+                libc::signal(
+                    signo,
+                    if ignored {
+                        libc::SIG_IGN
+                    } else {
+                        libc::SIG_DFL
+                    },
+                );
+            }
+        }
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        let mut byte = 0u8;
+        let n = loop {
+            let n = libc::read(read, (&mut byte as *mut u8).cast(), 1);
+            if n != -1 || *libc::__errno_location() != libc::EINTR {
+                break n;
+            }
+        };
+        if n == 1 {
+            libc::_exit(0);
+        }
+        // redlock is gone: the command must not run on without its lock.
+        if pidfd >= 0 {
+            let none = std::ptr::null::<libc::siginfo_t>();
+            libc::syscall(libc::SYS_pidfd_send_signal, pidfd, libc::SIGTERM, none, 0);
+            // A pidfd is readable once its process has exited: SIGKILL only if it has not
+            // within the grace period.
+            let mut fd = libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let exited = loop {
+                let n = libc::poll(&mut fd, 1, grace_ms);
+                if n != -1 || *libc::__errno_location() != libc::EINTR {
+                    break n > 0;
+                }
+            };
+            if !exited {
+                libc::syscall(libc::SYS_pidfd_send_signal, pidfd, libc::SIGKILL, none, 0);
+            }
+        } else {
+            libc::kill(child, libc::SIGTERM);
+        }
+        libc::_exit(0)
+    }
 }
 
 /// Everything the child reads, prepared by the parent (the child must not allocate).
@@ -377,6 +608,20 @@ fn executable(path: &Path) -> io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Our own credentials are no change; a watchdog told that all is well exits at once and
+    /// leaves the command alone.
+    #[test]
+    fn a_watchdog_dismissed_leaves_the_command_alone() {
+        // SAFETY: getpid has no preconditions.
+        assert_eq!(credentials_changed(unsafe { libc::getpid() }), None);
+        let mut child = spawn(&["sleep".into(), "0.5".into()], &[], &[]).unwrap();
+        let pid = child.id() as libc::pid_t;
+        let started = std::time::Instant::now();
+        drop(Watchdog::start(pid, std::time::Duration::from_millis(10)).unwrap());
+        assert!(started.elapsed() < std::time::Duration::from_millis(400));
+        assert_eq!(child.wait().unwrap().code(), Some(0));
+    }
 
     #[test]
     fn runs_a_command_and_reports_its_status() {

@@ -434,3 +434,95 @@ fn signals_blocked_by_the_caller_still_reach_redlock() {
     assert_eq!(out.stdout, "got TERM\n", "{out}");
     assert_eq!(redis.keys(), [meta_key("k")], "not released:\n{out}");
 }
+
+/// A command that switches users (`setpriv`, `gosu`, `su-exec`, a `sudo` run by another user)
+/// loses the parent-death signal (the kernel clears it on a change of credentials): exec sees
+/// the switch, says so with the safe form, and a watchdog stops the command when redlock is
+/// killed. Fails without the watchdog: the command runs on, unlocked, for its whole 30 s. A run
+/// to its end leaves no watchdog behind (redlock would hang reaping it), and a command that
+/// keeps its user gets no warning.
+#[test]
+fn a_command_that_switches_users_is_still_stopped_when_redlock_is_sigkilled() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("note: skipping this test: switching to nobody needs root");
+        return;
+    }
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let switch = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    let warned = "changed its credentials (uid 0 → 65534)";
+
+    let out = redis
+        .redlock()
+        .args(["exec", "k", "--"])
+        .args(switch)
+        .args(["sleep", "0.3"])
+        .run()
+        .expect(0);
+    assert!(out.stderr.contains(warned), "{out}");
+    let out = redis
+        .redlock()
+        .args(["exec", "k", "--", "sleep", "0.3"])
+        .run()
+        .expect(0);
+    assert!(!out.stderr.contains("credentials"), "{out}");
+
+    let mut holder = redis
+        .redlock()
+        .args(["-v", "exec", "k", "--ttl", "2s", "--kill-after", "1s", "--"])
+        .args(switch)
+        .args(["sleep", "30"])
+        .spawn_proc();
+    holder.wait_for_stderr(warned, EVENT);
+    let stderr = holder.stderr();
+    assert!(stderr.contains("sudo -u USER redlock exec"), "{stderr}");
+    let child: u32 = stderr
+        .split("started pid ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in: {stderr}"));
+    holder.signal(libc::SIGKILL);
+    assert!(
+        wait_for(|| dead(child), EVENT),
+        "the command {child} (now nobody's) still runs after redlock was killed"
+    );
+    let out = holder.finish(EVENT);
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out}");
+
+    // A command that ignores the SIGTERM gets SIGKILL after --kill-after, as under redlock.
+    let mut holder = redis
+        .redlock()
+        .args([
+            "-v",
+            "exec",
+            "k",
+            "--ttl",
+            "2s",
+            "--kill-after",
+            "500ms",
+            "--",
+        ])
+        .args(switch)
+        .args(["sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"])
+        .spawn_proc();
+    holder.wait_for_stderr(warned, EVENT);
+    let stderr = holder.stderr();
+    let child: u32 = stderr
+        .split("started pid ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in: {stderr}"));
+    holder.signal(libc::SIGKILL);
+    assert!(
+        wait_for(|| dead(child), EVENT),
+        "the command {child}, ignoring SIGTERM, still runs after redlock was killed"
+    );
+    holder.finish(EVENT);
+}

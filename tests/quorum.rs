@@ -144,9 +144,16 @@ fn renewal_seen(nodes: &Nodes, which: &[usize], name: &str) -> Instant {
 /// How much earlier than the read before it a renewal may have been sent (see [`renewal_seen`]).
 const IN_FLIGHT: Duration = Duration::from_millis(300);
 
+/// How late past its deadline exec may stop its child: measured 24 ms at worst under
+/// `stress-ng --cpu 2` on 2 cores (load 10), from the deadline to the child's "got TERM" seen
+/// by the test; 300 ms is over ten times that, and fails an exec that notices its deadline at
+/// its next 1 s poll or ~770 ms late (20% of the 1.5 s TTL, where 1 s allowed 67%).
+const LATE: Duration = Duration::from_millis(300);
+
 /// Asserts that `exec`'s child got SIGTERM (seen at `at`) by the lock's documented deadline,
 /// `sent + ttl - drift` of the last successful renewal, with `sent` after `before - IN_FLIGHT`
-/// and before `cut` (when the test cut the majority off), and 1 s of slack on the late side.
+/// and before `cut` (when the test cut the majority off), and [`LATE`] of slack on the late
+/// side.
 #[track_caller]
 fn assert_stopped_at_deadline(
     at: Instant,
@@ -157,7 +164,7 @@ fn assert_stopped_at_deadline(
 ) {
     let drift = ttl / 100 + Duration::from_millis(2);
     let earliest = before + ttl - drift - IN_FLIGHT;
-    let latest = cut + ttl - drift + Duration::from_secs(1);
+    let latest = cut + ttl - drift + LATE;
     assert!(
         at >= earliest && at <= latest,
         "the child got SIGTERM {:?} after the cut; the deadline lies {:?}..{:?} after it \
