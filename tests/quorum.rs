@@ -934,6 +934,71 @@ fn a_waiter_taking_its_turn_is_not_overtaken_by_a_majority_elsewhere() {
     assert_held_by(&nodes, 2, &[0, 1, 2], "k", &token, "the waiter's");
 }
 
+/// The "ghost" reservation that stalled a hand-over for the claim window (2 s) on a loaded
+/// machine: a release crossed a waiter's attempts, so the queue node was reserved for the
+/// waiter's current token, which it claimed, but the other four nodes for the token before it,
+/// which the waiter had replaced (each attempt of a quorum's waiter has a fresh token). The
+/// waiter held the queue node, retried, and found the four reserved for nobody it knew until the
+/// reservations expired. Built here exactly: the waiter's queue entry moves from one token to the
+/// next at its periodic look (every 3 s while the holder's TTL is long), then the lock is handed
+/// to it as a release would, the queue node for its current token and the others for its
+/// previous one. It must take the lock at once, not when the reservations expire.
+#[test]
+fn a_waiter_claims_a_turn_reserved_for_its_previous_token() {
+    let Some(nodes) = Nodes::start(5) else {
+        return;
+    };
+    let key = lock_key("k");
+    let queue = format!("{key}:q");
+    let holder = acquire_json(&nodes, "k", &["--ttl", "30s"]).0;
+    let waiter = nodes
+        .redlock()
+        .args(["acquire", "k", "--wait", "20s", "--ttl", "30s"])
+        .spawn_proc();
+    let entry = || -> Vec<String> { nodes[0].query(&["ZRANGE", &queue, "0", "-1"]) };
+    assert!(
+        wait_for(|| entry().len() == 1, EVENT),
+        "not queued: {:?}",
+        entry()
+    );
+    let first = entry()[0].clone();
+    let moved = wait_for(|| entry().first().is_some_and(|t| *t != first), EVENT);
+    assert!(moved, "the waiter never looked again: {:?}", entry());
+    let current = entry()[0].clone();
+    // The release, as hand_on does it: the queue node reserves for the waiter at the head of its
+    // queue (and takes it out), the others for the token the queue node named, then the wake.
+    let claim = "2000";
+    for i in 1..5 {
+        nodes[i].query::<()>(&["SET", &key, &format!("~{first}"), "PX", claim]);
+    }
+    nodes[0].query::<()>(&["SET", &key, &format!("~{current}"), "PX", claim]);
+    nodes[0].query::<()>(&["ZREM", &queue, &current]);
+    let leases = format!("{key}:leases");
+    let who = format!("{current}:who");
+    nodes[0].query::<()>(&["HDEL", &leases, &current, &who]);
+    let handed = Instant::now();
+    nodes[0].query::<()>(&["LPUSH", &format!("{key}:w:{current}"), "1"]);
+    let out = waiter.finish(EVENT);
+    let took = handed.elapsed();
+    let token = out.ok();
+    assert_ne!(token, holder);
+    let holding = nodes
+        .tokens("k")
+        .iter()
+        .filter(|t| t.as_deref() == Some(token.as_str()))
+        .count();
+    assert!(
+        holding >= 3,
+        "{holding} nodes hold the waiter's token: {:?}",
+        nodes.tokens("k")
+    );
+    assert!(
+        took < Duration::from_millis(1200),
+        "the waiter took its turn {took:?} after the hand-over (the reservations for its previous \
+         token lasted {claim} ms)"
+    );
+}
+
 /// A waiter whose queue node dies is not stuck: it tries again (every 3s at most) and gets
 /// the lock from the 4 other nodes once it is released.
 #[test]
