@@ -566,6 +566,83 @@ fn several_servers_refuse_slots_pools_and_shared_locks() {
     }
 }
 
+/// `release --force --if-fence N` / `--if-token FINGERPRINT` on a lock with places frees the
+/// holder the condition names, and only it: the others keep their places, their records and
+/// their TTLs (a condition that matched let every holder go, and the suite did not notice).
+#[test]
+fn a_conditional_force_frees_only_the_matching_holder() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let holders: Vec<(String, String)> = (0..4)
+        .map(|_| {
+            let json = redis
+                .redlock()
+                .args(["acquire", "sem", "--slots", "4", "--format", "json"])
+                .run()
+                .ok();
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            let fence = match &v["fence"] {
+                serde_json::Value::String(f) => f.clone(),
+                other => other.to_string(),
+            };
+            (v["token"].as_str().unwrap().to_string(), fence)
+        })
+        .collect();
+    let places = || -> BTreeSet<String> {
+        redis
+            .query::<Vec<String>>(&["HKEYS", &slots_key("sem")])
+            .into_iter()
+            .collect()
+    };
+    let held = |which: &[usize]| -> BTreeSet<String> {
+        which.iter().map(|&i| holders[i].0.clone()).collect()
+    };
+    let records = redis.query::<Vec<String>>(&["HVALS", &slots_key("sem")]);
+    let out = redis
+        .redlock()
+        .args(["release", "sem", "--force", "--if-fence", &holders[1].1])
+        .run()
+        .expect(0);
+    assert_eq!(
+        places(),
+        held(&[0, 2, 3]),
+        "--if-fence {}: {out}",
+        holders[1].1
+    );
+    let out = redis
+        .redlock()
+        .args([
+            "release",
+            "sem",
+            "--force",
+            "--if-token",
+            &holders[2].0[..8],
+        ])
+        .run()
+        .expect(0);
+    assert_eq!(
+        places(),
+        held(&[0, 3]),
+        "--if-token {}: {out}",
+        &holders[2].0[..8]
+    );
+    // The others are untouched: their records as they were, and each still releases its own.
+    let left = redis.query::<Vec<String>>(&["HVALS", &slots_key("sem")]);
+    assert!(
+        left.iter().all(|r| records.contains(r)),
+        "{left:?}\n{records:?}"
+    );
+    for i in [0, 3] {
+        redis
+            .redlock()
+            .args(["release", "sem", &holders[i].0])
+            .run()
+            .expect(0);
+    }
+    assert_eq!(redis.keys(), [meta_key("sem")]);
+}
+
 #[test]
 fn release_frees_one_holder_and_force_frees_all() {
     let Some(redis) = RedisServer::start() else {
