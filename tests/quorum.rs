@@ -12,7 +12,6 @@
 mod common;
 mod exec_support;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::nodes::{FOREIGN, Monitor, Nodes};
@@ -1000,44 +999,6 @@ fn a_waiter_claims_a_turn_reserved_for_its_previous_token() {
     );
 }
 
-/// Every hold of lock `name` in the nodes' histories, in order: the token's fingerprint, when a
-/// node first told its acquisition and when a node first told its end (server ms; `None` if no
-/// node did).
-fn holds(nodes: &Nodes, name: &str) -> Vec<(String, i64, Option<i64>)> {
-    let mut acquired: HashMap<String, i64> = HashMap::new();
-    let mut ended: HashMap<String, i64> = HashMap::new();
-    for s in nodes.servers() {
-        let log: Vec<(String, Vec<String>)> =
-            s.query(&["XRANGE", &format!("{}:log", lock_key(name)), "-", "+"]);
-        for (id, fields) in log {
-            let at: i64 = id.split('-').next().unwrap().parse().unwrap();
-            let field = |k: &str| {
-                fields
-                    .chunks(2)
-                    .find(|kv| kv[0] == k)
-                    .map(|kv| kv[1].clone())
-                    .unwrap_or_default()
-            };
-            let seen = match field("event").as_str() {
-                "acquired" => &mut acquired,
-                "released" | "expired" | "lost" | "forced" => &mut ended,
-                _ => continue,
-            };
-            let first = seen.entry(field("token")).or_insert(at);
-            *first = (*first).min(at);
-        }
-    }
-    let mut holds: Vec<_> = acquired
-        .into_iter()
-        .map(|(t, at)| {
-            let end = ended.get(&t).copied();
-            (t, at, end)
-        })
-        .collect();
-    holds.sort_by_key(|h| h.1);
-    holds
-}
-
 /// Hand-overs on a quorum are prompt without faults, on a loaded machine too: 6 `exec` loops
 /// contend for one lock on 5 nodes, and no hand-over (from one holder's release to the next
 /// holder's acquisition, as the nodes' histories date them) takes 500 ms. With --ttl 1s the
@@ -1061,15 +1022,15 @@ fn quorum_hand_overs_take_under_500ms_with_6_contending_loops() {
     for l in loops {
         l.finish(Duration::from_secs(180)).expect(0);
     }
-    let holds = holds(&nodes, "gap");
+    let holds = nodes.holds("gap");
     assert_eq!(holds.len(), 90, "{holds:?}");
     let mut gaps: Vec<(i64, &str)> = holds
         .windows(2)
         .map(|w| {
             let end = w[0]
-                .2
+                .end
                 .unwrap_or_else(|| panic!("no end told for {:?}", w[0]));
-            (w[1].1 - end, w[1].0.as_str())
+            (w[1].acquired - end, w[1].token.as_str())
         })
         .collect();
     gaps.sort();
