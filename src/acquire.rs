@@ -162,6 +162,20 @@ pub fn new_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
+/// How many leading characters the tokens of one waiter share: its id (`WAITER_ID` in
+/// `acquire.lua`, which must agree).
+const WAITER_ID: usize = 16;
+
+/// The token of a waiter's next attempt, when each attempt needs its own (a quorum): the
+/// waiter's id (the first [`WAITER_ID`] characters of `prev`, its first token's) and 16 fresh
+/// random hex digits (64 bits: an undo of one attempt never matches another). The nodes know the
+/// waiter by its id, so it claims a reservation made for any of its earlier tokens: a release
+/// crossing its attempts reserves the lock for a token it has since replaced.
+fn next_token(prev: &str) -> String {
+    let fresh = new_token();
+    format!("{}{}", &prev[..WAITER_ID], &fresh[WAITER_ID..])
+}
+
 /// Takes the lock, waiting as `wait` says.
 ///
 /// A busy attempt queues us up; we then block on our wake list until the lock is handed to us,
@@ -275,7 +289,8 @@ impl Waiter<'_> {
         let mut first = true;
         loop {
             if !first && store.fresh_token_per_attempt() {
-                self.prev = Some(std::mem::replace(&mut self.token, new_token()));
+                let next = next_token(&self.token);
+                self.prev = Some(std::mem::replace(&mut self.token, next));
             }
             first = false;
             if let Some(sig) = park.interrupted() {
@@ -632,6 +647,20 @@ fn block_time(pttl_ms: i64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_waiters_tokens_share_its_id_and_differ_after_it() {
+        let first = new_token();
+        let (second, third) = (next_token(&first), next_token(&next_token(&first)));
+        for t in [&second, &third] {
+            assert_eq!(t.len(), 32, "{t}");
+            assert!(t.chars().all(|c| c.is_ascii_hexdigit()), "{t}");
+            assert_eq!(t[..WAITER_ID], first[..WAITER_ID]);
+        }
+        assert_ne!(second, first);
+        assert_ne!(third, second);
+        assert_ne!(new_token()[..WAITER_ID], first[..WAITER_ID]);
+    }
 
     #[test]
     fn waiters_block_until_just_past_expiry_at_most_the_cap() {

@@ -42,7 +42,12 @@
 //!   not include the queue node still gets the next waiter from it (`release.lua` names the
 //!   waiter whose turn is next where our token is not), so every release wakes the next waiter.
 //!   Each attempt of a waiter uses a fresh token that takes over the previous one's
-//!   place and reservation (a late undo must never match a later attempt). With the first node
+//!   place and reservation (a late undo must never match a later attempt). The tokens of one
+//!   waiter share its id (their first half, see `acquire.rs`), and a node gives the waiter a
+//!   reservation or grant made for any of them: a release whose reservation reaches a node after
+//!   the waiter's next attempt passed there reserves it for a token the waiter has replaced, and
+//!   the waiter, holding the queue node (its turn), still claims it at once rather than after the
+//!   claim window (the hand-over took 2 s under load). With the first node
 //!   down, waiters retry when the holder's TTL runs out (at most every few seconds).
 //! - A node that answers only after the outcome was settled (frozen, or far slower than the
 //!   others) may apply a failed attempt after its undo. So the undo on a node whose answer was

@@ -5,6 +5,8 @@
 //!   of faults per topology; `chaos_long` (ignored) runs 120 s each. `REDLOCK_CHAOS_SEED` replays
 //!   the nemesis's choices; `REDLOCK_CHAOS_SECS`, `_WORKERS`, `_TTL_MS`, `_NO_LOCK`, `_VERBOSE`
 //!   configure a run.
+//! - On five nodes, once the faults stopped and what they left has run out, a calm period of 5 s
+//!   in which no hand-over may take over 500 ms (`calm_hand_overs`).
 //! - `the_checker_flags_a_run_without_locking`: the control; the checker must object.
 //! - Finding 13 of issue 11: on a quorum, after the holder's redlock is killed and its lock
 //!   expires, the waiters still take their turns in arrival order; and every release wakes the
@@ -502,6 +504,7 @@ fn campaign(n: usize, c: &Campaign) -> Option<Report> {
 
     // The fault-free tail: every worker must enter again.
     let tail = clock.now();
+    let tail_ms = server_ms(&nodes);
     let progressed = wait_for(
         || {
             let t = Trace::read(&dir);
@@ -510,6 +513,11 @@ fn campaign(n: usize, c: &Campaign) -> Option<Report> {
         Duration::from_secs(60),
     );
     let tail_took = Duration::from_nanos((clock.now() - tail) as u64);
+    let calm = if n > 1 && progressed && !c.no_lock {
+        Some(calm_hand_overs(&nodes, tail_ms, ttl))
+    } else {
+        None
+    };
     stop_workers(&dir, workers, Duration::from_secs(90));
 
     let trace = Trace::read(&dir);
@@ -530,6 +538,11 @@ fn campaign(n: usize, c: &Campaign) -> Option<Report> {
         report.notes.push(format!(
             "after the faults every worker entered within {tail_took:?}"
         ));
+    }
+    match calm {
+        Some(Ok(note)) => report.notes.push(note),
+        Some(Err(violation)) => report.violations.push(violation),
+        None => {}
     }
     // Nothing held or queued afterwards, once what dead clients left has expired (everything of
     // theirs has a TTL): only the fence record (meta) and tombstones may stay.
@@ -568,6 +581,63 @@ fn campaign(n: usize, c: &Campaign) -> Option<Report> {
     let shown = if c.no_lock { 3 } else { 20 };
     eprintln!("{}", report.summary_showing(&title, shown));
     Some(report)
+}
+
+/// The servers' clock (ms): the histories date events by it.
+fn server_ms(nodes: &Nodes) -> i64 {
+    nodes.live().next().map_or(0, RedisServer::now_ms)
+}
+
+/// The longest a quorum hand-over may take in a fault-free period (from one hold's end to the
+/// next acquisition, as the nodes' histories date them).
+const HAND_OVER_BOUND_MS: i64 = 500;
+
+/// How long the calm period whose hand-overs [`calm_hand_overs`] measures lasts.
+const CALM_MS: i64 = 5_000;
+
+/// The hand-overs of a calm period on a quorum: from when what the faults left has run out (a
+/// killed waiter's queue entry holds up the queue once, by its lease of up to 5 s and then the 2 s
+/// claim window of a reservation made for it; a killed holder's lock, by its TTL), counted from
+/// `tail_ms` (the servers' clock when the faults stopped), for [`CALM_MS`]. None may take longer
+/// than [`HAND_OVER_BOUND_MS`]: a note saying how long they took, or the violation.
+fn calm_hand_overs(nodes: &Nodes, tail_ms: i64, ttl: Duration) -> Result<String, String> {
+    let settle = i64::try_from(ttl.as_millis())
+        .unwrap_or(i64::MAX)
+        .max(7_000)
+        + 1_000;
+    let (from, to) = (tail_ms + settle, tail_ms + settle + CALM_MS);
+    let reached = wait_for(
+        || server_ms(nodes) >= to,
+        Duration::from_millis(u64::try_from(to - tail_ms).unwrap_or(0) + 30_000),
+    );
+    if !reached {
+        return Err("the servers' clock never reached the end of the calm period".to_string());
+    }
+    let holds = nodes.holds(NAME);
+    let gaps: Vec<(i64, String)> = holds
+        .windows(2)
+        .filter_map(|w| {
+            let end = w[0].end?;
+            (end >= from && w[1].acquired <= to).then(|| (w[1].acquired - end, w[1].token.clone()))
+        })
+        .collect();
+    let Some(longest) = gaps.iter().map(|g| g.0).max() else {
+        return Err(format!(
+            "no hand-over in the calm period {from}..{to} (server ms) to measure: {holds:?}"
+        ));
+    };
+    let slow: Vec<_> = gaps.iter().filter(|g| g.0 > HAND_OVER_BOUND_MS).collect();
+    if slow.is_empty() {
+        Ok(format!(
+            "calm period: {} hand-overs, the longest {longest} ms",
+            gaps.len()
+        ))
+    } else {
+        Err(format!(
+            "hand-overs over {HAND_OVER_BOUND_MS} ms in the calm period {from}..{to} (server ms), \
+             (ms, next holder): {slow:?}"
+        ))
+    }
 }
 
 /// Asserts a clean report (or, without locking, that the checker objected).

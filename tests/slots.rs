@@ -566,6 +566,83 @@ fn several_servers_refuse_slots_pools_and_shared_locks() {
     }
 }
 
+/// `release --force --if-fence N` / `--if-token FINGERPRINT` on a lock with places frees the
+/// holder the condition names, and only it: the others keep their places, their records and
+/// their TTLs (a condition that matched let every holder go, and the suite did not notice).
+#[test]
+fn a_conditional_force_frees_only_the_matching_holder() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let holders: Vec<(String, String)> = (0..4)
+        .map(|_| {
+            let json = redis
+                .redlock()
+                .args(["acquire", "sem", "--slots", "4", "--format", "json"])
+                .run()
+                .ok();
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            let fence = match &v["fence"] {
+                serde_json::Value::String(f) => f.clone(),
+                other => other.to_string(),
+            };
+            (v["token"].as_str().unwrap().to_string(), fence)
+        })
+        .collect();
+    let places = || -> BTreeSet<String> {
+        redis
+            .query::<Vec<String>>(&["HKEYS", &slots_key("sem")])
+            .into_iter()
+            .collect()
+    };
+    let held = |which: &[usize]| -> BTreeSet<String> {
+        which.iter().map(|&i| holders[i].0.clone()).collect()
+    };
+    let records = redis.query::<Vec<String>>(&["HVALS", &slots_key("sem")]);
+    let out = redis
+        .redlock()
+        .args(["release", "sem", "--force", "--if-fence", &holders[1].1])
+        .run()
+        .expect(0);
+    assert_eq!(
+        places(),
+        held(&[0, 2, 3]),
+        "--if-fence {}: {out}",
+        holders[1].1
+    );
+    let out = redis
+        .redlock()
+        .args([
+            "release",
+            "sem",
+            "--force",
+            "--if-token",
+            &holders[2].0[..8],
+        ])
+        .run()
+        .expect(0);
+    assert_eq!(
+        places(),
+        held(&[0, 3]),
+        "--if-token {}: {out}",
+        &holders[2].0[..8]
+    );
+    // The others are untouched: their records as they were, and each still releases its own.
+    let left = redis.query::<Vec<String>>(&["HVALS", &slots_key("sem")]);
+    assert!(
+        left.iter().all(|r| records.contains(r)),
+        "{left:?}\n{records:?}"
+    );
+    for i in [0, 3] {
+        redis
+            .redlock()
+            .args(["release", "sem", &holders[i].0])
+            .run()
+            .expect(0);
+    }
+    assert_eq!(redis.keys(), [meta_key("sem")]);
+}
+
 #[test]
 fn release_frees_one_holder_and_force_frees_all() {
     let Some(redis) = RedisServer::start() else {
@@ -953,4 +1030,174 @@ fn exec_with_a_place_releases_in_one_call() {
             "exec {args:?}: attempt + release"
         );
     }
+}
+
+/// The connections blocked in BLPOP (waiters parked on their wake lists), by client id.
+fn blocked(redis: &RedisServer) -> Vec<String> {
+    let clients: String = redis.query(&["CLIENT", "LIST"]);
+    clients
+        .lines()
+        .filter(|l| l.contains(" cmd=blpop ") && l.contains(" flags=b "))
+        .filter_map(|l| Some(l.split_whitespace().next()?.to_string()))
+        .collect()
+}
+
+/// First come, first served on a lock with places, and one wake-up per freed place: four
+/// waiters queue for a full `--slots 2` lock; each release lets exactly the waiter at the head
+/// in (its attempt, nobody else's: counted in the server's command statistics), and a newcomer
+/// that finds a place free (its holder's TTL ran out) while waiters are queued does not take it:
+/// it gives it to the head of the queue and waits behind. The waiters get their places in the
+/// order they arrived.
+#[test]
+fn slot_waiters_get_in_in_arrival_order_one_wake_up_per_place() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let take = |args: &[&str]| -> String {
+        redis
+            .redlock()
+            .args(["acquire", "sem", "--slots", "2"])
+            .args(args)
+            .run()
+            .ok()
+            .trim()
+            .to_string()
+    };
+    let holders = [take(&["--ttl", "1m"]), take(&["--ttl", "1m"])];
+    // The release script in the server's cache: a release below is one EVALSHA.
+    let warm = redis
+        .redlock()
+        .args(["acquire", "warm", "--slots", "2"])
+        .run()
+        .ok();
+    redis
+        .redlock()
+        .args(["release", "warm", warm.trim()])
+        .run()
+        .expect(0);
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let proc = redis
+            .redlock()
+            .args([
+                "acquire", "sem", "--slots", "2", "--ttl", "1m", "--wait", "1m",
+            ])
+            .spawn_proc();
+        let queued = wait_for(|| queue(&redis, "sem").len() == i + 1, HANG);
+        assert!(queued, "waiter {i} not queued: {:?}", queue(&redis, "sem"));
+        waiters.push((proc, queue(&redis, "sem")[i].clone()));
+    }
+    assert!(
+        wait_for(|| blocked(&redis).len() == 4, HANG),
+        "not all 4 blocked: {:?}",
+        blocked(&redis)
+    );
+    // Each waiter looks again when its block reaches the cap (3 s), which a wake-up would look
+    // like: start right after they all did, so that the next looks are 3 s away.
+    let leases_key = format!("{}:leases", lock_key("sem"));
+    let leases = || -> Vec<Option<String>> {
+        waiters
+            .iter()
+            .map(|(_, t)| redis.query(&["HGET", &leases_key, t]))
+            .collect()
+    };
+    let first_leases = leases();
+    let looked = wait_for(
+        || {
+            let now = leases();
+            now.iter().zip(&first_leases).all(|(a, b)| a != b)
+        },
+        HANG,
+    );
+    assert!(looked, "the waiters never looked again");
+    assert!(
+        wait_for(|| blocked(&redis).len() == 4, HANG),
+        "not all 4 blocked again: {:?}",
+        blocked(&redis)
+    );
+    let (before, scripts, blpops) = (blocked(&redis), redis.script_calls(), redis.calls("blpop"));
+    redis
+        .redlock()
+        .args(["release", "sem", &holders[0]])
+        .run()
+        .expect(0);
+    let (first, first_token) = waiters.remove(0);
+    let out = first.finish(HANG).expect(0);
+    assert_eq!(
+        out.stdout.trim(),
+        first_token,
+        "the head of the queue got in: {out}"
+    );
+    let mut after = Vec::new();
+    assert!(
+        wait_for(
+            || {
+                after = blocked(&redis);
+                after.len() == 3
+            },
+            HANG
+        ),
+        "the other three are not all blocked again: {after:?}"
+    );
+    let looked_again = after.iter().filter(|id| !before.contains(id)).count() as u64;
+    assert_eq!(
+        (
+            redis.script_calls() - scripts,
+            redis.calls("blpop") - blpops
+        ),
+        (3 + looked_again, looked_again),
+        "(script calls, BLPOPs) for one release (`release KEY TOKEN` asks the plain script \
+         first, two calls) and one place handed on (the head's attempt), with {looked_again} \
+         waiters at their block cap"
+    );
+    let rest: Vec<String> = waiters.iter().map(|(_, t)| t.clone()).collect();
+    assert_eq!(
+        queue(&redis, "sem"),
+        rest,
+        "the others still wait, in order"
+    );
+
+    // The first waiter's place runs out (as if it had died): a newcomer finds it free, but the
+    // next waiter's turn, not its own.
+    redis
+        .redlock()
+        .args(["extend", "sem", &first_token, "--ttl", "50ms"])
+        .run()
+        .expect(0);
+    let key = slots_key("sem");
+    let gone = || {
+        let record: Option<String> = redis.query(&["HGET", &key, &first_token]);
+        record.is_none_or(|r| {
+            let expires: i64 = r.split('\t').next().unwrap().parse().unwrap();
+            expires < redis.now_ms()
+        })
+    };
+    assert!(wait_for(gone, HANG), "the place never ran out");
+    let out = redis
+        .redlock()
+        .args(["acquire", "sem", "--slots", "2", "-n"])
+        .run();
+    assert_eq!(
+        out.code(),
+        1,
+        "a newcomer took a place while waiters were queued: {out}"
+    );
+    let (second, second_token) = waiters.remove(0);
+    let out = second.finish(HANG).expect(0);
+    assert_eq!(
+        out.stdout.trim(),
+        second_token,
+        "the next in line got in: {out}"
+    );
+    // The rest in order, one per release.
+    for (holder, (waiter, token)) in [holders[1].clone(), second_token].iter().zip(waiters) {
+        redis
+            .redlock()
+            .args(["release", "sem", holder])
+            .run()
+            .expect(0);
+        let out = waiter.finish(HANG).expect(0);
+        assert_eq!(out.stdout.trim(), token, "{out}");
+    }
+    assert!(queue(&redis, "sem").is_empty());
 }

@@ -250,3 +250,45 @@ fn a_quorum_wait_without_a_majority_says_it_cannot_tell() {
     assert!(!out.stderr.contains("still busy: free"), "{out}");
     assert_eq!(out.status.code(), Some(69), "{out}");
 }
+
+/// Woken, not polling: over a wait of 3 s and a release, `wait` reads the lock twice (once its
+/// subscription is confirmed, once on the release's message), as the server's command statistics
+/// count its script calls; a wait that read every 200 ms made 16 (and passed the other tests).
+#[test]
+fn a_wait_reads_the_lock_once_subscribed_and_once_per_change() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // Every script in the server's cache: each read or release below is one EVALSHA.
+    redis.redlock().args(["wait", "warm"]).run().expect(0);
+    let warm = redis.redlock().args(["acquire", "warm"]).run().ok();
+    redis
+        .redlock()
+        .args(["release", "warm", warm.trim()])
+        .run()
+        .expect(0);
+    let token = redis
+        .redlock()
+        .args(["acquire", "deploy", "--ttl", "60s"])
+        .run()
+        .ok();
+    let before = redis.script_calls();
+    let waiting = redis
+        .redlock()
+        .args(["wait", "deploy", "--wait", "50s"])
+        .spawn_proc();
+    wait_listening(&redis, "deploy");
+    // A window for polling to show: the wait hears nothing in it.
+    std::thread::sleep(Duration::from_secs(3));
+    redis
+        .redlock()
+        .args(["release", "deploy", token.trim()])
+        .run()
+        .expect(0);
+    waiting.finish(HANG).expect(0);
+    let reads = redis.script_calls() - before - 1;
+    assert_eq!(
+        reads, 2,
+        "the wait read the lock {reads} times in 3 s and one release"
+    );
+}

@@ -4,7 +4,8 @@
 --      block_cap_ms, lease_margin_ms, want_run_id ('1': return this server's run_id),
 --      previous token (a quorum's waiter tries each time with a fresh token, so that a late
 --      undo of an earlier attempt can never delete a later one: it keeps the earlier token's
---      place in the queue and a reservation made for it), meta_idle_ms (how long meta outlives
+--      place in the queue and a reservation made for it or for any earlier token of the same
+--      waiter, see WAITER_ID below), meta_idle_ms (how long meta outlives
 --      the lock and the queue; see keep_meta), wait_ms (what is left of the client's wait; ''
 --      when it waits forever: recorded with the waiter, see KEYS[4] in common.lua), pidns (the
 --      holder's pid namespace, recorded so that `status` judges its pid only in that namespace),
@@ -187,8 +188,21 @@ local function other_kind(marked)
   end
 end
 
+-- A quorum's waiter (prev given) tries each time with a fresh token, and all its tokens share
+-- their first WAITER_ID characters: the waiter's id (acquire.rs's `next_token`). A reservation
+-- or a grant for any earlier token of the waiter is the waiter's, not only one for the token just
+-- before: a release whose reservation reached this node after the waiter's next attempt had
+-- passed here (it took the queue node, then retried with yet another token) reserved it for a
+-- token the waiter no longer uses, and the waiter would wait for that reservation to expire (the
+-- claim window) while it held the queue node, which held up the whole queue.
+local WAITER_ID = 16
 local current = redis.call('GET', LOCK)
 local prev = ARGV[12]
+local function earlier_of_ours(held)
+  return held == prev or (#held == #token and string.sub(prev, 1, WAITER_ID) ==
+    string.sub(token, 1, WAITER_ID) and string.sub(held, 1, WAITER_ID) ==
+    string.sub(token, 1, WAITER_ID))
+end
 if prev and prev ~= '' and prev ~= token then
   local ticket = redis.call('ZSCORE', QUEUE, prev)
   if ticket then
@@ -203,10 +217,17 @@ if prev and prev ~= '' and prev ~= token then
     end
   end
   redis.call('DEL', wake_key(prev))
-  -- A reservation for the previous attempt is ours; so is a grant to it whose undo has not
+  -- A reservation for an earlier attempt is ours; so is a grant to one whose undo has not
   -- arrived yet (when it does, it no longer matches).
-  if current == '~' .. prev or current == prev then
-    current = '~' .. token
+  if current and current ~= token and current ~= '~' .. token then
+    local reserved = string.sub(current, 1, 1) == '~'
+    local held = reserved and string.sub(current, 2) or current
+    if earlier_of_ours(held) then
+      if reserved and held ~= prev then
+        redis.call('DEL', wake_key(held))
+      end
+      current = '~' .. token
+    end
   end
 end
 if current and string.sub(current, 1, 1) == '#' and current ~= '#shared' then

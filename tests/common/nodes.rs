@@ -158,6 +158,60 @@ impl Nodes {
     }
 }
 
+/// One hold of a lock, as the nodes' histories tell it (see [`Nodes::holds`]).
+#[derive(Debug, Clone)]
+pub struct Hold {
+    /// The holder's token fingerprint, as the history has it.
+    pub token: String,
+    /// When a node first told the acquisition (server ms, from the stream ID).
+    pub acquired: i64,
+    /// When a node first told its end (released, expired, lost, forced); `None` if none did.
+    pub end: Option<i64>,
+}
+
+impl Nodes {
+    /// Every hold of lock `name` that a live node's history tells, in the order acquired. The
+    /// nodes run on one machine, so their clocks agree: a hand-over is the time from one hold's
+    /// end to the next one's acquisition.
+    pub fn holds(&self, name: &str) -> Vec<Hold> {
+        let mut acquired: HashMap<String, i64> = HashMap::new();
+        let mut ended: HashMap<String, i64> = HashMap::new();
+        for s in self.live() {
+            let log: Vec<(String, Vec<String>)> =
+                s.query(&["XRANGE", &format!("{}:log", lock_key(name)), "-", "+"]);
+            for (id, fields) in log {
+                let Some(at) = id.split('-').next().and_then(|ms| ms.parse::<i64>().ok()) else {
+                    continue;
+                };
+                let field = |k: &str| {
+                    fields
+                        .chunks(2)
+                        .find(|kv| kv[0] == k)
+                        .and_then(|kv| kv.get(1).cloned())
+                        .unwrap_or_default()
+                };
+                let seen = match field("event").as_str() {
+                    "acquired" => &mut acquired,
+                    "released" | "expired" | "lost" | "forced" => &mut ended,
+                    _ => continue,
+                };
+                let first = seen.entry(field("token")).or_insert(at);
+                *first = (*first).min(at);
+            }
+        }
+        let mut holds: Vec<Hold> = acquired
+            .into_iter()
+            .map(|(token, acquired)| Hold {
+                end: ended.get(&token).copied(),
+                token,
+                acquired,
+            })
+            .collect();
+        holds.sort_by_key(|h| h.acquired);
+        holds
+    }
+}
+
 /// How long a tombstone lasts (`lock::TOMBSTONE`).
 const TOMBSTONE_MS: i64 = 300_000;
 
