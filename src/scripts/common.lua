@@ -82,13 +82,21 @@ local function gone_key(token)
   return LOCK .. ':gone:' .. token
 end
 
--- A holder kept alive by a keeper (`acquire --while-pid`) that releases: its keeper hears it at
+-- A holder kept alive by a keeper (`acquire --while-pid`) that releases, or any place that is
+-- given back (a place's record does not say whether a keeper keeps it): its keeper hears it at
 -- once on LOCK:events ('released:TOKEN'), and, should it miss that, its next renewal finds the
--- mark LOCK:gone:TOKEN = 'rel' (see extend.lua), lasting `ttl_ms` and a minute more: positive
--- evidence that the owner released, where a lock key gone for another reason (a restart, a
--- flush, an eviction) is a loss. (An attempt never reads it: a released token never attempts.)
+-- mark LOCK:gone:TOKEN = 'rel' (see extend.lua, slots_extend.lua): positive evidence that the
+-- owner released, where a lock key gone for another reason (a restart, a flush, an eviction) is
+-- a loss. (An attempt never reads it: a released token never attempts.) The keeper takes it away
+-- when it reads it; otherwise it lasts `ttl_ms` (the holder's TTL) and MARK_SLACK_MS more, no
+-- longer than a renewal that could still read it: the keeper's last renewal before the release
+-- was sent before it, and the keeper renews (retrying failures every TTL/9) only until that
+-- renewal's TTL has run out, when it takes the lock for lost anyway; MARK_SLACK_MS covers a
+-- renewal sent just before that deadline and still on its way (up to the default --io-timeout,
+-- 2 s). Every release of a place leaves one for that long, a key of a few bytes.
+local MARK_SLACK_MS = 2000
 local function mark_released(token, ttl_ms)
-  redis.pcall('SET', gone_key(token), 'rel', 'PX', int((tonumber(ttl_ms) or 0) + 60000))
+  redis.pcall('SET', gone_key(token), 'rel', 'PX', int((tonumber(ttl_ms) or 0) + MARK_SLACK_MS))
   redis.pcall('PUBLISH', LOCK .. ':events', 'released:' .. token)
 end
 

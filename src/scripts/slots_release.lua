@@ -45,11 +45,11 @@ local function let_go(token, why, by)
       fields[#fields + 1] = 'status'
       fields[#fields + 1] = tonumber(ARGV[12])
     end
-    -- A place's record does not say whether a keeper keeps it (`acquire --while-pid`): the
-    -- release is announced for any (a keeper ends; nobody else listens for it), but not marked
-    -- (a mark would outlive every release nobody keeps): a keeper that missed the announcement
-    -- takes its place gone for a loss.
-    redis.pcall('PUBLISH', LOCK .. ':events', 'released:' .. token)
+    -- A place's record does not say whether a keeper keeps it (`acquire --while-pid`): every
+    -- place's release is announced and marked (see mark_released in common.lua), so that a
+    -- keeper that missed the announcement does not take its place gone for a loss.
+    local place_ttl = string.match(h.value, '^%d*\t%d*\t%d*\t%d*\t(%d*)')
+    mark_released(token, place_ttl)
   end
   event(why, token, fields, log_max, keep, now)
 end
