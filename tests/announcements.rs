@@ -325,65 +325,52 @@ fn renewed_twice(redis: &RedisServer, name: &str) -> bool {
     )
 }
 
-/// Fails while a kept lock's release mark (`:gone:TOKEN`) lasted TTL + 60 s: it need last no
-/// longer than the keeper could still renew, the TTL and 2 s (see `mark_released` in
-/// common.lua). For a kept plain lock (its keeper stopped, so that it cannot take the mark away)
-/// and for a place (every place's release is marked).
+/// Fails while a kept lock's release mark (`:gone:TOKEN`) lasted TTL + 60 s, and while a place's
+/// release left none: it need last no longer than the keeper could still renew, the TTL and 2 s
+/// (see `mark_released` in common.lua). For a kept plain lock and a kept place, each with its
+/// keeper stopped, so that it cannot take the mark away; thawed, the keeper does, and ends
+/// quietly. A place nobody keeps leaves no mark.
 #[test]
 fn a_release_mark_lasts_the_ttl_and_two_seconds_at_most() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let marks = || {
+    let marks = |key: &str| {
+        let gone = format!("{}:gone:", lock_key(key));
         redis
             .keys()
             .into_iter()
-            .filter(|k| k.contains(":gone:"))
+            .filter(|k| k.starts_with(&gone))
             .collect::<Vec<_>>()
     };
-    let bounded = |what: &str| {
-        let found = marks();
-        assert_eq!(found.len(), 1, "{what}: {found:?}");
-        let pttl = redis.pttl(&found[0]);
+    redis
+        .redlock()
+        .args(["exec", "free", "--slots", "2", "--ttl", "5s", "--", "true"])
+        .run()
+        .expect(0);
+    assert_eq!(marks("free"), Vec::<String>::new(), "a place nobody keeps");
+    for (key, flags) in [("plain", &[][..]), ("place", &["--slots", "2"][..])] {
+        let mut pid = Leader::start();
+        let mut args = vec![key, "--ttl", "5s"];
+        args.extend_from_slice(flags);
+        let token = acquire_for(redis.redlock(), &args, pid.id(), Stdio::null());
+        let keeper = keepers_of(pid.id());
+        assert_eq!(keeper.len(), 1);
+        common::signal(keeper[0], libc::SIGSTOP);
+        let released = redis.redlock().args(["release", key, &token]).run();
+        let mark = marks(key);
+        let pttl = mark.first().map(|m| redis.pttl(m));
+        common::signal(keeper[0], libc::SIGCONT);
+        released.expect(0);
+        assert_eq!(mark.len(), 1, "{key}: {mark:?}");
+        let pttl = pttl.unwrap();
         assert!(
             pttl > 0 && pttl <= 7000,
-            "{what}: the mark's PTTL is {pttl} ms"
+            "{key}: the mark's PTTL is {pttl} ms"
         );
-        redis.query::<i64>(&["DEL", &found[0]]);
-    };
-    redis
-        .redlock()
-        .args(["exec", "place", "--slots", "2", "--ttl", "5s", "--", "true"])
-        .run()
-        .expect(0);
-    bounded("a place");
-
-    let mut pid = Leader::start();
-    let token = acquire_for(
-        redis.redlock(),
-        &["plain", "--ttl", "5s"],
-        pid.id(),
-        Stdio::null(),
-    );
-    let keeper = keepers_of(pid.id());
-    assert_eq!(keeper.len(), 1);
-    common::signal(keeper[0], libc::SIGSTOP);
-    redis
-        .redlock()
-        .args(["release", "plain", &token])
-        .run()
-        .expect(0);
-    let mark = marks();
-    common::signal(keeper[0], libc::SIGCONT);
-    assert_eq!(mark.len(), 1, "{mark:?}");
-    let pttl = redis.pttl(&mark[0]);
-    assert!(
-        pttl > 0 && pttl <= 7000,
-        "a kept lock: the mark's PTTL is {pttl} ms"
-    );
-    // Thawed, the keeper takes the mark away and ends quietly.
-    keeper_ended_quietly(&mut pid, "a kept lock");
-    assert!(wait_for(|| marks().is_empty(), SOON), "{:?}", marks());
+        keeper_ended_quietly(&mut pid, key);
+        assert!(wait_for(|| marks(key).is_empty(), SOON), "{:?}", marks(key));
+    }
 }
 
 /// Fails if the keeper never gives up at its deadline: with the server frozen (SIGSTOP: it

@@ -33,6 +33,7 @@ if not mine then
 end
 mine.expires = now + ttl
 redis.call('HSET', SLOTS, ARGV[1], int(mine.expires) .. string.match(mine.value, '^%d+(.*)$'))
+kept_place(ARGV[1], ttl, true)
 keep_marker(view, current, now)
 keep_meta(ARGV[4], view.latest - now)
 local log = LOCK .. ':log'
