@@ -275,6 +275,93 @@ fn parse(payload: &[u8]) -> Option<Event> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lock::{Holder, Mode, Slots};
+
+    fn state(token: Option<&str>, holder: Option<Holder>, places: &[&str]) -> State {
+        State {
+            keys: Keys::new("redlock:", "k").unwrap(),
+            token: token.map(str::to_string),
+            pttl_ms: 5000,
+            now_ms: 1_000_000,
+            fence: 3,
+            holder,
+            last: None,
+            waiters: 0,
+            queue: Vec::new(),
+            stale: None,
+            forced: None,
+            quorum: None,
+            counters: Default::default(),
+            slots: (!places.is_empty()).then(|| {
+                Box::new(Slots {
+                    mode: Mode::Exclusive,
+                    set_by: String::new(),
+                    holders: places
+                        .iter()
+                        .map(|t| Holder {
+                            token: t.to_string(),
+                            ..Holder::default()
+                        })
+                        .collect(),
+                    reserved: 0,
+                })
+            }),
+        }
+    }
+
+    /// Fails if an announcement is passed on that the lock's keys contradict (anyone may
+    /// publish one), or one they bear out is dropped.
+    #[test]
+    fn an_announcement_is_acted_on_only_as_the_keys_bear_it_out() {
+        let asked = Preemption {
+            by: "ci@web (pid 7)".into(),
+            at_ms: 5,
+        };
+        let held = |preempted: Option<Preemption>| {
+            state(
+                Some("t"),
+                Some(Holder {
+                    token: "t".into(),
+                    preempted,
+                    ..Holder::default()
+                }),
+                &[],
+            )
+        };
+        let forced = || Event::TakenAway {
+            token: "t".into(),
+            why: "forced".into(),
+        };
+        let released = || Event::Released { token: "t".into() };
+        let preempted = || Event::Preempted {
+            token: "t".into(),
+            preemption: Preemption {
+                by: "mallory".into(),
+                at_ms: 1,
+            },
+        };
+        let ours = held(None);
+        let in_a_place = state(Some("#slots"), None, &["u", "t"]);
+        let gone = state(Some("other"), None, &["u"]);
+        for (state, event, acted) in [
+            (&ours, forced(), false),
+            (&ours, released(), false),
+            (&ours, preempted(), false),
+            (&in_a_place, forced(), false),
+            (&in_a_place, released(), false),
+            (&gone, forced(), true),
+            (&gone, released(), true),
+            (&gone, preempted(), false),
+        ] {
+            let what = format!("{event:?}");
+            assert_eq!(borne_out(state, event).is_some(), acted, "{what}");
+        }
+        // A recorded request is acted on as recorded, not as announced.
+        match borne_out(&held(Some(asked.clone())), preempted()) {
+            Some(Event::Preempted { preemption, .. }) => assert_eq!(preemption, asked),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn announcements_name_a_token_and_a_known_reason() {
