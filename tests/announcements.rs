@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::keeper::{SOON, keepers_of};
+use common::proxy::Proxy;
 use common::{RedisServer, Run, default_signals, lock_key, wait_for, wait_subscribed};
 
 /// A `sleep 1000` to keep locks for, leading a process group of its own (as a script started by
@@ -128,6 +129,25 @@ fn a_hundred_places_released_at_once_never_get_a_sigterm() {
         "{}",
         proc.stderr()
     );
+}
+
+/// Fails while the keeper said it runs before its subscription was confirmed: acquire returned
+/// (and the script could release) while nobody listened on the lock's channel yet. The keeper's
+/// SUBSCRIBE is held back half a second on its way (a slow link), which made the race certain.
+#[test]
+fn acquire_returns_once_the_keeper_listens() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let proxy = Proxy::to(redis.port());
+    proxy.delay_matching("SUBSCRIBE", Duration::from_millis(500), 1);
+    let pid = Leader::start();
+    let mut cmd = common::redlock();
+    cmd.env("REDLOCK_URL", proxy.url());
+    acquire_for(cmd, &["k"], pid.id(), Stdio::null());
+    let channel = format!("{}:events", lock_key("k"));
+    let (_, listeners): (String, i64) = redis.query(&["PUBSUB", "NUMSUB", &channel]);
+    assert_eq!(listeners, 1, "acquire returned before its keeper listened");
 }
 
 /// Fails before places were marked at their release: a Redis 7 ACL user without pub/sub
