@@ -31,8 +31,8 @@
 //! successful renewal). Invariants:
 //! - PID is acted on (`--on-lost`) only once the lock is known lost or preempted, and once.
 //! - Only positive evidence ends the keeper quietly: the owner's release, marked
-//!   (`mark_released` in `common.lua`, for a kept lock and for every place: a renewal that finds
-//!   the mark answers [`Verdict::Released`] and takes it away). An announced release only makes
+//!   (`mark_released` in `common.lua`, for a kept lock or a kept place: a renewal that finds the
+//!   mark answers [`Verdict::Released`] and takes it away). An announced release only makes
 //!   the keeper renew at once. A lock gone for any other reason (a restart, a flush, an
 //!   eviction, a forced release, another holder) is a loss: PID is acted on and the history
 //!   told. The mark lasts the lock's TTL and 2 s: as long as the keeper may still renew after a
