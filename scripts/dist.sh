@@ -10,9 +10,10 @@
 #   scripts/dist.sh           build
 #   scripts/dist.sh --check   build, then check what was built: the binary is static; lintian
 #                             passes; the package, unpacked with dpkg -x into a scratch root,
-#                             runs --version and an exec against a scratch redis-server, and
-#                             man -l renders each page; the TLS and exec tests pass against
-#                             the static binary (needs redis-server, openssl, lintian, man-db)
+#                             and the tarball, unpacked, each run --version and an exec against
+#                             a scratch redis-server; man -l renders each page; the TLS, exec,
+#                             keeper and subreaper tests pass against the static binary (needs
+#                             redis-server, openssl, lintian, man-db)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -195,11 +196,24 @@ for _ in $(seq 100); do
   [[ -S $scratch/redis.sock ]] && break
   sleep 0.05
 done
-out=$("$installed" -u "unix://$scratch/redis.sock" exec dist-check -- sh -c 'echo "fence $REDLOCK_FENCE"')
-[[ $out == "fence "* ]] || { say "exec said: $out"; exit 1; }
-"$installed" -u "unix://$scratch/redis.sock" status dist-check >/dev/null || [[ $? -eq 1 ]]
-say "the installed binary ran: $out"
-# The tests that exercise TLS (rustls) and the supervisor, against the static binary.
+# The same from the .deb and from the unpacked tarball: --version, and one exec.
+mkdir "$scratch/tar"
+tar -xzf "$dist/$name.tar.gz" -C "$scratch/tar"
+unpacked=$scratch/tar/$name/redlock
+first=$("$unpacked" --version | head -n 1)
+[[ $first == "redlock $version ("*"$target)" ]] || { say "the tarball's --version says: $first"; exit 1; }
+for binary in "$installed" "$unpacked"; do
+  out=$("$binary" -u "unix://$scratch/redis.sock" exec dist-check -- sh -c 'echo "fence $REDLOCK_FENCE"')
+  [[ $out == "fence "* ]] || { say "$binary: exec said: $out"; exit 1; }
+  "$binary" -u "unix://$scratch/redis.sock" status dist-check >/dev/null || [[ $? -eq 1 ]]
+  say "ran $binary: $out"
+done
+# Against the static binary, the tests that exercise: TLS (rustls); the supervisor (exec); the
+# keeper (`acquire --while-pid`: a re-exec of /proc/self/exe, pidfds, announcements); and the
+# subreaper (PR_SET_CHILD_SUBREAPER: --max-runtime and --preemptible stop what the command left
+# running).
 REDLOCK_TEST_BIN=$(realpath "$installed") REDLOCK_REQUIRE_REDIS=1 \
-  cargo test --locked --quiet --test tls --test exec 2>&1 | grep -E '^test result|FAILED|panicked' >&2
+  cargo test --locked --quiet --test tls --test exec --test while_pid --test while_pid_review \
+    --test announcements --test max_runtime --test preempt_review 2>&1 |
+  grep -E '^test result|FAILED|panicked' >&2
 say "checked"

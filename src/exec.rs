@@ -979,8 +979,14 @@ impl Supervisor<'_> {
         if let Some((_, tx)) = self.listening.take_if(|(at, _)| now >= *at)
             && self.lost.is_none()
         {
-            let preemptible = self.args.lock.preemptible.then(|| self.lock.token.clone());
-            notify::listen(self.config, &self.lock.keys, tx, preemptible);
+            let preemptible = self.args.lock.preemptible;
+            notify::listen(
+                self.config,
+                &self.lock.keys,
+                &self.lock.token,
+                tx,
+                preemptible,
+            );
         }
         if let Some(due) = self.limit_at.take_if(|at| now >= *at) {
             // A warning not said yet has no point once the command is being stopped.

@@ -12,7 +12,9 @@
 //! TTL, slot, when the winning attempt was sent, on the monotonic clock both processes share).
 //! Two descriptors are inherited: a pidfd for PID, opened by acquire before it took the lock (a
 //! pid reused after PID ended cannot pass for it: the pidfd names that one process), and the
-//! write end of a pipe on which the keeper confirms with one byte that it runs, or says with
+//! write end of a pipe on which the keeper confirms with one byte that it runs (and listens: it
+//! says so once subscribed to the lock's announcements, once refused, or after the connect and
+//! I/O timeouts at most, so that a release right after acquire returned is heard), or says with
 //! another why it could not start. acquire prints the token only after the confirmation, and
 //! gives the lock back otherwise.
 //!
@@ -28,10 +30,15 @@
 //! (every TTL/3, on the loop's own connection) or at the lock's deadline (`sent + TTL` of the last
 //! successful renewal). Invariants:
 //! - PID is acted on (`--on-lost`) only once the lock is known lost or preempted, and once.
-//! - Only positive evidence ends the keeper quietly: the owner's release, announced, or marked
-//!   (`released_by_owner` in the scripts: a renewal that finds the mark answers
-//!   [`Verdict::Released`]). A lock gone for any other reason (a restart, a flush, an eviction,
-//!   a forced release, another holder) is a loss: PID is acted on and the history told.
+//! - Only positive evidence ends the keeper quietly: the owner's release, marked
+//!   (`mark_released` in `common.lua`, for a kept lock or a kept place: a renewal that finds the
+//!   mark answers [`Verdict::Released`] and takes it away). An announced release only makes
+//!   the keeper renew at once. A lock gone for any other reason (a restart, a flush, an
+//!   eviction, a forced release, another holder) is a loss: PID is acted on and the history
+//!   told. The mark lasts the lock's TTL and 2 s: as long as the keeper may still renew after a
+//!   release (until its deadline, a TTL after its last renewal, which came before the release).
+//! - An announcement acts only once one read of the lock's keys bears it out (see `notify.rs`):
+//!   anyone who may PUBLISH can send one.
 //! - Preempted, the lock stays ours, renewed, until PID has ended; the release then hands it to
 //!   the preemptor, who queued first.
 //!
@@ -580,10 +587,26 @@ fn prepare<'a>(
         .context("cannot start the keeper's threads")?;
     // A --preemptible holder also reads the lock once it listens: a request made between the
     // acquisition and the subscription was announced to nobody.
-    let preemptible = args.lock.preemptible.then(|| lock.token.clone());
-    notify::listen(config, &lock.keys, events, preemptible);
+    let subscribed = notify::listen(
+        config,
+        &lock.keys,
+        &lock.token,
+        events,
+        args.lock.preemptible,
+    );
     let mut store = backend::open(config)?;
     store.track_restarts(&lock.run_ids);
+    // "Running" means listening: a release right after acquire returned is heard. Not forever: a
+    // user without the channel is refused at once, and a subscription still on its way when
+    // the bound passes only makes the release's mark the way the keeper learns of it.
+    if !subscribed.within(config.connect_timeout + config.io_timeout) {
+        messages::log(config, || {
+            format!(
+                "not subscribed to {}: the keeper learns of a release at its next renewal",
+                lock.keys.events()
+            )
+        });
+    }
     Ok(Keeper {
         config,
         on_lost: args.on_lost,
@@ -694,20 +717,10 @@ impl Keeper<'_> {
             Wake::PidEnded => Some(End::Release(None)),
             Wake::Signal(s) if s.signo == libc::SIGTERM => Some(End::Release(Some(s))),
             Wake::Signal(_) => None,
-            Wake::Notice(Event::Released { token }) if ours(&token) => {
-                // One more renewal takes the release's mark away (see `Verdict::Released`): it
-                // answers that the lock was released, and leaves nothing behind.
-                let (keys, ttl, place) = (
-                    self.lock.keys.clone(),
-                    self.lock.ttl,
-                    self.lock.slot.is_some(),
-                );
-                let token = self.lock.token.clone();
-                if let Ok(store) = self.store() {
-                    let _ = store.extend(&keys, &token, ttl, place);
-                }
-                Some(End::Released)
-            }
+            // Borne out (the token holds the lock no more, see notify.rs): one renewal now
+            // takes the release's mark away and answers that the owner released it (see
+            // `Verdict::Released`); a lock gone without the mark is a loss.
+            Wake::Notice(Event::Released { token }) if ours(&token) => self.renew(),
             Wake::Notice(Event::TakenAway { token, why }) if ours(&token) => Some(End::Lost(why)),
             // Only a holder that opted in is ever asked (anyone who may publish on the channel
             // could send this).

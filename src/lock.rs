@@ -849,8 +849,8 @@ pub enum Verdict {
     /// Extended, and still ours; but a `--preempt` waiter asked us to stop (we were taken
     /// `--preemptible`): stop, then release (the release hands the lock to the preemptor).
     Preempted(Preemption),
-    /// Not ours any more because its holder released it: a kept lock (`acquire --while-pid`)
-    /// released with its token, as its mark says (`mark_released` in `common.lua`).
+    /// Not ours any more because its holder released it: a kept lock (`acquire --while-pid`) or
+    /// a place released with its token, as its mark says (`mark_released` in `common.lua`).
     Released,
 }
 

@@ -3,9 +3,10 @@
 //! The script that takes a lock from its holder (`release --force`), or asks it to stop (a
 //! `--preempt` waiter), publishes `REASON:TOKEN[:...]` on the lock's channel
 //! `PREFIX{NAME}:events` ([`Keys::events`]) in the same atomic step; so does the release of a
-//! lock kept alive by a keeper (`acquire --while-pid`). `exec` (and a keeper) listens there on a
-//! connection and thread of its own, from shortly after its command started, and acts on a
-//! message naming its token.
+//! lock kept alive by a keeper (`acquire --while-pid`) or of a place. `exec` (and a keeper)
+//! listens there on a connection and thread of its own, from shortly after its command started
+//! (a keeper: before it says that it runs, see [`Subscribed`]), and acts on a message naming its
+//! token.
 //!
 //! Pub/sub is fire-and-forget: a listener that is not subscribed at that instant (its connection
 //! dropped, or it had not subscribed yet) misses the message, and the renewal finds the loss
@@ -13,9 +14,19 @@
 //! command runs on as before. It costs one connection per `exec` and no polling: it blocks on its
 //! subscription, and reconnects (with backoff) only after losing it.
 //!
+//! Nor is an announcement taken on trust: anyone who may PUBLISH may send one, and the token is
+//! no secret (`GET` reads it). One naming our token is passed on only once one read of the lock
+//! ([`Store::inspect`], on a connection the thread keeps for it) bears it out ([`borne_out`]): a
+//! forced release or the owner's release only if the token holds the lock no more (the keeper
+//! then renews once, which finds the release's mark or the loss), a preemption only if the
+//! lock's record names that request for our token (and what it says is the record's, not the
+//! message's). An announcement the keys do not bear out, or that cannot be checked (Redis did
+//! not answer), changes nothing: the renewal decides, as for one never heard. Announcements
+//! naming other tokens cost no read.
+//!
 //! Layer 11 of the list in `lib.rs`.
 
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -23,8 +34,9 @@ use anyhow::Result;
 use crate::client;
 use crate::config::Config;
 use crate::error::{Kind, failure, kind_of, redis_kind};
-use crate::lock::{Forced, Keys, Preemption, forced_reason};
+use crate::lock::{Forced, Keys, Preemption, State, forced_reason};
 use crate::messages;
+use crate::store::Store;
 use crate::wait::Event;
 
 /// The first pause before subscribing again after losing the subscription; doubles up to
@@ -32,26 +44,50 @@ use crate::wait::Event;
 const RESUBSCRIBE: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_CAP: Duration = Duration::from_secs(5);
 
-/// Listens for announcements about `keys` and sends each as an [`Event`] on `tx`, until `tx` is
-/// closed. For the `--preemptible` holder with token `preemptible` (if any), it also reads the
-/// lock once subscribed (and again after each new subscription), since a request to stop made
-/// before (the holder listens from a moment after it took the lock) was announced to nobody.
-pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>, preemptible: Option<String>) {
+/// Hears, once, that the listener is subscribed, or that it never will be (refused: an ACL user
+/// without the channel; or its thread could not start). A listener that is still trying to reach
+/// the server is neither.
+pub struct Subscribed(Receiver<()>);
+
+impl Subscribed {
+    /// Waits up to `bound` for the subscription or its refusal: true when subscribed.
+    pub fn within(&self, bound: Duration) -> bool {
+        self.0.recv_timeout(bound).is_ok()
+    }
+}
+
+/// Listens for announcements about `keys` naming `token` and sends each that the lock's keys
+/// bear out as an [`Event`] on `tx`, until `tx` is closed. For a `preemptible` holder, it also
+/// reads the lock once subscribed (and again after each new subscription), since a request to
+/// stop made before (the holder listens from a moment after it took the lock) was announced to
+/// nobody.
+pub fn listen(
+    config: &Config,
+    keys: &Keys,
+    token: &str,
+    tx: Sender<Event>,
+    preemptible: bool,
+) -> Subscribed {
     let (shared, channel) = (config.clone(), keys.events());
-    let keys = keys.clone();
+    let (keys, token) = (keys.clone(), token.to_string());
+    let (said, subscribed) = mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("notify".into())
         .spawn(move || {
             let config = shared;
+            let mut listener = Listener {
+                config: &config,
+                keys: &keys,
+                token: &token,
+                tx: &tx,
+                reader: None,
+                said: Some(said),
+            };
             let mut pause = RESUBSCRIBE;
             loop {
-                match subscribe(&config, &channel, &tx, || {
-                    if let Some(token) = &preemptible {
-                        asked_already(&config, &keys, token, &tx);
-                    }
-                }) {
-                    Ok(Listening::Stopped) => return,
-                    Ok(Listening::Dropped(e)) | Err(e) => {
+                match listener.subscribe(&channel, preemptible) {
+                    Ok(Ended::Stopped) => return,
+                    Ok(Ended::Dropped(e)) | Err(e) => {
                         messages::log(&config, || format!("not listening on {channel}: {e:#}"));
                         // Refused (an ACL user without the channel: Redis 7 gives new users
                         // none) or not understood: trying again cannot help.
@@ -70,62 +106,138 @@ pub fn listen(config: &Config, keys: &Keys, tx: Sender<Event>, preemptible: Opti
             format!("cannot start the notification thread: {e}")
         });
     }
+    Subscribed(subscribed)
 }
 
-enum Listening {
+enum Ended {
     /// `tx` is closed: nobody needs us any more.
     Stopped,
     /// The subscription was made and then lost.
     Dropped(anyhow::Error),
 }
 
-/// Sends [`Event::Preempted`] if the lock's record says that a `--preempt` waiter asked the
-/// holder with `token` to stop. Best effort: without an answer, the renewal finds it.
-fn asked_already(config: &Config, keys: &Keys, token: &str, tx: &Sender<Event>) {
-    let state = crate::backend::open(config).and_then(|mut store| store.inspect(keys));
-    if let Ok(state) = state
-        && let Some(h) = state.holder.filter(|h| h.token == token)
-        && let Some(preemption) = h.preempted
-    {
-        let _ = tx.send(Event::Preempted {
-            token: token.to_string(),
-            preemption,
-        });
+/// The notification thread's state.
+struct Listener<'a> {
+    config: &'a Config,
+    keys: &'a Keys,
+    token: &'a str,
+    tx: &'a Sender<Event>,
+    /// The connection that checks announcements, opened at the first one; `None` again after
+    /// it failed.
+    reader: Option<Box<dyn Store>>,
+    /// Told once subscribed (dropped with the thread otherwise).
+    said: Option<Sender<()>>,
+}
+
+impl Listener<'_> {
+    /// Subscribes to `channel` and passes on what arrives, until the connection fails.
+    fn subscribe(&mut self, channel: &str, preemptible: bool) -> Result<Ended> {
+        let mut con = client::subscriber(self.config)?;
+        if let Err((e, why)) =
+            client::confirm_subscription(&mut con, redis::cmd("SUBSCRIBE").arg(channel), 1)?
+        {
+            return Err(failure(
+                redis_kind(&e),
+                format!("the server refused SUBSCRIBE: {why}"),
+            ));
+        }
+        if let Some(said) = self.said.take() {
+            let _ = said.send(());
+        }
+        if preemptible && let Some(state) = self.read() {
+            // A request made before we listened was announced to nobody.
+            let asked = Event::Preempted {
+                token: self.token.to_string(),
+                preemption: Preemption {
+                    by: String::new(),
+                    at_ms: 0,
+                },
+            };
+            if let Some(event) = borne_out(&state, asked)
+                && self.tx.send(event).is_err()
+            {
+                return Ok(Ended::Stopped);
+            }
+        }
+        let mut pubsub = con.as_pubsub();
+        // A quiet channel is the normal case: wait for as long as it takes. A frozen server or a
+        // dead link leave us blocked here harmlessly; the renewal notices those.
+        pubsub.set_read_timeout(None)?;
+        loop {
+            let msg = match pubsub.get_message() {
+                Ok(msg) => msg,
+                Err(e) => return Ok(Ended::Dropped(e.into())),
+            };
+            let Some(event) = parse(msg.get_payload_bytes()) else {
+                continue;
+            };
+            if token_of(&event) != Some(self.token) {
+                continue;
+            }
+            let Some(event) = self.read().and_then(|state| borne_out(&state, event)) else {
+                messages::log(self.config, || {
+                    format!(
+                        "an announcement on {channel} about our token is not borne out by the \
+                         lock's keys: ignored"
+                    )
+                });
+                continue;
+            };
+            if self.tx.send(event).is_err() {
+                return Ok(Ended::Stopped);
+            }
+        }
+    }
+
+    /// The lock as it is now (one read), or `None` when it cannot be read.
+    fn read(&mut self) -> Option<State> {
+        if self.reader.is_none() {
+            self.reader = crate::backend::open(self.config).ok();
+        }
+        let state = self.reader.as_mut()?.inspect(self.keys);
+        if state.is_err() {
+            self.reader = None;
+        }
+        state.ok()
     }
 }
 
-/// Subscribes to `channel` and passes on what arrives, until the connection fails; `subscribed`
-/// runs once the subscription is confirmed.
-fn subscribe(
-    config: &Config,
-    channel: &str,
-    tx: &Sender<Event>,
-    subscribed: impl FnOnce(),
-) -> Result<Listening> {
-    let mut con = client::subscriber(config)?;
-    if let Err((e, why)) =
-        client::confirm_subscription(&mut con, redis::cmd("SUBSCRIBE").arg(channel), 1)?
-    {
-        return Err(failure(
-            redis_kind(&e),
-            format!("the server refused SUBSCRIBE: {why}"),
-        ));
+/// The token an announcement names.
+fn token_of(event: &Event) -> Option<&str> {
+    match event {
+        Event::TakenAway { token, .. }
+        | Event::Preempted { token, .. }
+        | Event::Released { token } => Some(token),
+        _ => None,
     }
-    subscribed();
-    let mut pubsub = con.as_pubsub();
-    // A quiet channel is the normal case: wait for as long as it takes. A frozen server or a
-    // dead link leave us blocked here harmlessly; the renewal notices those.
-    pubsub.set_read_timeout(None)?;
-    loop {
-        let msg = match pubsub.get_message() {
-            Ok(msg) => msg,
-            Err(e) => return Ok(Listening::Dropped(e.into())),
-        };
-        if let Some(event) = parse(msg.get_payload_bytes())
-            && tx.send(event).is_err()
-        {
-            return Ok(Listening::Stopped);
+}
+
+/// `event` (an announcement, or a preemption to look for) if the lock's `state` bears it out,
+/// as it is to be acted on; `None` if not. A forced release or the owner's release: the token
+/// holds the lock no more (neither as its holder nor in a place). A preemption: the holder is the
+/// token and its record says it was asked to stop (the request as recorded).
+fn borne_out(state: &State, event: Event) -> Option<Event> {
+    let holds = |token: &str| {
+        state.token.as_deref() == Some(token)
+            || state
+                .slots
+                .as_ref()
+                .is_some_and(|s| s.holders.iter().any(|h| h.token == token))
+    };
+    match event {
+        Event::TakenAway { ref token, .. } | Event::Released { ref token } if !holds(token) => {
+            Some(event)
         }
+        Event::Preempted { token, .. } => {
+            let preemption = state
+                .holder
+                .as_ref()
+                .filter(|h| h.token == token && state.token.as_deref() == Some(&token))?
+                .preempted
+                .clone()?;
+            Some(Event::Preempted { token, preemption })
+        }
+        _ => None,
     }
 }
 
@@ -163,6 +275,93 @@ fn parse(payload: &[u8]) -> Option<Event> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lock::{Holder, Mode, Slots};
+
+    fn state(token: Option<&str>, holder: Option<Holder>, places: &[&str]) -> State {
+        State {
+            keys: Keys::new("redlock:", "k").unwrap(),
+            token: token.map(str::to_string),
+            pttl_ms: 5000,
+            now_ms: 1_000_000,
+            fence: 3,
+            holder,
+            last: None,
+            waiters: 0,
+            queue: Vec::new(),
+            stale: None,
+            forced: None,
+            quorum: None,
+            counters: Default::default(),
+            slots: (!places.is_empty()).then(|| {
+                Box::new(Slots {
+                    mode: Mode::Exclusive,
+                    set_by: String::new(),
+                    holders: places
+                        .iter()
+                        .map(|t| Holder {
+                            token: t.to_string(),
+                            ..Holder::default()
+                        })
+                        .collect(),
+                    reserved: 0,
+                })
+            }),
+        }
+    }
+
+    /// Fails if an announcement is passed on that the lock's keys contradict (anyone may
+    /// publish one), or one they bear out is dropped.
+    #[test]
+    fn an_announcement_is_acted_on_only_as_the_keys_bear_it_out() {
+        let asked = Preemption {
+            by: "ci@web (pid 7)".into(),
+            at_ms: 5,
+        };
+        let held = |preempted: Option<Preemption>| {
+            state(
+                Some("t"),
+                Some(Holder {
+                    token: "t".into(),
+                    preempted,
+                    ..Holder::default()
+                }),
+                &[],
+            )
+        };
+        let forced = || Event::TakenAway {
+            token: "t".into(),
+            why: "forced".into(),
+        };
+        let released = || Event::Released { token: "t".into() };
+        let preempted = || Event::Preempted {
+            token: "t".into(),
+            preemption: Preemption {
+                by: "mallory".into(),
+                at_ms: 1,
+            },
+        };
+        let ours = held(None);
+        let in_a_place = state(Some("#slots"), None, &["u", "t"]);
+        let gone = state(Some("other"), None, &["u"]);
+        for (state, event, acted) in [
+            (&ours, forced(), false),
+            (&ours, released(), false),
+            (&ours, preempted(), false),
+            (&in_a_place, forced(), false),
+            (&in_a_place, released(), false),
+            (&gone, forced(), true),
+            (&gone, released(), true),
+            (&gone, preempted(), false),
+        ] {
+            let what = format!("{event:?}");
+            assert_eq!(borne_out(state, event).is_some(), acted, "{what}");
+        }
+        // A recorded request is acted on as recorded, not as announced.
+        match borne_out(&held(Some(asked.clone())), preempted()) {
+            Some(Event::Preempted { preemption, .. }) => assert_eq!(preemption, asked),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn announcements_name_a_token_and_a_known_reason() {

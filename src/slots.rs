@@ -107,6 +107,7 @@ pub fn extend(redis: &mut Redis, keys: &Keys, token: &str, ttl: Duration) -> Res
     })?;
     match reply.as_slice() {
         [Value::Int(1), ..] => Ok(Verdict::Done(None)),
+        [Value::Int(2), ..] => Ok(Verdict::Released),
         [Value::Int(0), ..] => Ok(Verdict::PlaceGone),
         other => Err(unexpected_reply("extend", format!("{other:?}"))),
     }

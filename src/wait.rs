@@ -57,7 +57,8 @@ pub enum Event {
         token: String,
         preemption: crate::lock::Preemption,
     },
-    /// The holder with `token` released the lock (told only for a kept lock: see `notify.rs`).
+    /// The holder with `token` released the lock (told only for a kept lock or a place: see
+    /// `notify.rs`).
     Released {
         token: String,
     },

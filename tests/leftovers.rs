@@ -139,3 +139,47 @@ fn a_panicking_test_leaves_no_redlock_behind() {
         "still running after the test body panicked: {left:?}"
     );
 }
+
+/// Fails while `Proc::finish` joined its output readers without a limit: a process the command
+/// started and left running with its stdout (a detached keeper, here a `sleep`) kept the test
+/// waiting as long as that process lived (one mutated run hung 10 minutes). It must fail within
+/// its bound instead, with what was read so far.
+#[test]
+fn finish_fails_rather_than_hangs_on_pipes_a_leftover_holds() {
+    let proc = sh("echo before; sleep 60 & exit 0").spawn_proc();
+    let group = proc.id();
+    let begun = std::time::Instant::now();
+    let finished =
+        std::panic::catch_unwind(AssertUnwindSafe(|| proc.finish(Duration::from_secs(2))));
+    let took = begun.elapsed();
+    // Every process (pid 1's parent is 0): the `sleep` left in the group.
+    let left = descendants(0)
+        .into_iter()
+        .filter(|p| p.comm == "sleep" && pgid(p.pid) == Some(group))
+        .collect::<Vec<_>>();
+    for p in &left {
+        // SAFETY: kill has no memory-safety preconditions; the pid was found just above.
+        unsafe {
+            libc::kill(p.pid as libc::pid_t, libc::SIGKILL);
+        }
+    }
+    let message = match finished {
+        Ok(out) => {
+            panic!("finish waited {took:?} for the pipe a leftover held, past its bound: {out}")
+        }
+        Err(e) => e.downcast_ref::<String>().cloned().unwrap_or_default(),
+    };
+    assert!(took < Duration::from_secs(20), "finish took {took:?}");
+    assert!(message.contains("still open"), "{message}");
+    assert!(
+        message.contains("before"),
+        "not what was read so far: {message}"
+    );
+}
+
+/// The process group of `pid`, if it exists.
+fn pgid(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 2..];
+    rest.split(' ').nth(2)?.parse().ok()
+}

@@ -82,14 +82,41 @@ local function gone_key(token)
   return LOCK .. ':gone:' .. token
 end
 
--- A holder kept alive by a keeper (`acquire --while-pid`) that releases: its keeper hears it at
+-- A holder kept alive by a keeper (`acquire --while-pid`) that releases (a plain lock's META
+-- `kept` says so; a place's record does not: see kept_place): its keeper hears it at
 -- once on LOCK:events ('released:TOKEN'), and, should it miss that, its next renewal finds the
--- mark LOCK:gone:TOKEN = 'rel' (see extend.lua), lasting `ttl_ms` and a minute more: positive
--- evidence that the owner released, where a lock key gone for another reason (a restart, a
--- flush, an eviction) is a loss. (An attempt never reads it: a released token never attempts.)
+-- mark LOCK:gone:TOKEN = 'rel' (see extend.lua, slots_extend.lua): positive evidence that the
+-- owner released, where a lock key gone for another reason (a restart, a flush, an eviction) is
+-- a loss. (An attempt never reads it: a released token never attempts.) The keeper takes it away
+-- when it reads it; otherwise it lasts `ttl_ms` (the holder's TTL) and MARK_SLACK_MS more, no
+-- longer than a renewal that could still read it: the keeper's last renewal before the release
+-- was sent before it, and the keeper renews (retrying failures every TTL/9) only until that
+-- renewal's TTL has run out, when it takes the lock for lost anyway; MARK_SLACK_MS covers a
+-- renewal sent just before that deadline and still on its way (up to the default --io-timeout,
+-- 2 s).
+local MARK_SLACK_MS = 2000
 local function mark_released(token, ttl_ms)
-  redis.pcall('SET', gone_key(token), 'rel', 'PX', int((tonumber(ttl_ms) or 0) + 60000))
+  redis.pcall('SET', gone_key(token), 'rel', 'PX', int((tonumber(ttl_ms) or 0) + MARK_SLACK_MS))
   redis.pcall('PUBLISH', LOCK .. ':events', 'released:' .. token)
+end
+
+-- A place kept alive by a keeper: its record (LOCK:slots, whose layout older versions read too)
+-- has no room to say so, so its grant leaves LOCK:gone:TOKEN = 'kept' (no other mark can exist
+-- for a token that holds), lasting as long as the place and MARK_SLACK_MS more, and each renewal
+-- of the place makes it last as long again (`renewed`: a PEXPIRE that does nothing when there is
+-- no such key). Its release turns it into the mark of mark_released; a forced release drops it.
+local function kept_place(token, ttl_ms, renewed)
+  local ms = int((tonumber(ttl_ms) or 0) + MARK_SLACK_MS)
+  if renewed then
+    redis.call('PEXPIRE', gone_key(token), ms)
+  else
+    redis.call('SET', gone_key(token), 'kept', 'PX', ms)
+  end
+end
+
+-- Whether the place of `token` is kept alive by a keeper (see kept_place).
+local function place_is_kept(token)
+  return redis.call('GET', gone_key(token)) == 'kept'
 end
 
 -- Whether the holder with `token` released the lock itself (see mark_released); the mark is
@@ -116,7 +143,8 @@ end
 -- (its waiter reads it once, with this attempt, then stops).
 local function given_up(token)
   local gone = redis.call('GET', gone_key(token))
-  if not gone then
+  -- 'kept' (see kept_place): a place this token holds; its attempt re-sent finds it taken.
+  if not gone or gone == 'kept' then
     return nil
   end
   local at, by = string.match(gone, '^sup:(%d+):(.*)$')

@@ -4,7 +4,7 @@
 -- ARGV as acquire.lua's (want_run_id and previous token unused: a quorum is refused before it
 --      gets here; who asks is also recorded as `slots_by` when this call sets what the lock is;
 --      preemptible and preempt unused: refused for these locks before they get here; kept
---      unused: a place's record does not say it),
+--      ('1': a keeper keeps the place alive, see kept_place in common.lua)),
 --      then the spec: 'n:N', 'p:A,B,C' or 's' (see META `slots`).
 --
 -- Returns {1, fence, acquired_ms, false, slot} when taken (slot: the lowest index from 0 that no
@@ -110,6 +110,9 @@ local function take(queued)
   local expires = now + tonumber(ttl)
   redis.call('HSET', SLOTS, token, table.concat({int(expires), slot, int(fence), int(now), ttl,
     ARGV[4], ARGV[5], ARGV[3], ARGV[15] or '', ARGV[6]}, '\t'))
+  if ARGV[23] == '1' then
+    kept_place(token, ttl)
+  end
   if view.reserved[token] then
     redis.call('HDEL', SLOTS, '~' .. token)
     view.reserved[token] = nil

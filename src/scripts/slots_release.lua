@@ -40,16 +40,22 @@ local function let_go(token, why, by)
       'host', host or '', 'pid', pid or ''}
     redis.pcall('HSET', META, 'forced_token', token, 'forced_by', by, 'forced_at', int(now))
     redis.pcall('PUBLISH', LOCK .. ':events', 'forced:' .. token .. ':' .. now .. ':' .. by)
+    if place_is_kept(token) then
+      redis.call('DEL', gone_key(token))
+    end
   else
     if tonumber(ARGV[12]) then
       fields[#fields + 1] = 'status'
       fields[#fields + 1] = tonumber(ARGV[12])
     end
-    -- A place's record does not say whether a keeper keeps it (`acquire --while-pid`): the
-    -- release is announced for any (a keeper ends; nobody else listens for it), but not marked
-    -- (a mark would outlive every release nobody keeps): a keeper that missed the announcement
-    -- takes its place gone for a loss.
-    redis.pcall('PUBLISH', LOCK .. ':events', 'released:' .. token)
+    -- A kept place's release is marked (see mark_released in common.lua), so that a keeper
+    -- that missed the announcement does not take its place gone for a loss. Any other is only
+    -- announced (nobody listens for it but a keeper of an older version).
+    if place_is_kept(token) then
+      mark_released(token, string.match(h.value, '^%d*\t%d*\t%d*\t%d*\t(%d*)'))
+    else
+      redis.pcall('PUBLISH', LOCK .. ':events', 'released:' .. token)
+    end
   end
   event(why, token, fields, log_max, keep, now)
 end

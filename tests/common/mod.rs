@@ -760,7 +760,10 @@ impl Proc {
         }
     }
 
-    /// Waits for the exit (killing the process and panicking after `timeout`).
+    /// Waits for the exit (killing the process and panicking after `timeout`), then for its
+    /// stdout and stderr to close (panicking, with what was read so far, after `timeout` more:
+    /// a process it started may hold them, such as a detached keeper, and the test must fail
+    /// rather than hang).
     #[track_caller]
     pub fn finish(mut self, timeout: Duration) -> Output {
         if !wait_for(|| self.leader_exited() != Some(false), timeout) {
@@ -773,7 +776,17 @@ impl Proc {
         }
         let status = self.child.wait().unwrap();
         let elapsed = self.started.elapsed();
-        for reader in self.readers.drain(..) {
+        let readers = std::mem::take(&mut self.readers);
+        if !wait_for(|| readers.iter().all(JoinHandle::is_finished), timeout) {
+            // The readers are left to end with the pipes (or the test process).
+            panic!(
+                "exited ({status}), but its stdout or stderr was still open {timeout:?} later \
+                 (held by a process it started?)\n--- stdout so far:\n{}--- stderr so far:\n{}---",
+                self.stdout(),
+                self.stderr()
+            );
+        }
+        for reader in readers {
             reader.join().unwrap();
         }
         Output {
