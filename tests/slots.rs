@@ -113,9 +113,11 @@ fn the_count_of_holders_sees_a_fourth() {
     };
     let dir = tempfile::tempdir().unwrap();
     prepare(dir.path());
-    // Each holder waits until 4 are in: with a limit of 4 that must happen.
+    // Each holder waits until 4 are in: with a limit of 4 that must happen. The count is
+    // replaced by a rename, never rewritten in place: a reader outside the flock could see the
+    // file empty between the truncation and the write, and stop waiting early.
     let script = r#"redlock exec sem --slots 4 -- sh -c '
-        flock lk sh -c "echo \$((\$(cat active) + 1)) > active"
+        flock lk sh -c "echo \$((\$(cat active) + 1)) > active.\$\$ && mv active.\$\$ active"
         i=0; while [ "$(cat active)" -lt 4 ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
         cat active >> seen'"#;
     let loops: Vec<Proc> = (0..4)
