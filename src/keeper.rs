@@ -62,6 +62,7 @@ use crate::notify;
 use crate::signals::{self, Signal};
 use crate::store::{Store, loss_reason};
 use crate::wait::Event;
+use crate::work::{self, Stop, Work};
 
 /// The keeper's `argv[0]`, by which `main` knows it (`ps` shows `redlock-keeper --pid PID -- KEY`).
 pub const ARGV0: &str = "redlock-keeper";
@@ -72,6 +73,29 @@ const READY_GRACE: Duration = Duration::from_secs(5);
 
 /// The byte the keeper sends once it runs (anything else is the exit status of its error).
 const RUNNING: u8 = 0;
+
+/// How often the keeper looks whether PID's work has ended, while it waits for that: first,
+/// then at most (doubling in between). A look is one `kill(-pgid, 0)` once the group is empty.
+const FIRST_LOOK: Duration = Duration::from_millis(20);
+const LAST_LOOK: Duration = Duration::from_millis(250);
+
+/// Warns (one line, on acquire's stderr) when the keeper cannot know all the work `pid` starts:
+/// `pid` does not lead its process group, so its descendants are what scans of /proc find.
+pub fn warn_unless_group(config: &Config, pid: i32) {
+    if Work::of(pid).is_group() {
+        return;
+    }
+    messages::warning(
+        config,
+        format_args!(
+            "--while-pid {pid} does not lead its process group, so the keeper cannot know all the \
+             work it starts: it waits for and stops the descendants of pid {pid} it finds every \
+             {}, best effort (one started and orphaned in between is missed); start the script \
+             as a group leader (setsid SCRIPT) for the full guarantee",
+            human_ms(work::SCAN_EVERY)
+        ),
+    );
+}
 
 /// A process watched through a pidfd (`--while-pid`).
 pub struct Pid {
@@ -499,7 +523,8 @@ enum Wake {
 
 /// How the keeper ends.
 enum End {
-    /// PID ended (or SIGTERM came): release the lock.
+    /// PID and its work ended (stopped by the keeper after this SIGTERM, if any): release the
+    /// lock.
     Release(Option<Signal>),
     /// The owner released it: nothing left to do.
     Released,
@@ -582,6 +607,8 @@ fn prepare<'a>(
     // acquisition and the subscription was announced to nobody.
     let preemptible = args.lock.preemptible.then(|| lock.token.clone());
     notify::listen(config, &lock.keys, events, preemptible);
+    // Before acquire exits: a pid that does not lead its group has its children traced now.
+    let work = Work::of(pid.pid);
     let mut store = backend::open(config)?;
     store.track_restarts(&lock.run_ids);
     Ok(Keeper {
@@ -595,6 +622,12 @@ fn prepare<'a>(
         last_error: None,
         preempted: false,
         preemptible: args.lock.preemptible,
+        next_scan: (!work.is_group()).then(|| Instant::now() + work::SCAN_EVERY),
+        work,
+        kill_after: args.kill_after,
+        told: false,
+        kill_at: None,
+        draining: None,
     })
 }
 
@@ -641,6 +674,29 @@ struct Keeper<'a> {
     preempted: bool,
     /// Taken `--preemptible`: only then is an announced preemption ours to act on.
     preemptible: bool,
+    /// What PID started: released only once it has ended too.
+    work: Work,
+    /// The grace between the keeper's SIGTERM to the work and its SIGKILL (`--kill-after`).
+    kill_after: Duration,
+    /// The keeper signalled the work (`--on-lost`, on a preemption, a loss or its SIGTERM).
+    told: bool,
+    /// When the work gets SIGKILL if it still runs (after the keeper's SIGTERM).
+    kill_at: Option<Instant>,
+    /// While PID lives, when to look for its new descendants (a pid that does not lead its
+    /// group).
+    next_scan: Option<Instant>,
+    /// PID has ended, or the keeper stops it: the lock is released once the work has ended.
+    draining: Option<Drain>,
+}
+
+/// The keeper waits for PID's work to end, then releases the lock.
+struct Drain {
+    /// The SIGTERM that made the keeper stop it, if one did.
+    signal: Option<Signal>,
+    next_look: Instant,
+    look: Duration,
+    /// The processes left when PID ended were said.
+    said: bool,
 }
 
 impl Keeper<'_> {
@@ -661,7 +717,32 @@ impl Keeper<'_> {
                     None => continue,
                 }
             }
-            let wake = self.next_renewal.min(self.deadline);
+            if self.kill_at.is_some_and(|at| now >= at) {
+                self.escalate();
+            }
+            if let Some(at) = self.next_scan
+                && now >= at
+            {
+                self.work.scan();
+                self.next_scan = Some(now + work::SCAN_EVERY);
+            }
+            if let Some(drain) = &self.draining
+                && now >= drain.next_look
+            {
+                let signal = drain.signal;
+                match self.drain(signal) {
+                    Some(end) => break end,
+                    None => continue,
+                }
+            }
+            let wake = [
+                self.kill_at,
+                self.next_scan,
+                self.draining.as_ref().map(|d| d.next_look),
+            ]
+            .into_iter()
+            .flatten()
+            .fold(self.next_renewal.min(self.deadline), Instant::min);
             match rx.recv_timeout(wake.saturating_duration_since(now)) {
                 Ok(wake) => {
                     if let Some(end) = self.handle(wake) {
@@ -691,8 +772,11 @@ impl Keeper<'_> {
     fn handle(&mut self, wake: Wake) -> Option<End> {
         let ours = |token: &str| token == self.lock.token;
         match wake {
-            Wake::PidEnded => Some(End::Release(None)),
-            Wake::Signal(s) if s.signo == libc::SIGTERM => Some(End::Release(Some(s))),
+            Wake::PidEnded => {
+                self.next_scan = None;
+                self.drain(None)
+            }
+            Wake::Signal(s) if s.signo == libc::SIGTERM => self.terminated(s),
             Wake::Signal(_) => None,
             Wake::Notice(Event::Released { token }) if ours(&token) => {
                 // One more renewal takes the release's mark away (see `Verdict::Released`): it
@@ -800,31 +884,166 @@ impl Keeper<'_> {
         self.next_renewal = sent + interval;
     }
 
-    /// What `--on-lost` does to PID, said; and does it.
-    fn act_on_pid(&self) -> String {
+    /// What `--on-lost` does to PID and its work, said; and does it (SIGTERM: SIGKILL follows
+    /// after `--kill-after`, see [`Keeper::escalate`]).
+    fn stop_work(&mut self) -> String {
         let pid = self.pid.pid;
-        let (signo, said) = match self.on_lost {
-            PidOnLost::Term => (libc::SIGTERM, format!("sending SIGTERM to pid {pid}")),
-            PidOnLost::Kill => (libc::SIGKILL, format!("sending SIGKILL to pid {pid}")),
-            PidOnLost::Ignore => return format!("pid {pid} runs on (--on-lost ignore)"),
+        let stop = match self.on_lost {
+            PidOnLost::Term => Stop::Term,
+            PidOnLost::Kill => Stop::Kill,
+            PidOnLost::Ignore => {
+                return format!("pid {pid} runs on (--on-lost ignore), with what it started");
+            }
         };
-        match self.pid.signal(signo) {
-            Ok(()) => said,
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => format!("pid {pid} has ended"),
-            Err(e) => format!("{said} failed: {e}"),
+        self.told = true;
+        if self.pid.ended() && self.work.living().is_empty() {
+            return format!("pid {pid} and its work have ended");
+        }
+        self.signal_work(stop);
+        if stop == Stop::Term {
+            self.kill_at = Instant::now().checked_add(self.kill_after);
+        }
+        let signal = signals::name(match stop {
+            Stop::Term => libc::SIGTERM,
+            Stop::Kill => libc::SIGKILL,
+        });
+        if self.work.is_group() {
+            format!("sending {signal} to pid {pid} and its process group")
+        } else {
+            format!(
+                "sending {signal} to pid {pid} and the {} processes it started that were found",
+                self.work.known()
+            )
         }
     }
 
-    /// A `--preempt` waiter asked for the lock: PID is acted on as on a loss, once; the lock stays
-    /// ours, renewed, until PID has ended.
+    /// Sends `stop` to PID's work: its group, or its descendants and PID itself (through its
+    /// pidfd: never to a later holder of its pid).
+    fn signal_work(&mut self, stop: Stop) {
+        // Descendants first, while PID's children can still be traced to it.
+        self.work.signal(stop);
+        if !self.work.is_group() {
+            let _ = self.pid.signal(match stop {
+                Stop::Term => libc::SIGTERM,
+                Stop::Kill => libc::SIGKILL,
+            });
+        }
+    }
+
+    /// `--kill-after` after the keeper's SIGTERM: what still runs of the work gets SIGKILL.
+    fn escalate(&mut self) {
+        self.kill_at = None;
+        let left = self.work.living();
+        if left.is_empty() && self.pid.ended() {
+            return;
+        }
+        self.signal_work(Stop::Kill);
+        messages::alert(format_args!(
+            "pid {} or its work still ran {} after SIGTERM (--kill-after): sending SIGKILL \
+             (pids {left:?})",
+            self.pid.pid,
+            human_ms(self.kill_after)
+        ));
+    }
+
+    /// PID has ended, or the keeper stops it (`signal`: the SIGTERM that made it): `Some` (the
+    /// release) once PID's work has ended too. Until then the lock stays ours, renewed, and the
+    /// loop looks again, less and less often.
+    fn drain(&mut self, signal: Option<Signal>) -> Option<End> {
+        let now = Instant::now();
+        let ended = self.pid.ended();
+        let left = self.work.living();
+        let drain = self.draining.get_or_insert(Drain {
+            signal,
+            next_look: now,
+            look: FIRST_LOOK,
+            said: false,
+        });
+        if signal.is_some() {
+            drain.signal = signal;
+        }
+        if ended && left.is_empty() {
+            return Some(End::Release(drain.signal));
+        }
+        if ended && !drain.said && !self.told {
+            drain.said = true;
+            let what = if self.work.is_group() {
+                "its process group"
+            } else {
+                "the processes it started"
+            };
+            messages::notice(
+                self.config,
+                format_args!(
+                    "pid {} has ended; keeping '{}' until the {} processes left of {what} have \
+                     ended (pids {left:?})",
+                    self.pid.pid,
+                    self.lock.keys.name,
+                    left.len()
+                ),
+            );
+        }
+        drain.next_look = now + drain.look;
+        drain.look = (drain.look * 2).min(LAST_LOOK);
+        None
+    }
+
+    /// SIGTERM came: PID and its work are stopped as `--on-lost` says, and the lock released
+    /// once they have ended. With `--on-lost ignore` (PID is never stopped) it is released at
+    /// once, and PID runs on without it; a second SIGTERM sends SIGKILL at once.
+    fn terminated(&mut self, s: Signal) -> Option<End> {
+        if self.on_lost == PidOnLost::Ignore {
+            return Some(End::Release(Some(s)));
+        }
+        if self.draining.as_ref().is_some_and(|d| d.signal.is_some()) {
+            self.kill_at = Some(Instant::now());
+            return None;
+        }
+        let action = if self.told {
+            format!("pid {} was told already", self.pid.pid)
+        } else {
+            self.stop_work()
+        };
+        messages::alert(format_args!(
+            "the keeper of '{}' got {}: {action}; releasing the lock once they have ended",
+            self.lock.keys.name,
+            signals::name(s.signo)
+        ));
+        self.drain(Some(s))
+    }
+
+    /// After a loss, the work the keeper sent SIGTERM gets its SIGKILL after `--kill-after` if it
+    /// still runs, as it would have with the lock kept.
+    fn finish_stopping(&mut self) {
+        let mut look = FIRST_LOOK;
+        while let Some(at) = self.kill_at {
+            if self.pid.ended() && self.work.living().is_empty() {
+                return;
+            }
+            let now = Instant::now();
+            if now >= at {
+                self.escalate();
+                return;
+            }
+            std::thread::sleep(look.min(at - now));
+            look = (look * 2).min(LAST_LOOK);
+        }
+    }
+
+    /// A `--preempt` waiter asked for the lock: PID and its work are acted on as on a loss, once;
+    /// the lock stays ours, renewed, until they have ended.
     fn preempt(&mut self, preemption: &Preemption) {
         if self.preempted {
             return;
         }
         self.preempted = true;
-        let action = self.act_on_pid();
+        let action = if self.told {
+            format!("pid {} was told already", self.pid.pid)
+        } else {
+            self.stop_work()
+        };
         messages::alert(format_args!(
-            "'{}' was {} after {}; {action}, then releasing the lock to them once it has ended",
+            "'{}' was {} after {}; {action}, then releasing the lock to them once they have ended",
             self.lock.keys.name,
             preemption.reason(),
             human_ms(self.lock.sent.elapsed()),
@@ -834,10 +1053,10 @@ impl Keeper<'_> {
     /// The lock is lost: PID is acted on (unless it was already, preempted), the loss said and
     /// told to the lock's history.
     fn lose(&mut self, why: &str) -> u8 {
-        let action = if self.preempted {
-            format!("pid {} was told already (preempted)", self.pid.pid)
+        let action = if self.told {
+            format!("pid {} was told already", self.pid.pid)
         } else {
-            self.act_on_pid()
+            self.stop_work()
         };
         messages::alert(format_args!(
             "lost the lock '{}' at {} after holding it {} for pid {}: {why}; {action}",
@@ -847,6 +1066,7 @@ impl Keeper<'_> {
             self.pid.pid,
         ));
         self.tell_lost(why);
+        self.finish_stopping();
         exit::LOCK_LOST
     }
 
@@ -920,20 +1140,17 @@ impl Keeper<'_> {
             }
         };
         match signal {
-            // PID runs on without the lock: it hears of it as of a loss (--on-lost).
-            Some(s) => {
-                let action = if self.preempted {
-                    format!("pid {pid} was told already (preempted)")
-                } else {
-                    self.act_on_pid()
-                };
-                messages::alert(format_args!(
-                    "the keeper of '{name}' got {}: released the lock; {action}",
-                    signals::name(s.signo)
-                ));
-            }
+            // PID runs on without the lock: the user chose so.
+            Some(s) if self.on_lost == PidOnLost::Ignore => messages::alert(format_args!(
+                "the keeper of '{name}' got {}: released the lock; pid {pid} runs on without it, \
+                 with what it started (--on-lost ignore)",
+                signals::name(s.signo)
+            )),
+            Some(_) => messages::log(self.config, || {
+                format!("pid {pid} and its work were stopped: released '{name}'")
+            }),
             None => messages::log(self.config, || {
-                format!("pid {pid} has ended: released '{name}'")
+                format!("pid {pid} and its work have ended: released '{name}'")
             }),
         }
         code
