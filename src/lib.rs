@@ -28,7 +28,7 @@
 //!     names in a shell; following locks as they change (`status --watch`); waiting until a lock
 //!     is free (`wait`)
 //! 12. `keeper`: the detached process that keeps an `acquire --while-pid` lock alive while a pid
-//!     lives, and starting it
+//!     and the work it started run, and starting it
 //! 13. `commands`: `acquire`, `release`, `extend`, `status`, `log`
 //! 14. `exec`: the supervisor (it takes its lock as the `acquire` command does)
 

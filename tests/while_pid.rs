@@ -561,3 +561,57 @@ fn a_pid_that_does_not_lead_its_group_is_warned_about_at_acquire_time() {
     assert!(wait_for(|| redis.get(&lock_key("a")).is_none(), SOON));
     assert!(wait_for(|| redis.get(&lock_key("b")).is_none(), SOON));
 }
+
+/// A pid that does not lead its group (a bash script run by another, as a CI runner runs a
+/// step): its descendants the keeper found are its work. Fails if the keeper releases the lock
+/// at the script's `kill -9` while its background step runs on.
+#[test]
+fn kill_9_of_a_script_that_does_not_lead_its_group_waits_for_the_step_it_started() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let inner = d.join("inner.bash");
+    std::fs::write(
+        &inner,
+        format!(
+            "exec 9>'{work}'; flock 9
+             sh -c '{step}' &
+             T=$(redlock acquire k --while-pid $$ --ttl 6s) || exit
+             echo $$ >'{pid}'
+             echo \"$T\" >'{token}'
+             wait
+            ",
+            work = d.join("work").display(),
+            step = step(d, 2),
+            pid = d.join("pid").display(),
+            token = d.join("token").display(),
+        ),
+    )
+    .unwrap();
+    let mut outer = redis
+        .sh(&format!("bash '{}'; exit 0", inner.display()))
+        .spawn_proc();
+    token_in(&d.join("token"));
+    let pid: u32 = token_in(&d.join("pid")).parse().unwrap();
+    step_started(d);
+    outer.wait_for_stderr("does not lead its process group", SOON);
+    let waiter = redis
+        .redlock()
+        .args(["exec", "k", "--wait", "30s", "-c", &overlap_check(d)])
+        .spawn_proc();
+    assert!(wait_for(|| common::queue(&redis, "k").len() == 1, SOON));
+    common::signal(pid, libc::SIGKILL);
+    let out = waiter.finish(Duration::from_secs(30)).expect(0);
+    let result = std::fs::read_to_string(d.join("result")).unwrap();
+    assert_eq!(
+        result,
+        "free\n",
+        "the waiter ran beside the killed script's step\n{out}\n--- holder:\n{}",
+        outer.stderr()
+    );
+    let steps = std::fs::read_to_string(d.join("steps")).unwrap();
+    assert!(steps.contains("done"), "the step was stopped: {steps}");
+    assert!(wait_for(|| keepers_of(pid).is_empty(), SOON));
+}
