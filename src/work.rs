@@ -306,7 +306,7 @@ mod tests {
             .unwrap();
         let mut work = Work::of(leader.id() as i32);
         assert!(work.is_group());
-        assert!(crate::work::tests::eventually(|| work.living().len() == 3));
+        assert!(eventually(|| work.living().len() == 3));
         work.signal(Stop::Kill);
         leader.wait().unwrap();
         assert!(eventually(|| work.living().is_empty()));
