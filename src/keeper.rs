@@ -107,7 +107,7 @@ const LAST_LOOK: Duration = Duration::from_millis(250);
 /// Warns (one line, on acquire's stderr) when the keeper cannot know all the work `pid` starts:
 /// `pid` does not lead its process group, so its descendants are what scans of /proc find.
 pub fn warn_unless_group(config: &Config, pid: i32) {
-    if Work::of(pid).is_group() {
+    if work::leads_its_group(pid) {
         return;
     }
     messages::warning(

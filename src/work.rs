@@ -70,7 +70,7 @@ impl Work {
     /// The work of `pid`: its process group if it leads one, its descendants otherwise.
     pub fn of(pid: i32) -> Work {
         let me = rustix::process::getpid().as_raw_nonzero().get();
-        let leads = Pid::from_raw(pid).is_some_and(|p| getpgid(Some(p)).is_ok_and(|g| g == p));
+        let leads = leads_its_group(pid);
         let root_start = if leads {
             None
         } else {
@@ -213,6 +213,11 @@ impl Work {
         }
         *known = found;
     }
+}
+
+/// Whether `pid` leads its process group (its work is then the group: see [`Work::of`]).
+pub fn leads_its_group(pid: i32) -> bool {
+    Pid::from_raw(pid).is_some_and(|p| getpgid(Some(p)).is_ok_and(|g| g == p))
 }
 
 /// One line of `/proc/PID/stat`, the fields used here.

@@ -615,3 +615,25 @@ fn kill_9_of_a_script_that_does_not_lead_its_group_waits_for_the_step_it_started
     assert!(steps.contains("done"), "the step was stopped: {steps}");
     assert!(wait_for(|| keepers_of(pid).is_empty(), SOON));
 }
+
+/// With --on-lost ignore the keeper never stops its pid: SIGTERM to the keeper releases the
+/// lock at once, and says that the pid runs on without it.
+#[test]
+fn with_on_lost_ignore_sigterm_to_the_keeper_releases_at_once_and_says_so() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (file, term) = (dir.path().join("token"), dir.path().join("term"));
+    let mut proc = redis
+        .sh(&trapping_script("--on-lost ignore", &file, &term))
+        .spawn_proc();
+    token_in(&file);
+    let keepers = keepers_of(proc.id());
+    assert_eq!(keepers.len(), 1);
+    common::signal(keepers[0], libc::SIGTERM);
+    assert!(wait_for(|| redis.get(&lock_key("k")).is_none(), SOON));
+    proc.wait_for_stderr("runs on without it", SOON);
+    assert!(!term.exists(), "SIGTERM despite --on-lost ignore");
+    assert!(proc.running(), "the script ended");
+}
