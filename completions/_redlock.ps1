@@ -63,7 +63,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock' -ScriptBlock {
             [CompletionResult]::new('--slots', '--slots', [CompletionResultType]::ParameterName, 'Let up to N holders in at once; exec''s command gets its place in REDLOCK_SLOT (0 to N-1)')
             [CompletionResult]::new('--pool', '--pool', [CompletionResultType]::ParameterName, 'One holder per named resource; exec''s command gets the one it holds in REDLOCK_RESOURCE')
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'What to print on stdout')
-            [CompletionResult]::new('--while-pid', '--while-pid', [CompletionResultType]::ParameterName, 'Keep the lock alive (renewed every TTL/3) while PID and what it started run; then release it')
+            [CompletionResult]::new('--while-pid', '--while-pid', [CompletionResultType]::ParameterName, 'Keep the lock (renewed every TTL/3) while PID and the work it started run')
             [CompletionResult]::new('--on-lost', '--on-lost', [CompletionResultType]::ParameterName, 'With --while-pid: what the keeper does to PID and its work if the lock is lost or preempted')
             [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'With --while-pid: SIGKILL PID''s work if it still runs DUR after the keeper''s SIGTERM')
             [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum')

@@ -59,7 +59,7 @@ set edit:completion:arg-completer[redlock] = {|@words|
             cand --slots 'Let up to N holders in at once; exec''s command gets its place in REDLOCK_SLOT (0 to N-1)'
             cand --pool 'One holder per named resource; exec''s command gets the one it holds in REDLOCK_RESOURCE'
             cand --format 'What to print on stdout'
-            cand --while-pid 'Keep the lock alive (renewed every TTL/3) while PID and what it started run; then release it'
+            cand --while-pid 'Keep the lock (renewed every TTL/3) while PID and the work it started run'
             cand --on-lost 'With --while-pid: what the keeper does to PID and its work if the lock is lost or preempted'
             cand --kill-after 'With --while-pid: SIGKILL PID''s work if it still runs DUR after the keeper''s SIGTERM'
             cand -u 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum'

@@ -58,7 +58,7 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l pool -d 'One
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l format -d 'What to print on stdout' -r -f -a "token\t'The token alone, for T=$(redlock acquire KEY)'
 env\t'REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines (and REDLOCK_SLOT=, REDLOCK_RESOURCE= with --slots or --pool), for v=$(...) || exit; eval "$v"'
 json\t'One JSON object'"
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l while-pid -d 'Keep the lock alive (renewed every TTL/3) while PID and what it started run; then release it' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l while-pid -d 'Keep the lock (renewed every TTL/3) while PID and the work it started run' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l on-lost -d 'With --while-pid: what the keeper does to PID and its work if the lock is lost or preempted' -r -f -a "term\t'Send SIGTERM to PID and its work (SIGKILL after --kill-after), so nothing runs unprotected'
 kill\t'Send SIGKILL to PID and its work'
 ignore\t'Only warn (on the keeper\'s stderr, and in the lock\'s history); SIGTERM releases at once'"

@@ -443,17 +443,17 @@ pub struct AcquireArgs {
     #[arg(long, value_enum, default_value_t = Format::Token)]
     pub format: Format,
 
-    /// Keep the lock alive (renewed every TTL/3) while PID and what it started run; then release it
+    /// Keep the lock (renewed every TTL/3) while PID and the work it started run
     ///
     /// A detached keeper renews the lock for as long as PID (usually the calling script, $$) and
-    /// the work it started run, and releases it once they have all ended (however PID ended: kill
-    /// -9 included); `redlock release` with the token stops it. The work is PID's process group
+    /// the work it started run, and releases it once they have all ended (however PID ended, even
+    /// by SIGKILL); `redlock release` with the token stops it. The work is PID's process group
     /// when PID leads one (cron, CI runners, setsid and terminals start a script so): its steps
     /// and background jobs. Otherwise (acquire warns) it is PID's descendants as scans of /proc
     /// find them, every 500ms: best effort, run the script with setsid for the full guarantee. If
     /// the lock is lost (or preempted, with --preemptible), or the keeper gets SIGTERM, it stops
     /// PID and its work as --on-lost says (SIGKILL after --kill-after), keeping the lock until they
-    /// have ended when it can.
+    /// have ended (a lost lock cannot be kept).
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
     pub while_pid: Option<i32>,
 
