@@ -58,10 +58,11 @@ complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l pool -d 'One
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l format -d 'What to print on stdout' -r -f -a "token\t'The token alone, for T=$(redlock acquire KEY)'
 env\t'REDLOCK_KEY=, REDLOCK_TOKEN= and REDLOCK_FENCE= lines (and REDLOCK_SLOT=, REDLOCK_RESOURCE= with --slots or --pool), for v=$(...) || exit; eval "$v"'
 json\t'One JSON object'"
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l while-pid -d 'Keep the lock alive (renewed every TTL/3) while process PID lives; release it when PID ends' -r
-complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l on-lost -d 'With --while-pid: what the keeper does to PID if the lock is lost or preempted' -r -f -a "term\t'Send SIGTERM to PID, so that the rest of the script does not run unprotected'
-kill\t'Send SIGKILL to PID'
-ignore\t'Only warn (on the keeper\'s stderr, and in the lock\'s history)'"
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l while-pid -d 'Keep the lock (renewed every TTL/3) while PID and the work it started run' -r
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l on-lost -d 'With --while-pid: what the keeper does to PID and its work if the lock is lost or preempted' -r -f -a "term\t'Send SIGTERM to PID and its work (SIGKILL after --kill-after), so nothing runs unprotected'
+kill\t'Send SIGKILL to PID and its work'
+ignore\t'Only warn (on the keeper\'s stderr, and in the lock\'s history); SIGTERM releases at once'"
+complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l kill-after -d 'With --while-pid: SIGKILL PID\'s work if it still runs DUR after the keeper\'s SIGTERM' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F

@@ -443,28 +443,40 @@ pub struct AcquireArgs {
     #[arg(long, value_enum, default_value_t = Format::Token)]
     pub format: Format,
 
-    /// Keep the lock alive (renewed every TTL/3) while process PID lives; release it when PID ends
+    /// Keep the lock (renewed every TTL/3) while PID and the work it started run
     ///
-    /// A detached keeper renews the lock for as long as PID (usually the calling script, $$)
-    /// lives, and releases it as soon as PID has ended (however it ended: kill -9 included);
-    /// `redlock release` with the token stops it. If the lock is lost (or preempted, with
-    /// --preemptible), the keeper acts on PID as --on-lost says.
+    /// A detached keeper renews the lock for as long as PID (usually the calling script, $$) and
+    /// the work it started run, and releases it once they have all ended (however PID ended, even
+    /// by SIGKILL); `redlock release` with the token stops it. The work is PID's process group
+    /// when PID leads one (cron, CI runners, setsid and terminals start a script so): its steps
+    /// and background jobs. Otherwise (acquire warns) it is PID's descendants as scans of /proc
+    /// find them, every 500ms: best effort, run the script with setsid for the full guarantee. If
+    /// the lock is lost (or preempted, with --preemptible), or the keeper gets SIGTERM, it stops
+    /// PID and its work as --on-lost says (SIGKILL after --kill-after), keeping the lock until they
+    /// have ended (a lost lock cannot be kept).
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
     pub while_pid: Option<i32>,
 
-    /// With --while-pid: what the keeper does to PID if the lock is lost or preempted
+    /// With --while-pid: what the keeper does to PID and its work if the lock is lost or preempted
     #[arg(long, value_enum, value_name = "ACTION", default_value_t = PidOnLost::Term, requires = "while_pid")]
     pub on_lost: PidOnLost,
+
+    /// With --while-pid: SIGKILL PID's work if it still runs DUR after the keeper's SIGTERM
+    #[arg(long, value_name = "DUR", default_value = KILL_AFTER, value_parser = parse_duration, requires = "while_pid")]
+    pub kill_after: Duration,
 }
+
+/// The grace `--kill-after` gives after a SIGTERM, by default: exec's and acquire's.
+pub const KILL_AFTER: &str = "10s";
 
 /// What `acquire --while-pid`'s keeper does to PID when the lock is lost or preempted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PidOnLost {
-    /// Send SIGTERM to PID, so that the rest of the script does not run unprotected
+    /// Send SIGTERM to PID and its work (SIGKILL after --kill-after), so nothing runs unprotected
     Term,
-    /// Send SIGKILL to PID
+    /// Send SIGKILL to PID and its work
     Kill,
-    /// Only warn (on the keeper's stderr, and in the lock's history)
+    /// Only warn (on the keeper's stderr, and in the lock's history); SIGTERM releases at once
     Ignore,
 }
 
@@ -624,7 +636,7 @@ pub struct ExecArgs {
     pub on_lost: OnLost,
 
     /// SIGKILL the command if it still runs DUR after a SIGTERM or SIGINT (passed on, or sent)
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = KILL_AFTER, value_parser = parse_duration)]
     pub kill_after: Duration,
 
     /// Stop the command after it held the lock for DUR (SIGTERM, then SIGKILL) and exit 124

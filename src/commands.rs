@@ -266,6 +266,9 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         .while_pid
         .map(|pid| keeper::Pid::open(pid, args.on_lost))
         .transpose()?;
+    if let Some(pid) = args.while_pid {
+        keeper::warn_unless_group(config, pid);
+    }
     let keys = Keys::new(&config.prefix, &args.key)?;
     warn_short_ttl(config, args.lock.ttl);
     if !stdout_is_open() {

@@ -10,8 +10,9 @@
 //! Bottom first. A module uses only modules of lower layers (`tests/layers.rs` checks it, reading
 //! this list):
 //!
-//! 0. `exit`, `printable`, `redact`, `scripts`, `signals`, `spawn`: tables, pure text helpers, the
-//!    Lua scripts, and the two wrappers of the OS (signal delivery, starting the command)
+//! 0. `exit`, `printable`, `redact`, `scripts`, `signals`, `spawn`, `work`: tables, pure text
+//!    helpers, the Lua scripts, and the wrappers of the OS (signal delivery, starting the
+//!    command, the processes a `--while-pid` pid started)
 //! 1. `cli`, `error`: the command line's definition; the error kinds and their exit codes
 //! 2. `config`: flags and environment resolved and validated
 //! 3. `messages`: every line for humans on stderr, and what `-q` silences
@@ -27,7 +28,7 @@
 //!     names in a shell; following locks as they change (`status --watch`); waiting until a lock
 //!     is free (`wait`)
 //! 12. `keeper`: the detached process that keeps an `acquire --while-pid` lock alive while a pid
-//!     lives, and starting it
+//!     and the work it started run, and starting it
 //! 13. `commands`: `acquire`, `release`, `extend`, `status`, `log`
 //! 14. `exec`: the supervisor (it takes its lock as the `acquire` command does)
 
@@ -72,6 +73,7 @@ mod spawn;
 mod store;
 mod wait;
 mod watch;
+mod work;
 
 pub use complete::answer_shell as answer_completion;
 pub use messages::{report_error, usage_error};

@@ -5,11 +5,14 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::keeper::{SOON, keepers_of, sleeper, token_in};
+use common::keeper::{
+    SOON, keepers_of, overlap_check, sleeper, step, step_started, token_in, work_script,
+};
 use common::{RedisServer, Run, lock_key, meta_key, wait_for, wait_subscribed};
 use serde_json::Value;
 
@@ -350,4 +353,287 @@ fn a_quorum_lock_is_kept_and_released_on_every_node() {
         nodes.tokens("k")
     );
     assert!(wait_for(|| keepers_of(pid.id()).is_empty(), SOON));
+}
+
+// Issue 26: the lock is released only once PID and the work it started have ended. The holder
+// scripts have no TERM trap (the usual case: bash dies at once and leaves its foreground step
+// running); `overlap_check` shows whether a process of the holder's work ran beside the next
+// holder (see `common::keeper::work_script`).
+
+/// Fails if the keeper releases the lock as soon as the preempted script has died: the
+/// preemptor ran beside the script's foreground step (the audit measured 3 s of two holders).
+#[test]
+fn a_preemptor_runs_only_once_the_untrapped_scripts_step_has_ended() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let holder = redis
+        .sh(&work_script(d, "--preemptible", &step(d, 5)))
+        .spawn_proc();
+    token_in(&d.join("token"));
+    step_started(d);
+    wait_subscribed(&[&redis], "k");
+    let preemptor = redis
+        .redlock()
+        .args([
+            "exec",
+            "k",
+            "--preempt",
+            "--wait",
+            "30s",
+            "-c",
+            &overlap_check(d),
+        ])
+        .spawn_proc();
+    let out = preemptor.finish(Duration::from_secs(30)).expect(0);
+    let result = std::fs::read_to_string(d.join("result")).unwrap();
+    assert_eq!(
+        result,
+        "free\n",
+        "the preemptor ran beside the holder's step\n{out}\n--- holder:\n{}",
+        holder.stderr()
+    );
+    let said = holder.stderr();
+    assert!(
+        said.contains("sending SIGTERM to pid") && said.contains("process group"),
+        "{said}"
+    );
+    let steps = std::fs::read_to_string(d.join("steps")).unwrap();
+    assert!(!steps.contains("done"), "the step was not stopped: {steps}");
+    assert!(wait_for(|| keepers_of(holder.id()).is_empty(), SOON));
+}
+
+/// Fails if the keeper releases the lock when it gets SIGTERM before the script's step has
+/// ended: the waiter ran beside it.
+#[test]
+fn sigterm_to_the_keeper_releases_only_once_the_scripts_step_has_ended() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let holder = redis.sh(&work_script(d, "", &step(d, 5))).spawn_proc();
+    token_in(&d.join("token"));
+    step_started(d);
+    let waiter = redis
+        .redlock()
+        .args(["exec", "k", "--wait", "30s", "-c", &overlap_check(d)])
+        .spawn_proc();
+    assert!(wait_for(|| common::queue(&redis, "k").len() == 1, SOON));
+    let keepers = keepers_of(holder.id());
+    assert_eq!(keepers.len(), 1);
+    common::signal(keepers[0], libc::SIGTERM);
+    let out = waiter.finish(Duration::from_secs(30)).expect(0);
+    let result = std::fs::read_to_string(d.join("result")).unwrap();
+    assert_eq!(
+        result,
+        "free\n",
+        "the waiter ran beside the holder's step\n{out}\n--- holder:\n{}",
+        holder.stderr()
+    );
+    let steps = std::fs::read_to_string(d.join("steps")).unwrap();
+    assert!(!steps.contains("done"), "the step was not stopped: {steps}");
+    assert!(wait_for(|| keepers_of(holder.id()).is_empty(), SOON));
+}
+
+/// Fails if the keeper releases the lock as soon as its pid is gone (`kill -9`, the OOM killer)
+/// while the pid's foreground step runs on: the waiter ran beside it. The step is not stopped:
+/// the keeper waits for it, renewing the lock.
+#[test]
+fn kill_9_of_the_script_frees_the_lock_only_once_its_step_has_ended() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut holder = redis.sh(&work_script(d, "", &step(d, 2))).spawn_proc();
+    token_in(&d.join("token"));
+    step_started(d);
+    let waiter = redis
+        .redlock()
+        .args(["exec", "k", "--wait", "30s", "-c", &overlap_check(d)])
+        .spawn_proc();
+    assert!(wait_for(|| common::queue(&redis, "k").len() == 1, SOON));
+    holder.signal(libc::SIGKILL);
+    let out = waiter.finish(Duration::from_secs(30)).expect(0);
+    let result = std::fs::read_to_string(d.join("result")).unwrap();
+    assert_eq!(
+        result,
+        "free\n",
+        "the waiter ran beside the killed script's step\n{out}\n--- holder:\n{}",
+        holder.stderr()
+    );
+    let steps = std::fs::read_to_string(d.join("steps")).unwrap();
+    assert!(steps.contains("done"), "the step was stopped: {steps}");
+    holder.wait_for_stderr("has ended; keeping 'k' until the", SOON);
+    assert!(wait_for(|| keepers_of(holder.id()).is_empty(), SOON));
+}
+
+/// Fails if the keeper releases the lock while a step that ignores SIGTERM runs on, or never
+/// sends it SIGKILL (the preemptor would wait forever).
+#[test]
+fn a_step_that_ignores_sigterm_gets_sigkill_after_kill_after_before_the_release() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let steps = d.join("steps");
+    let stubborn = format!(
+        "trap \"\" TERM; echo started >>\"{}\"; sleep 600",
+        steps.display()
+    );
+    let holder = redis
+        .sh(&work_script(d, "--preemptible --kill-after 2s", &stubborn))
+        .spawn_proc();
+    token_in(&d.join("token"));
+    step_started(d);
+    wait_subscribed(&[&redis], "k");
+    let preemptor = redis
+        .redlock()
+        .args([
+            "exec",
+            "k",
+            "--preempt",
+            "--wait",
+            "30s",
+            "-c",
+            &overlap_check(d),
+        ])
+        .spawn_proc();
+    let out = preemptor.finish(Duration::from_secs(30)).expect(0);
+    let result = std::fs::read_to_string(d.join("result")).unwrap();
+    assert_eq!(
+        result,
+        "free\n",
+        "the preemptor ran beside the holder's step\n{out}\n--- holder:\n{}",
+        holder.stderr()
+    );
+    // SIGTERM, then SIGKILL 2 s later: the preemptor waited at least that long.
+    assert!(out.elapsed >= Duration::from_millis(1900), "{out}");
+    let said = holder.stderr();
+    assert!(said.contains("(--kill-after): sending SIGKILL"), "{said}");
+    assert!(wait_for(|| keepers_of(holder.id()).is_empty(), SOON));
+}
+
+/// A pid that does not lead its process group (here: a `sleep` in the test's own group) gets
+/// a one-line warning at acquire time, which says why and how to get the full guarantee; a
+/// group leader gets none.
+#[test]
+fn a_pid_that_does_not_lead_its_group_is_warned_about_at_acquire_time() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut member = sleeper();
+    let mut leader = {
+        let mut cmd = Command::new("sleep");
+        common::default_signals(&mut cmd);
+        cmd.arg("1000").process_group(0).spawn().unwrap()
+    };
+    for (pid, key, warned) in [(member.id(), "a", true), (leader.id(), "b", false)] {
+        let out = redis
+            .redlock()
+            .args(["acquire", key, "--while-pid", &pid.to_string()])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        if warned {
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            assert!(
+                stderr.contains(&format!(
+                    "--while-pid {pid} does not lead its process group"
+                )) && stderr.contains("best effort")
+                    && stderr.contains("setsid"),
+                "{stderr}"
+            );
+        } else {
+            assert_eq!(stderr, "", "a group leader is warned about");
+        }
+    }
+    for p in [&mut member, &mut leader] {
+        p.kill().unwrap();
+        p.wait().unwrap();
+    }
+    assert!(wait_for(|| redis.get(&lock_key("a")).is_none(), SOON));
+    assert!(wait_for(|| redis.get(&lock_key("b")).is_none(), SOON));
+}
+
+/// A pid that does not lead its group (a bash script run by another, as a CI runner runs a
+/// step): its descendants the keeper found are its work. Fails if the keeper releases the lock
+/// at the script's `kill -9` while its background step runs on.
+#[test]
+fn kill_9_of_a_script_that_does_not_lead_its_group_waits_for_the_step_it_started() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let inner = d.join("inner.bash");
+    std::fs::write(
+        &inner,
+        format!(
+            "exec 9>'{work}'; flock 9
+             sh -c '{step}' &
+             T=$(redlock acquire k --while-pid $$ --ttl 6s) || exit
+             echo $$ >'{pid}'
+             echo \"$T\" >'{token}'
+             wait
+            ",
+            work = d.join("work").display(),
+            step = step(d, 2),
+            pid = d.join("pid").display(),
+            token = d.join("token").display(),
+        ),
+    )
+    .unwrap();
+    let mut outer = redis
+        .sh(&format!("bash '{}'; exit 0", inner.display()))
+        .spawn_proc();
+    token_in(&d.join("token"));
+    let pid: u32 = token_in(&d.join("pid")).parse().unwrap();
+    step_started(d);
+    outer.wait_for_stderr("does not lead its process group", SOON);
+    let waiter = redis
+        .redlock()
+        .args(["exec", "k", "--wait", "30s", "-c", &overlap_check(d)])
+        .spawn_proc();
+    assert!(wait_for(|| common::queue(&redis, "k").len() == 1, SOON));
+    common::signal(pid, libc::SIGKILL);
+    let out = waiter.finish(Duration::from_secs(30)).expect(0);
+    let result = std::fs::read_to_string(d.join("result")).unwrap();
+    assert_eq!(
+        result,
+        "free\n",
+        "the waiter ran beside the killed script's step\n{out}\n--- holder:\n{}",
+        outer.stderr()
+    );
+    let steps = std::fs::read_to_string(d.join("steps")).unwrap();
+    assert!(steps.contains("done"), "the step was stopped: {steps}");
+    assert!(wait_for(|| keepers_of(pid).is_empty(), SOON));
+}
+
+/// With --on-lost ignore the keeper never stops its pid: SIGTERM to the keeper releases the
+/// lock at once, and says that the pid runs on without it.
+#[test]
+fn with_on_lost_ignore_sigterm_to_the_keeper_releases_at_once_and_says_so() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (file, term) = (dir.path().join("token"), dir.path().join("term"));
+    let mut proc = redis
+        .sh(&trapping_script("--on-lost ignore", &file, &term))
+        .spawn_proc();
+    token_in(&file);
+    let keepers = keepers_of(proc.id());
+    assert_eq!(keepers.len(), 1);
+    common::signal(keepers[0], libc::SIGTERM);
+    assert!(wait_for(|| redis.get(&lock_key("k")).is_none(), SOON));
+    proc.wait_for_stderr("runs on without it", SOON);
+    assert!(!term.exists(), "SIGTERM despite --on-lost ignore");
+    assert!(proc.running(), "the script ended");
 }

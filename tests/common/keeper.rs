@@ -54,3 +54,60 @@ pub fn token_in(file: &Path) -> String {
     assert!(written, "no token in {}", file.display());
     token.trim().to_string()
 }
+
+/// A bash script (in `dir/holder.bash`, run with `exec`, so that it keeps the pid and the process
+/// group of the `sh` a test starts) for the tests of PID's work: it takes a flock on `dir/work`
+/// on fd 9, which every process it starts inherits, so that the flock is held as long as any of
+/// them runs; takes `k` for itself (`--while-pid $$ --ttl 6s FLAGS`, no TERM trap: the usual
+/// script); writes the token to `dir/token`; runs `step`, which writes to `dir/steps` once
+/// it runs; and releases the lock.
+pub fn work_script(dir: &Path, flags: &str, step: &str) -> String {
+    let script = dir.join("holder.bash");
+    std::fs::write(
+        &script,
+        format!(
+            "exec 9>'{work}'; flock 9
+             T=$(redlock acquire k --while-pid $$ --ttl 6s {flags}) || exit
+             echo \"$T\" >'{token}'
+             sh -c '{step}'
+             redlock release k \"$T\"
+            ",
+            work = dir.join("work").display(),
+            token = dir.join("token").display(),
+        ),
+    )
+    .unwrap();
+    format!("exec bash '{}'", script.display())
+}
+
+/// A step for [`work_script`] that says it runs, then sleeps `secs` (in `dir/steps`: `started`,
+/// then `done` if nobody stopped it).
+pub fn step(dir: &Path, secs: u32) -> String {
+    let steps = dir.join("steps");
+    format!(
+        "echo started >>\"{s}\"; sleep {secs}; echo done >>\"{s}\"",
+        s = steps.display()
+    )
+}
+
+/// What a second holder of `k` runs: writes `free` to `dir/result` when no process of the first
+/// holder's work runs (the flock of [`work_script`] is free), `OVERLAP` otherwise.
+pub fn overlap_check(dir: &Path) -> String {
+    format!(
+        "if flock -n '{work}' true; then echo free; else echo OVERLAP; fi >'{result}'",
+        work = dir.join("work").display(),
+        result = dir.join("result").display()
+    )
+}
+
+/// Waits until `dir/steps` says the step runs.
+pub fn step_started(dir: &Path) {
+    let steps = dir.join("steps");
+    assert!(
+        wait_for(
+            || std::fs::read_to_string(&steps).is_ok_and(|s| s.contains("started")),
+            SOON
+        ),
+        "the step never started"
+    );
+}
