@@ -154,3 +154,36 @@ fn the_keepers_own_release_leaves_no_mark() {
         left.first().map_or(0, |k| redis.pttl(k))
     );
 }
+
+/// Fails if a script that releases its lock and exits (the README's own example) gets a false
+/// alarm from its keeper: the pid's end reaches the keeper before the release's announcement
+/// (which it now confirms with a read first), so the keeper releases too, finds the lock gone,
+/// and says "was no longer ours at release: the lock key is gone (expired, or deleted, ...)"
+/// on the script's stderr (18 runs of 20 in the review), leaving the release's mark behind.
+#[test]
+#[ignore = "fails today: release-then-exit makes the keeper say the lock was no longer ours"]
+fn release_then_exit_gives_no_false_alarm() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    for round in 0..5 {
+        let out = redis
+            .sh(
+                "exec bash -c 'T=$(redlock acquire k --while-pid $$ --ttl 6s) || exit
+                 redlock release k \"$T\"'",
+            )
+            .spawn_proc()
+            .finish(Duration::from_secs(30))
+            .expect(0);
+        assert!(
+            !out.stderr.contains("no longer ours"),
+            "round {round}: a false alarm after a normal release\n{out}"
+        );
+    }
+    let marks: Vec<String> = redis
+        .keys()
+        .into_iter()
+        .filter(|k| k.contains(":gone:"))
+        .collect();
+    assert!(marks.is_empty(), "marks left behind: {marks:?}");
+}
