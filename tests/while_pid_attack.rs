@@ -1,0 +1,375 @@
+//! An adversarial review of `acquire --while-pid` (issue 26, item 1 and the marks of item 2):
+//! ways the keeper still gives the lock to the next holder while the holder's work runs, or
+//! leaves something in Redis. Each test fails on the code it was written against, and is
+//! `#[ignore]`d until the keeper is fixed (run them with `cargo test --test while_pid_attack --
+//! --ignored`). Real servers, real processes; every wait is on an event, with a generous bound.
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::keeper::{SOON, keepers_of, overlap_check, step_started, token_in, work_script};
+use common::{RedisServer, Run, wait_for, wait_subscribed};
+
+/// Preempts `k`, held by the script the caller started, and returns what the preemptor's
+/// overlap check found (`free`, or `OVERLAP` when a process of the holder's work still ran).
+fn preempt(redis: &RedisServer, d: &Path) -> (String, common::Output) {
+    wait_subscribed(&[redis], "k");
+    let out = redis
+        .redlock()
+        .args([
+            "exec",
+            "k",
+            "--preempt",
+            "--wait",
+            "30s",
+            "-c",
+            &overlap_check(d),
+        ])
+        .spawn_proc()
+        .finish(Duration::from_secs(30))
+        .expect(0);
+    (std::fs::read_to_string(d.join("result")).unwrap(), out)
+}
+
+/// Fails if a step run under `timeout` (coreutils: it moves itself into a process group of its
+/// own, unless --foreground) escapes the keeper: the script leads its group, so the keeper
+/// takes the group for the work, stops the script, finds the group empty and releases while
+/// `timeout` and its command run on beside the preemptor.
+#[test]
+#[ignore = "fails today: a step under timeout(1) leaves the group, and the keeper releases beside it"]
+fn a_step_under_timeout_is_waited_for_when_the_script_is_preempted() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let steps = d.join("steps");
+    let step = format!(
+        "echo started >>\"{s}\"; timeout 60 sleep 4; echo done >>\"{s}\"",
+        s = steps.display()
+    );
+    let holder = redis
+        .sh(&work_script(d, "--preemptible --kill-after 2s", &step))
+        .spawn_proc();
+    token_in(&d.join("token"));
+    step_started(d);
+    let (result, out) = preempt(&redis, d);
+    assert_eq!(
+        result,
+        "free\n",
+        "the preemptor ran beside the holder's `timeout` step\n{out}\n--- holder:\n{}",
+        holder.stderr()
+    );
+    assert!(wait_for(|| keepers_of(holder.id()).is_empty(), SOON));
+}
+
+/// Fails if the keeper, having sent SIGTERM to a preempted script's group, ends quietly when
+/// the script's EXIT trap releases the lock (bash runs it at once on SIGTERM, while its
+/// foreground step still runs): the step, which ignores SIGTERM, never gets the SIGKILL that
+/// `--kill-after` promises, and runs on beside the preemptor.
+#[test]
+#[ignore = "fails today: an EXIT trap's release ends the keeper's stop early"]
+fn an_exit_trap_that_releases_does_not_cut_the_keepers_stop_short() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let script = d.join("holder.bash");
+    std::fs::write(
+        &script,
+        format!(
+            "exec 9>'{work}'; flock 9
+             T=$(redlock acquire k --while-pid $$ --ttl 6s --preemptible --kill-after 2s) || exit
+             trap 'redlock release k \"$T\"' EXIT
+             echo \"$T\" >'{token}'
+             sh -c 'trap \"\" TERM; echo started >>\"{steps}\"; sleep 600'
+            ",
+            work = d.join("work").display(),
+            token = d.join("token").display(),
+            steps = d.join("steps").display(),
+        ),
+    )
+    .unwrap();
+    let holder = redis
+        .sh(&format!("exec bash '{}'", script.display()))
+        .spawn_proc();
+    token_in(&d.join("token"));
+    step_started(d);
+    let (result, out) = preempt(&redis, d);
+    assert_eq!(
+        result,
+        "free\n",
+        "the preemptor ran beside the holder's step (the trap's release ended the keeper)\n\
+         {out}\n--- holder:\n{}",
+        holder.stderr()
+    );
+}
+
+/// Fails if the keeper's own release (its pid and the work ended) leaves the release's mark
+/// `PREFIX{k}:gone:TOKEN` behind: no keeper is left to read it, yet it lasts the TTL and 2 s
+/// (an hour here).
+#[test]
+#[ignore = "fails today: the keeper's own release marks itself released for TTL + 2 s"]
+fn the_keepers_own_release_leaves_no_mark() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut pid = common::keeper::sleeper();
+    let out = redis
+        .redlock()
+        .args([
+            "acquire",
+            "k",
+            "--while-pid",
+            &pid.id().to_string(),
+            "--ttl",
+            "1h",
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let keepers = keepers_of(pid.id());
+    assert_eq!(keepers.len(), 1);
+    pid.kill().unwrap();
+    pid.wait().unwrap();
+    assert!(
+        wait_for(|| redis.get(&common::lock_key("k")).is_none(), SOON),
+        "never released"
+    );
+    assert!(wait_for(|| keepers_of(pid.id()).is_empty(), SOON));
+    let left: Vec<String> = redis
+        .keys()
+        .into_iter()
+        .filter(|k| k.contains(":gone:"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "left behind: {left:?} (pttl {} ms)",
+        left.first().map_or(0, |k| redis.pttl(k))
+    );
+}
+
+/// Fails if a script that releases its lock and exits (the README's own example) gets a false
+/// alarm from its keeper: the pid's end reaches the keeper before the release's announcement
+/// (which it now confirms with a read first), so the keeper releases too, finds the lock gone,
+/// and says "was no longer ours at release: the lock key is gone (expired, or deleted, ...)"
+/// on the script's stderr (18 runs of 20 in the review), leaving the release's mark behind.
+#[test]
+#[ignore = "fails today: release-then-exit makes the keeper say the lock was no longer ours"]
+fn release_then_exit_gives_no_false_alarm() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    for round in 0..5 {
+        let out = redis
+            .sh(
+                "exec bash -c 'T=$(redlock acquire k --while-pid $$ --ttl 6s) || exit
+                 redlock release k \"$T\"'",
+            )
+            .spawn_proc()
+            .finish(Duration::from_secs(30))
+            .expect(0);
+        assert!(
+            !out.stderr.contains("no longer ours"),
+            "round {round}: a false alarm after a normal release\n{out}"
+        );
+    }
+    let marks: Vec<String> = redis
+        .keys()
+        .into_iter()
+        .filter(|k| k.contains(":gone:"))
+        .collect();
+    assert!(marks.is_empty(), "marks left behind: {marks:?}");
+}
+
+/// Fails if a process of the work whose main thread has ended while its other threads run
+/// (`/proc/PID/stat` then says `Z` for it, but `Threads:` is 2) is taken for ended: the keeper
+/// releases the lock while it still runs. Here the script exits and leaves such a process (a
+/// python3 whose main thread calls pthread_exit) in its group.
+#[test]
+#[ignore = "fails today: a process whose main thread exited reads as a zombie, and the keeper releases"]
+fn a_process_whose_main_thread_exited_is_still_work() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let py = d.join("threads.py");
+    std::fs::write(
+        &py,
+        format!(
+            "import ctypes, threading, time\n\
+             def work():\n    open('{steps}', 'a').write('started\\n'); time.sleep(4)\n\
+             threading.Thread(target=work).start()\n\
+             time.sleep(0.2)\n\
+             ctypes.CDLL(None).pthread_exit(None)\n",
+            steps = d.join("steps").display()
+        ),
+    )
+    .unwrap();
+    let script = d.join("holder.bash");
+    std::fs::write(
+        &script,
+        format!(
+            "exec 9>'{work}'; flock 9
+             T=$(redlock acquire k --while-pid $$ --ttl 6s) || exit
+             python3 '{py}' &
+             echo \"$T\" >'{token}'
+            ",
+            work = d.join("work").display(),
+            token = d.join("token").display(),
+            py = py.display(),
+        ),
+    )
+    .unwrap();
+    let holder = redis
+        .sh(&format!("exec bash '{}'", script.display()))
+        .spawn_proc();
+    token_in(&d.join("token"));
+    step_started(d);
+    let out = redis
+        .redlock()
+        .args(["exec", "k", "--wait", "30s", "-c", &overlap_check(d)])
+        .spawn_proc()
+        .finish(Duration::from_secs(30))
+        .expect(0);
+    let result = std::fs::read_to_string(d.join("result")).unwrap();
+    assert_eq!(
+        result,
+        "free\n",
+        "the waiter ran beside a process of the holder's work\n{out}\n--- holder:\n{}",
+        holder.stderr()
+    );
+}
+
+/// Fails if a script run as `SCRIPT 2>&1 | cat` by a shell with job control (a terminal's, or
+/// `set -m`: the pipeline is one process group, led by SCRIPT) never gets its pipeline back: the
+/// keeper keeps SCRIPT's stderr, the pipe to `cat` (a pipe that is PID's own stderr may stay),
+/// and waits for the group, `cat` included, to end; `cat` waits for the end of the pipe, which
+/// the keeper holds. The keeper renews the lock for ever.
+#[test]
+#[ignore = "fails today: the keeper and the pipeline's reader wait for each other"]
+fn a_pipeline_reading_the_scripts_stderr_ends() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let script = d.join("holder.bash");
+    std::fs::write(
+        &script,
+        format!(
+            "T=$(redlock acquire k --while-pid $$ --ttl 6s) || exit
+             echo \"$T\" >'{token}'
+            ",
+            token = d.join("token").display(),
+        ),
+    )
+    .unwrap();
+    let outer = d.join("outer.bash");
+    std::fs::write(
+        &outer,
+        format!(
+            "set -m
+             bash '{script}' 2>&1 | cat >/dev/null
+             echo pipeline-ended
+            ",
+            script = script.display()
+        ),
+    )
+    .unwrap();
+    let shell = redis
+        .sh(&format!("exec bash '{}'", outer.display()))
+        .spawn_proc();
+    token_in(&d.join("token"));
+    let ended = wait_for(|| shell.stdout().contains("pipeline-ended"), SOON);
+    let held = redis.get(&common::lock_key("k")).is_some();
+    if !ended {
+        // The reader is in the script's group, not the shell's: stop it (by its pid, a child of
+        // the shell), which ends the keeper.
+        for pid in children_of(shell.id()) {
+            common::signal(pid, libc::SIGKILL);
+        }
+    }
+    assert!(
+        ended,
+        "the pipeline never ended (lock still held: {held})\n--- stderr:\n{}",
+        shell.stderr()
+    );
+}
+
+/// The pids of the processes whose parent is `parent`.
+fn children_of(parent: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if rest.split_whitespace().nth(1) == Some(parent.to_string().as_str()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Fails if a keeper started under `exec --preemptible` (or `--max-runtime`) dies with the
+/// command's leftovers: exec adopts its command's orphans (a subreaper), and the keeper of a
+/// second lock taken inside the command (`acquire inner --while-pid $$`) is one; when exec stops
+/// the command, it sends SIGTERM, then SIGKILL after --kill-after, to every adopted process, the
+/// keeper included, while the keeper still waits for the same work to end (a step it knows:
+/// started before the acquire, so that the keeper's first scan finds it). Killed, the keeper
+/// never releases `inner`, which stays held by nobody for the rest of its TTL.
+#[test]
+#[ignore = "fails today: exec's stop of its leftovers SIGKILLs a draining keeper, and its lock leaks"]
+fn a_keeper_under_a_preempted_exec_still_releases_its_lock() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let script = d.join("inner.bash");
+    std::fs::write(
+        &script,
+        format!(
+            "sh -c 'trap \"\" TERM; sleep 600' &
+             T=$(redlock acquire inner --while-pid $$ --ttl 1h) || exit
+             echo \"$T\" >'{token}'
+             wait
+            ",
+            token = d.join("token").display(),
+        ),
+    )
+    .unwrap();
+    let outer = redis
+        .sh(&format!(
+            "exec redlock exec outer --preemptible --kill-after 1s -- bash '{}'",
+            script.display()
+        ))
+        .spawn_proc();
+    token_in(&d.join("token"));
+    wait_subscribed(&[&redis], "outer");
+    redis
+        .redlock()
+        .args(["exec", "outer", "--preempt", "--wait", "30s", "--", "true"])
+        .spawn_proc()
+        .finish(Duration::from_secs(30))
+        .expect(0);
+    let out = outer.finish(Duration::from_secs(30));
+    assert!(
+        wait_for(|| redis.get(&common::lock_key("inner")).is_none(), SOON),
+        "'inner' is still held (pttl {} ms) with its keeper gone\n{out}",
+        redis.pttl(&common::lock_key("inner"))
+    );
+}
