@@ -191,7 +191,13 @@ pub fn credentials_changed(pid: libc::pid_t) -> Option<String> {
         ("CapEff:", "capabilities"),
     ] {
         let (mine, now) = (field(&ours, name)?, field(&theirs, name)?);
-        if mine != now {
+        // Capabilities only dropped keep the signal (the kernel clears it when the new set is
+        // not a subset of the old): a change counts only when one was gained.
+        let changed = match name {
+            "CapEff:" => gained_capabilities(&mine, &now),
+            _ => mine != now,
+        };
+        if changed {
             let (mine, now) = match name {
                 "CapEff:" => (mine, now),
                 _ => (effective(&mine), effective(&now)),
@@ -200,6 +206,18 @@ pub fn credentials_changed(pid: libc::pid_t) -> Option<String> {
         }
     }
     None
+}
+
+/// Whether the effective capability set `now` holds one that `before` lacks (both as
+/// `/proc/PID/status` shows them: hexadecimal masks); an unreadable mask counts as a gain.
+fn gained_capabilities(before: &str, now: &str) -> bool {
+    match (
+        u64::from_str_radix(before, 16),
+        u64::from_str_radix(now, 16),
+    ) {
+        (Ok(before), Ok(now)) => now & !before != 0,
+        _ => before != now,
+    }
 }
 
 /// Whether we may send signals to process `pid` (`kill(pid, 0)` is not refused with EPERM):
@@ -621,6 +639,16 @@ mod tests {
         drop(Watchdog::start(pid, std::time::Duration::from_millis(10)).unwrap());
         assert!(started.elapsed() < std::time::Duration::from_millis(400));
         assert_eq!(child.wait().unwrap().code(), Some(0));
+    }
+
+    /// Dropping capabilities keeps the parent-death signal: only a gain is a change.
+    #[test]
+    fn only_a_gained_capability_counts_as_a_change() {
+        assert!(!gained_capabilities("000001ffffffffff", "000001ffffffdfff"));
+        assert!(!gained_capabilities("000001ffffffffff", "0000000000000000"));
+        assert!(!gained_capabilities("0000000000003000", "0000000000003000"));
+        assert!(gained_capabilities("0000000000000000", "0000000000002000"));
+        assert!(gained_capabilities("0000000000001000", "0000000000002000"));
     }
 
     #[test]

@@ -527,6 +527,45 @@ fn a_command_that_switches_users_is_still_stopped_when_redlock_is_sigkilled() {
     holder.finish(EVENT);
 }
 
+/// A command that only drops capabilities keeps its parent-death signal (the kernel clears it
+/// only when the new set is not a subset of the old): no warning, while a switch of users still
+/// gets one. Failed before: `setpriv --bounding-set=-net_raw` was warned about as a change.
+#[test]
+fn dropping_capabilities_is_no_change_of_credentials() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("note: skipping this test: dropping capabilities needs root's");
+        return;
+    }
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let out = redis
+        .redlock()
+        .args(["exec", "cap1", "--", "setpriv", "--bounding-set=-net_raw"])
+        .args(["sh", "-c", "sleep 0.3; grep CapEff /proc/self/status"])
+        .run()
+        .expect(0);
+    assert!(!out.stderr.contains("credentials"), "{out}");
+    let out = redis
+        .redlock()
+        .args([
+            "exec",
+            "cap1",
+            "--",
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+        ])
+        .args(["--clear-groups", "sleep", "0.3"])
+        .run()
+        .expect(0);
+    assert!(
+        out.stderr.contains("changed its credentials (uid 0"),
+        "{out}"
+    );
+}
+
 /// Found by review (issue 26): `kill -9` of redlock stops the command (its parent-death
 /// signal, or the watchdog after a switch of users), but not what the command started: a shell
 /// without a TERM trap dies at once and leaves its foreground step running, and once the lock's
