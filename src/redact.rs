@@ -43,7 +43,12 @@ const MAX_DEPTH: usize = 4;
 /// - the word after `--pwd` (an option, unlike the shell's `PWD=/dir`), after openssl's `-k`
 ///   and `-K` once an `openssl` was seen (`openssl enc -k ***`), and after a word that names a
 ///   secret following `set` (`aws configure set aws_secret_access_key ***`,
-///   `redis-cli config set requirepass ***`).
+///   `redis-cli config set requirepass ***`);
+/// - vault's token (`vault login ***`), htpasswd's batch password (the last of `htpasswd -b
+///   FILE USER ***`), and the LDAP tools' bind password (`ldapsearch -w ***`, `-w***`).
+///
+/// A script after `-c` or a cluster that ends in it (`bash -lc SCRIPT`) is text: `PGPASSWORD=***
+/// psql` keeps the command after the assignment.
 pub fn redact(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     Redactor::new(0).text(text, &mut out);
@@ -82,8 +87,29 @@ enum Next {
     Script,
 }
 
+/// A program seen earlier in the command whose secret is told by position, not by an option
+/// or a name (until a shell operator ends its command).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Program {
+    Other,
+    /// `vault`: the first word after `login` that is not an option or a `K=V` is a token.
+    Vault {
+        login: bool,
+    },
+    /// `htpasswd`: with `-b` (batch) the last of `FILE USER PASSWORD` (`USER PASSWORD` with
+    /// `-n`) is a password; `positional` counts the words that are not options.
+    Htpasswd {
+        batch: bool,
+        no_file: bool,
+        positional: u8,
+    },
+    /// `ldapsearch`, `ldapmodify`, `ldapadd`...: `-w PASSWORD` (and `-wPASSWORD`).
+    Ldap,
+}
+
 struct Redactor {
     next: Next,
+    program: Program,
     /// A `redis-cli` was seen: a lowercase `auth` is its command.
     redis_cli: bool,
     /// An `openssl` was seen: `-k` and `-K` take its pass phrase and key.
@@ -99,6 +125,7 @@ impl Redactor {
     fn new(depth: usize) -> Redactor {
         Redactor {
             next: Next::Keep,
+            program: Program::Other,
             redis_cli: false,
             openssl: false,
             after_set: false,
@@ -133,7 +160,7 @@ impl Redactor {
             Redactor::new(self.depth + 1).text(arg, out);
             return;
         }
-        if self.hidden_by_previous(arg, out) {
+        if self.hidden_by_previous(arg, out) || self.hidden_by_program(arg, out) {
             return;
         }
         if let Some(hidden) = hide_whole_arg(arg) {
@@ -144,16 +171,20 @@ impl Redactor {
             // Not a value of one of ours: text, such as a header (`X-Api-Key: SECRET`).
             self.text(arg, out);
         } else {
-            self.after_set = after_set;
-            self.word(arg, out);
+            self.word_by_itself(arg, after_set, out);
         }
     }
 
     fn word(&mut self, word: &str, out: &mut String) {
         let after_set = std::mem::take(&mut self.after_set);
-        if self.hidden_by_previous(word, out) {
+        if self.hidden_by_previous(word, out) || self.hidden_by_program(word, out) {
             return;
         }
+        self.word_by_itself(word, after_set, out);
+    }
+
+    /// A word that what came before it does not hide: the rules of the word itself.
+    fn word_by_itself(&mut self, word: &str, after_set: bool, out: &mut String) {
         let bare = unquote(word);
         if is_redis_cli(bare) {
             self.redis_cli = true;
@@ -216,6 +247,76 @@ impl Redactor {
         }
     }
 
+    /// Applies what the program seen earlier says about `unit` (and notes a program named by
+    /// it); true if that decided its output.
+    fn hidden_by_program(&mut self, unit: &str, out: &mut String) -> bool {
+        let bare = unquote(unit);
+        if is_shell_operator(bare) {
+            self.program = Program::Other;
+            return false;
+        }
+        let ends_command = unit.ends_with([';', '&', '|', ')']);
+        let hide = match &mut self.program {
+            Program::Other => {
+                self.program = match bare.rsplit('/').next().unwrap_or(bare) {
+                    "vault" => Program::Vault { login: false },
+                    "htpasswd" => Program::Htpasswd {
+                        batch: false,
+                        no_file: false,
+                        positional: 0,
+                    },
+                    name if name.starts_with("ldap") => Program::Ldap,
+                    _ => Program::Other,
+                };
+                false
+            }
+            Program::Vault { login } => {
+                if !*login {
+                    *login = bare == "login";
+                    false
+                } else if bare.starts_with('-') || bare.contains('=') {
+                    false
+                } else {
+                    self.program = Program::Other;
+                    true
+                }
+            }
+            Program::Htpasswd {
+                batch,
+                no_file,
+                positional,
+            } => match bare.strip_prefix('-') {
+                Some(flags) if !flags.is_empty() && *positional == 0 => {
+                    *batch |= flags.contains('b');
+                    *no_file |= flags.contains('n');
+                    false
+                }
+                _ => {
+                    *positional = positional.saturating_add(1);
+                    *batch && *positional == if *no_file { 2 } else { 3 }
+                }
+            },
+            Program::Ldap => {
+                if bare.strip_prefix("-w").is_some_and(|pw| !pw.is_empty()) {
+                    out.push_str("-w");
+                    out.push_str(HIDDEN);
+                    if ends_command {
+                        self.program = Program::Other;
+                    }
+                    return true;
+                }
+                false
+            }
+        };
+        if ends_command {
+            self.program = Program::Other;
+        }
+        if hide {
+            out.push_str(HIDDEN);
+        }
+        hide
+    }
+
     /// What `word` (quotes removed) says about the word after it.
     fn after(&self, word: &str) -> Next {
         match word {
@@ -226,9 +327,20 @@ impl Redactor {
             // curl's "insecure".
             "-k" | "-K" if self.openssl => return Next::Hide(1),
             "-u" | "-U" | "--user" | "--proxy-user" => return Next::Credentials,
+            "-w" if self.program == Program::Ldap => return Next::Hide(1),
             "-c" => return Next::Script,
             "AUTH" => return Next::Hide(2),
             _ => {}
+        }
+        // A shell's `-c` among other short options (`bash -lc`, `sh -ec`, `sh -euxc`): what
+        // follows is a script too, not an argument (`PGPASSWORD=PW psql` hides the value and
+        // keeps `psql`; as one argument `NAME=VALUE` would be hidden whole).
+        if let Some(flags) = word.strip_prefix('-')
+            && (2..=5).contains(&flags.len())
+            && flags.ends_with('c')
+            && flags.chars().all(|c| c.is_ascii_lowercase())
+        {
+            return Next::Script;
         }
         if word.eq_ignore_ascii_case("bearer") {
             return Next::Hide(1);
@@ -897,6 +1009,31 @@ mod tests {
         ),
         ("lftp -u deploy,PW sftp://h", "lftp -u deploy,*** sftp://h"),
         ("lftp -udeploy,PW h", "lftp -udeploy,*** h"),
+        // vault's token, htpasswd's batch password, the LDAP tools' bind password; an
+        // assignment's value ends at its word (the command after it stays).
+        ("vault login PW", "vault login ***"),
+        (
+            "vault login -method=token PW",
+            "vault login -method=token ***",
+        ),
+        (
+            "htpasswd -b /etc/h.pw bob PW && echo ok",
+            "htpasswd -b /etc/h.pw bob *** && echo ok",
+        ),
+        (
+            "htpasswd -bc /etc/h.pw bob PW",
+            "htpasswd -bc /etc/h.pw bob ***",
+        ),
+        (
+            "ldapsearch -x -D cn=admin -w PW -b dc=x",
+            "ldapsearch -x -D cn=admin -w *** -b dc=x",
+        ),
+        ("ldapmodify -w PW -f f.ldif", "ldapmodify -w *** -f f.ldif"),
+        ("ldapadd -wPW -f f.ldif", "ldapadd -w*** -f f.ldif"),
+        (
+            "PGPASSWORD=S3PW psql -h db -c select",
+            "PGPASSWORD=*** psql -h db -c select",
+        ),
         // Readable: curl's -k is "insecure", a `set` of something not secret.
         ("curl -k https://h/x", "curl -k https://h/x"),
         (
@@ -960,6 +1097,27 @@ mod tests {
                 "redis-cli AUTH *** ***",
             ),
             (&["mysqlsh", "--pwd", "two PW"], "mysqlsh --pwd ***"),
+            (&["vault", "login", "two PW"], "vault login ***"),
+            (
+                &["htpasswd", "-b", "f", "bob", "two PW"],
+                "htpasswd -b f bob ***",
+            ),
+            (
+                &["ldapsearch", "-w", "two PW", "-x"],
+                "ldapsearch -w *** -x",
+            ),
+            (
+                &["env", "PGPASSWORD=S3PW", "psql", "-h", "db"],
+                "env PGPASSWORD=*** psql -h db",
+            ),
+            (
+                &["bash", "-lc", "PGPASSWORD=S3PW psql -h db"],
+                "bash -lc PGPASSWORD=*** psql -h db",
+            ),
+            (
+                &["sh", "-euc", "PGPASSWORD=S3PW psql"],
+                "sh -euc PGPASSWORD=*** psql",
+            ),
             (&["openssl", "enc", "-k", "two PW"], "openssl enc -k ***"),
             (
                 &["aws", "configure", "set", "aws_secret_access_key", "two PW"],

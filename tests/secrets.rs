@@ -249,6 +249,22 @@ fn passwords_in_other_tools_command_lines_are_hidden() {
             vec!["lftp", "-u", &format!("deploy,{PW}"), "sftp://h"],
             "lftp -u deploy,*** sftp://h",
         ),
+        ("vault", vec!["vault", "login", PW], "vault login ***"),
+        (
+            "htpasswd",
+            vec!["htpasswd", "-b", "/etc/h.pw", "bob", PW],
+            "htpasswd -b /etc/h.pw bob ***",
+        ),
+        (
+            "ldap",
+            vec!["ldapsearch", "-x", "-w", PW, "-b", "dc=x"],
+            "ldapsearch -x -w *** -b dc=x",
+        ),
+        (
+            "pg",
+            vec!["bash", "-lc", &format!("PGPASSWORD={PW} psql -h db")],
+            "bash -lc PGPASSWORD=*** psql -h db",
+        ),
     ] {
         // `true` runs instead of the tool: only its command line matters.
         redis
