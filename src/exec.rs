@@ -33,6 +33,13 @@
 //!   again wherever redlock may signal the command (as root, or as the user who ran `sudo`).
 //!   What it cannot cover: a kill of redlock before the switch was seen (up to a second), and
 //!   a command that redlock's user may not signal.
+//! - What the command started dies with redlock too when redlock leads its process group (a
+//!   terminal's job, cron's `sh -c` that execs it, `setsid`): a watchdog is started with every
+//!   command then, leaves the group, and at redlock's death signals the whole group (SIGTERM,
+//!   SIGKILL after --kill-after), so that a shell's step does not run on past the TTL beside
+//!   the next holder. When redlock does not lead its group (one line of a script: the group is
+//!   the script's), the group is never signalled, and only the command stops: run redlock
+//!   under `setsid`, or make the command exec its last step.
 //! - Release happens after the child has been reaped, then redlock exits with the child's status,
 //!   unless the lock was not provably ours for the command's whole run: lost while it ran, its
 //!   deadline passed by the time the child was reaped (redlock stopped or starved: nothing
@@ -199,7 +206,6 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
     // (maxclients) could refuse.
     let mut supervisor = Supervisor::new(config, args, &lock, child, tx, stop_rx, store);
     let status = supervisor.run(&rx);
-    supervisor.dismiss_watchdog();
     // What a command stopped by redlock left running is stopped too, while the renewals still
     // keep the lock (it may take --kill-after and more); then the renewals stop, before the
     // release.
@@ -207,6 +213,8 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
         supervisor.renew_from_now();
         stop_leftovers(config, args.kill_after);
     }
+    // (A group's watchdog stayed for that: a kill -9 meanwhile stops what is left.)
+    supervisor.dismiss_watchdog();
     drop(stop_tx);
     let mut store = supervisor.connection_back()?;
     match status {
@@ -892,6 +900,7 @@ impl<'a> Supervisor<'a> {
         stop: Receiver<()>,
         store: Box<dyn Store>,
     ) -> Self {
+        let watchdog = group_watchdog(&child, args.kill_after);
         Supervisor {
             config,
             args,
@@ -921,8 +930,29 @@ impl<'a> Supervisor<'a> {
             limit_at: args.max_runtime.and_then(|d| lock.sent.checked_add(d)),
             timed_out: None,
             credentials_check: Some((Instant::now() + FIRST_LOOK, FIRST_LOOK)),
-            watchdog: None,
+            watchdog,
             telling: Vec::new(),
+        }
+    }
+}
+
+/// A watchdog over our whole process group when we lead it (a terminal's job, cron's `sh -c`
+/// that execs us, `setsid`): at a `kill -9` of redlock it stops what the command started too,
+/// which the parent-death signal (the command's alone) leaves running beside the next holder.
+/// When we do not lead our group (one line of a script: the group is the script's), the group
+/// is never signalled and only the command is stopped. It is started with the command, not
+/// later, so that no kill is missed; a fork costs little (measured on `exec -- true`).
+fn group_watchdog(child: &Child, grace: Duration) -> Option<spawn::Watchdog> {
+    // SAFETY: getpgid(0) and getpid have no preconditions.
+    let me = unsafe { libc::getpid() };
+    if unsafe { libc::getpgid(0) } != me {
+        return None;
+    }
+    match spawn::Watchdog::start(child.id() as libc::pid_t, Some(me), grace) {
+        Ok(watchdog) => Some(watchdog),
+        Err(e) => {
+            messages::alert(format_args!("cannot start a watchdog process: {e}"));
+            None
         }
     }
 }
@@ -1022,8 +1052,11 @@ impl Supervisor<'_> {
         let stopped_by = if !spawn::may_signal(pid) {
             // A watchdog with our credentials could not stop it either.
             format!("redlock's user may not signal it, so {unprotected}")
+        } else if self.watchdog.is_some() {
+            // The group's watchdog (see `group_watchdog`) stops it with the rest of the group.
+            "a watchdog process stops it if redlock dies".to_string()
         } else {
-            match spawn::Watchdog::start(pid, self.args.kill_after) {
+            match spawn::Watchdog::start(pid, None, self.args.kill_after) {
                 Ok(watchdog) => {
                     self.watchdog = Some(watchdog);
                     "a watchdog process stops it if redlock dies".to_string()
@@ -1045,7 +1078,7 @@ impl Supervisor<'_> {
         );
     }
 
-    /// The command was reaped: a watchdog has nothing left to watch.
+    /// The command was reaped (and its leftovers stopped): a watchdog has nothing left to watch.
     fn dismiss_watchdog(&mut self) {
         self.watchdog = None;
     }

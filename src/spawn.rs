@@ -11,7 +11,9 @@
 //!
 //! The kernel clears that signal when the command changes its credentials (a `setpriv`, `gosu`
 //! or `sudo` wrapper): [`credentials_changed`] sees such a change, and a [`Watchdog`] process
-//! stops the command at redlock's death in its place.
+//! stops the command at redlock's death in its place. The signal reaches the command alone;
+//! when redlock leads its process group, a watchdog over the group stops what the command
+//! started too.
 //!
 //! Signals: all are blocked in the parent around the clone, so that no handler of ours can run
 //! in the child (it shares our memory until it execs); the child resets the handled signals and
@@ -103,8 +105,10 @@ pub fn adopt_orphans() -> io::Result<()> {
     Ok(())
 }
 
-/// The pids of this process's living children (read from `/proc`), zombies left out.
+/// The pids of this process's living children (read from `/proc`), zombies and our
+/// [`Watchdog`] left out (it is no leftover of the command: stopping leftovers must not stop it).
 pub fn children() -> Vec<libc::pid_t> {
+    let watchdog = WATCHDOG.load(Ordering::SeqCst);
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -112,6 +116,7 @@ pub fn children() -> Vec<libc::pid_t> {
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|&pid| pid != watchdog)
         .filter(|&pid| parent_and_state(pid).is_some_and(|(p, s)| p == me && s != "Z"))
         .collect()
 }
@@ -234,19 +239,33 @@ pub fn may_signal(pid: libc::pid_t) -> bool {
 /// SIGKILL after the grace period if it is still there. Told that all is well (a byte) when the
 /// command has been reaped, it exits; dropping the handle tells it and reaps it.
 ///
-/// It signals through a pidfd, so that a pid reused meanwhile is never hit; without pidfds
-/// (Linux before 5.3) it sends SIGTERM by pid, and no SIGKILL. It has our credentials: it can
+/// Started with `group` (we lead our process group: a terminal's job, cron's `sh -c` that
+/// execs us, `setsid`), it is started for every command, leaves that group first thing
+/// (`setpgid(0, 0)`), and at our death signals the whole group (`kill(-pgid)`: SIGTERM, then
+/// SIGKILL after the grace period if any member is left), so that what the command started
+/// stops too, not only the command, which the parent-death signal alone stops. The group's id
+/// is our pid, which the kernel does not hand out again while the group has a member. Without
+/// `group` (we are one step of a script whose group is the script's), the group is never
+/// signalled.
+///
+/// It signals the command through a pidfd, so that a pid reused meanwhile is never hit; without
+/// pidfds (Linux before 5.3) it sends SIGTERM by pid, and no SIGKILL. It has our credentials: it can
 /// stop a command that switched to another user when we run as root, or as the user that ran a
 /// set-user-ID wrapper such as `sudo` (whose real uid stays that user's), and not otherwise.
 pub struct Watchdog {
     pid: libc::pid_t,
-    /// The write end: a byte means "exit"; its end of file (we died) means "stop the command".
+    /// The pipe's write end: a byte means "exit"; its end of file (we died) means "stop".
     tell: Option<std::fs::File>,
 }
 
 impl Watchdog {
-    /// Starts a watchdog over the command `child`, SIGKILL following SIGTERM after `grace`.
-    pub fn start(child: libc::pid_t, grace: std::time::Duration) -> io::Result<Watchdog> {
+    /// Starts a watchdog over the command `child` (and over our process group `group`, whose
+    /// id is our pid, when we lead it), SIGKILL following SIGTERM after `grace`.
+    pub fn start(
+        child: libc::pid_t,
+        group: Option<libc::pid_t>,
+        grace: std::time::Duration,
+    ) -> io::Result<Watchdog> {
         use std::os::fd::FromRawFd;
         let mut fds = [0; 2];
         // SAFETY: pipe2 writes two descriptors into our array.
@@ -268,7 +287,7 @@ impl Watchdog {
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
             let pid = libc::fork();
             if pid == 0 {
-                watch(read, write, pidfd, child, grace_ms);
+                watch(read, write, pidfd, child, group.unwrap_or(0), grace_ms);
             }
             let fork_error = io::Error::last_os_error();
             libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
@@ -281,6 +300,7 @@ impl Watchdog {
             }
             pid
         };
+        WATCHDOG.store(pid, Ordering::SeqCst);
         Ok(Watchdog {
             pid,
             tell: Some(tell),
@@ -300,8 +320,12 @@ impl Drop for Watchdog {
         unsafe {
             libc::waitpid(self.pid, &mut status, 0);
         }
+        let _ = WATCHDOG.compare_exchange(self.pid, 0, Ordering::SeqCst, Ordering::SeqCst);
     }
 }
+
+/// The pid of the running [`Watchdog`] (0: none), which [`children`] leaves out.
+static WATCHDOG: AtomicI32 = AtomicI32::new(0);
 
 /// The watchdog's life, in the forked child: async-signal-safe calls only.
 ///
@@ -312,11 +336,16 @@ unsafe fn watch(
     write: libc::c_int,
     pidfd: libc::c_int,
     child: libc::pid_t,
+    group: libc::pid_t,
     grace_ms: libc::c_int,
 ) -> ! {
     // SAFETY: (for the whole body) the calls below are async-signal-safe, and touch only our
     // stack and the descriptors we were given.
     unsafe {
+        // Out of the group we will signal (and of the terminal's Ctrl-C to it) before anything.
+        if group > 0 {
+            libc::setpgid(0, 0);
+        }
         libc::close(write);
         // Nothing else of ours stays open here: a Redis connection held by the watchdog would
         // outlive a killed redlock.
@@ -386,28 +415,48 @@ unsafe fn watch(
         if n == 1 {
             libc::_exit(0);
         }
-        // redlock is gone: the command must not run on without its lock.
+        // redlock is gone: the command must not run on without its lock, nor what it started.
+        let none = std::ptr::null::<libc::siginfo_t>();
+        if group > 0 {
+            libc::kill(-group, libc::SIGTERM);
+        }
         if pidfd >= 0 {
-            let none = std::ptr::null::<libc::siginfo_t>();
             libc::syscall(libc::SYS_pidfd_send_signal, pidfd, libc::SIGTERM, none, 0);
-            // A pidfd is readable once its process has exited: SIGKILL only if it has not
-            // within the grace period.
-            let mut fd = libc::pollfd {
-                fd: pidfd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let exited = loop {
-                let n = libc::poll(&mut fd, 1, grace_ms);
-                if n != -1 || *libc::__errno_location() != libc::EINTR {
-                    break n > 0;
-                }
-            };
-            if !exited {
-                libc::syscall(libc::SYS_pidfd_send_signal, pidfd, libc::SIGKILL, none, 0);
-            }
         } else {
             libc::kill(child, libc::SIGTERM);
+        }
+        // A pidfd is readable once its process has exited; a group has no descriptor to wait
+        // on, so it is polled (`kill(-pgid, 0)` fails once no member is left).
+        let mut fd = libc::pollfd {
+            fd: pidfd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let exited = |fd: &mut libc::pollfd, ms: libc::c_int| loop {
+            let n = libc::poll(fd, 1, ms);
+            if n != -1 || *libc::__errno_location() != libc::EINTR {
+                break n > 0;
+            }
+        };
+        let command_left = if group > 0 {
+            const STEP_MS: libc::c_int = 10;
+            let mut waited = 0;
+            while libc::kill(-group, 0) == 0 && waited < grace_ms {
+                let pause = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::c_long::from(STEP_MS) * 1_000_000,
+                };
+                libc::nanosleep(&pause, std::ptr::null_mut());
+                waited = waited.saturating_add(STEP_MS);
+            }
+            libc::kill(-group, libc::SIGKILL);
+            // (The command too, unless it left the group: SIGKILL below if it is still there.)
+            pidfd >= 0 && !exited(&mut fd, 0)
+        } else {
+            pidfd >= 0 && !exited(&mut fd, grace_ms)
+        };
+        if command_left {
+            libc::syscall(libc::SYS_pidfd_send_signal, pidfd, libc::SIGKILL, none, 0);
         }
         libc::_exit(0)
     }
@@ -636,7 +685,7 @@ mod tests {
         let mut child = spawn(&["sleep".into(), "0.5".into()], &[], &[]).unwrap();
         let pid = child.id() as libc::pid_t;
         let started = std::time::Instant::now();
-        drop(Watchdog::start(pid, std::time::Duration::from_millis(10)).unwrap());
+        drop(Watchdog::start(pid, None, std::time::Duration::from_millis(10)).unwrap());
         assert!(started.elapsed() < std::time::Duration::from_millis(400));
         assert_eq!(child.wait().unwrap().code(), Some(0));
     }

@@ -570,10 +570,10 @@ fn dropping_capabilities_is_no_change_of_credentials() {
 /// signal, or the watchdog after a switch of users), but not what the command started: a shell
 /// without a TERM trap dies at once and leaves its foreground step running, and once the lock's
 /// TTL has run out another holder gets in beside that step (two holders, the case issue 26
-/// item 1 fixed for `acquire --while-pid`). The command shares redlock's process group, and the
-/// watchdog signals the command's pid only. Fails today: the step runs on for its 30 s.
+/// item 1 fixed for `acquire --while-pid`). redlock leads its process group here (as under a
+/// terminal, cron's `sh -c` that execs it, or `setsid`: `spawn_proc` starts it so), and then
+/// a watchdog signals the whole group at its death. Failed before: the step ran on for its 30 s.
 #[test]
-#[ignore = "fails today: a kill -9 of redlock leaves the command's children running"]
 fn when_redlock_is_sigkilled_what_the_command_started_stops_too() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -599,4 +599,43 @@ fn when_redlock_is_sigkilled_what_the_command_started_stops_too() {
         stopped,
         "the command's step {step} ran on after redlock was killed"
     );
+}
+
+/// A redlock that does not lead its process group (one line of a non-interactive script: the
+/// group is the script's) never signals the group when it is killed: the script around it runs
+/// on (it would die of the SIGTERM, having no trap), while the command still stops (its
+/// parent-death signal).
+#[test]
+fn a_redlock_that_does_not_lead_its_group_never_signals_it() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let script = r#"redlock exec k --ttl 5s -- sh -c 'echo $$ > "$D/cmd"; touch "$D/ready"; exec sleep 30' &
+echo $! > "$D/rl"
+wait
+sleep 0.3
+touch "$D/after""#;
+    let mut parent = redis.sh(script).env("D", redis.dir()).spawn_proc();
+    wait_ready(&redis, &mut parent);
+    let read = |name: &str| -> u32 {
+        std::fs::read_to_string(file(&redis, name))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (rl, cmd) = (read("rl"), read("cmd"));
+    signal(rl, libc::SIGKILL);
+    let stopped = wait_for(|| dead(cmd), EVENT);
+    if !stopped {
+        signal(cmd, libc::SIGKILL);
+    }
+    let out = parent.finish(EVENT);
+    assert!(stopped, "the command {cmd} ran on after redlock was killed");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the script was signalled: {out}"
+    );
+    assert!(file(&redis, "after").exists(), "{out}");
 }
