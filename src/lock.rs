@@ -1097,6 +1097,11 @@ pub fn leave(redis: &mut Redis, keys: &Keys, token: &str) -> Result<()> {
     leave_to(redis, keys, token, HandOver::Wake, Doubt::Sure).map(|_| ())
 }
 
+/// [`leave`] for a waiter that gives up for good (see [`give_up_to`]).
+pub fn give_up(redis: &mut Redis, keys: &Keys, token: &str) -> Result<()> {
+    give_up_to(redis, keys, token, HandOver::Wake, Doubt::Sure).map(|_| ())
+}
+
 /// How a release or a leave passes the lock on to the next waiter: the role this server plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HandOver<'a> {
@@ -1134,13 +1139,39 @@ pub enum Doubt {
 }
 
 /// [`leave`] with the hand-over of a quorum (see [`HandOver`]) and a tombstone when `doubt` says
-/// so; returns the waiter the lock was passed on to.
+/// so; returns the waiter the lock was passed on to. The undo of one failed attempt: a waiter
+/// that gives up for good uses [`give_up_to`].
 pub fn leave_to(
     redis: &mut Redis,
     keys: &Keys,
     token: &str,
     hand_over: HandOver,
     doubt: Doubt,
+) -> Result<Option<String>> {
+    leave_script(redis, keys, token, hand_over, doubt, "")
+}
+
+/// [`leave_to`] for a waiter that gives up for good (its wait ran out, a signal): it also passes
+/// on a reservation made for any earlier token of the same waiter, which a release that crossed
+/// its attempts may have left (see `leave.lua`).
+pub fn give_up_to(
+    redis: &mut Redis,
+    keys: &Keys,
+    token: &str,
+    hand_over: HandOver,
+    doubt: Doubt,
+) -> Result<Option<String>> {
+    leave_script(redis, keys, token, hand_over, doubt, "1")
+}
+
+/// `leave.lua`; `waiter`: its argument of that name.
+fn leave_script(
+    redis: &mut Redis,
+    keys: &Keys,
+    token: &str,
+    hand_over: HandOver,
+    doubt: Doubt,
+    waiter: &str,
 ) -> Result<Option<String>> {
     let (quiet, to) = hand_over.args();
     let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
@@ -1157,6 +1188,7 @@ pub fn leave_to(
                 .arg(log_max)
                 .arg(meta_ttl)
                 .arg(&watch_all)
+                .arg(waiter)
                 .invoke(con)
         })?,
         // The whole script, not its hash: this leave may run when nobody is left to answer a
@@ -1174,6 +1206,7 @@ pub fn leave_to(
                 .arg(log_max)
                 .arg(meta_ttl)
                 .arg(&watch_all)
+                .arg(waiter)
                 .query(con)
         })?,
     };

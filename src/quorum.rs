@@ -394,7 +394,7 @@ impl Nodes {
     }
 
     fn leave_with(&mut self, keys: &Keys, token: &str, doubt: Doubt) -> Result<()> {
-        let answers = self.give_back(keys, token, doubt);
+        let answers = self.give_back(keys, token, doubt, GiveUp::ForGood);
         if answered(&answers) > 0 {
             return Ok(());
         }
@@ -403,11 +403,22 @@ impl Nodes {
     }
 
     /// With [`Doubt::Unsure`], every node gets a tombstone for `token` (see [`Nodes::undo`]).
-    fn give_back(&mut self, keys: &Keys, token: &str, doubt: Doubt) -> Answers<Option<String>> {
+    /// [`GiveUp::ForGood`] also passes on a reservation for an earlier token of the waiter (see
+    /// `leave.lua`); an attempt given back while the wait goes on leaves it, to claim it.
+    fn give_back(
+        &mut self,
+        keys: &Keys,
+        token: &str,
+        doubt: Doubt,
+        give_up: GiveUp,
+    ) -> Answers<Option<String>> {
         let (k, t) = (keys.clone(), token.to_string());
         self.hand_on(
             keys,
-            move |con, hand_over| lock::leave_to(con, &k, &t, hand_over, doubt),
+            move |con, hand_over| match give_up {
+                GiveUp::ForGood => lock::give_up_to(con, &k, &t, hand_over, doubt),
+                GiveUp::ThisAttempt => lock::leave_to(con, &k, &t, hand_over, doubt),
+            },
             Option::clone,
         )
     }
@@ -941,7 +952,7 @@ impl Store for Nodes {
                     self.turn_retries = 0;
                     match cleanup {
                         Cleanup::GiveBack => {
-                            self.give_back(keys, token, tally.doubt());
+                            self.give_back(keys, token, tally.doubt(), GiveUp::ThisAttempt);
                         }
                         Cleanup::Undo { keep_place } => {
                             let missing = tally.missing.clone();
@@ -1299,6 +1310,13 @@ fn most_held<'a>(answered: &[&'a State]) -> Option<(&'a str, Vec<&'a State>)> {
         }
     }
     best
+}
+
+/// What a give-back ends: the whole wait, or one attempt of a wait that goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GiveUp {
+    ForGood,
+    ThisAttempt,
 }
 
 #[cfg(test)]

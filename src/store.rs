@@ -69,11 +69,11 @@ impl Store for Redis {
     }
 
     fn leave(&mut self, keys: &Keys, token: &str) -> Result<()> {
-        lock::leave(self, keys, token)
+        lock::give_up(self, keys, token)
     }
 
     fn abandon(&mut self, keys: &Keys, token: &str) -> Result<()> {
-        lock::leave_to(self, keys, token, HandOver::Wake, lock::Doubt::Unsure).map(|_| ())
+        lock::give_up_to(self, keys, token, HandOver::Wake, lock::Doubt::Unsure).map(|_| ())
     }
 
     // A lock with more than one holder answers to its own scripts: a holder that knows it holds

@@ -1006,6 +1006,87 @@ fn a_waiter_claims_a_turn_reserved_for_its_previous_token() {
     );
 }
 
+/// A waiter that gives up (Ctrl-C, its --wait ran out) just after a release crossed its
+/// attempts: the other nodes were reserved for one of its earlier tokens (not the one before
+/// its current token, which it gives back too), the queue node for its current one. Its give-up
+/// must pass on every node, those reservations included, to the next waiter, which then takes
+/// the lock at once rather than when the reservations expire (the claim window, 2 s). Built as
+/// the test above builds the crossing, after two moves of the waiter's queue entry. Failed
+/// before: the next waiter took the lock about 2 s after the give-up.
+#[test]
+fn a_waiter_that_gives_up_passes_on_a_turn_reserved_for_an_earlier_token() {
+    let Some(nodes) = Nodes::start(5) else {
+        return;
+    };
+    let key = lock_key("k");
+    let queue = format!("{key}:q");
+    acquire_json(&nodes, "k", &["--ttl", "30s"]);
+    let waiter = nodes
+        .redlock()
+        .args(["acquire", "k", "--wait", "30s", "--ttl", "30s"])
+        .spawn_proc();
+    let entry = || -> Vec<String> { nodes[0].query(&["ZRANGE", &queue, "0", "-1"]) };
+    assert!(
+        wait_for(|| entry().len() == 1, EVENT),
+        "not queued: {:?}",
+        entry()
+    );
+    let next = nodes
+        .redlock()
+        .args(["acquire", "k", "--wait", "30s", "--ttl", "30s"])
+        .spawn_proc();
+    assert!(
+        wait_for(|| entry().len() == 2, EVENT),
+        "the second waiter is not queued: {:?}",
+        entry()
+    );
+    let first = entry()[0].clone();
+    let prefix = first[..16].to_string();
+    let head = || entry().into_iter().find(|t| t.starts_with(&prefix));
+    let moved = |from: &str| wait_for(|| head().is_some_and(|t| t != from), EVENT);
+    assert!(
+        moved(&first),
+        "the waiter never looked again: {:?}",
+        entry()
+    );
+    let second = head().unwrap();
+    assert!(
+        moved(&second),
+        "the waiter never looked again: {:?}",
+        entry()
+    );
+    let current = head().unwrap();
+    // The release, as hand_on does it, crossing the waiter's attempts: the queue node for its
+    // current token, the others for its first (two tokens ago).
+    let claim = "2000";
+    for i in 1..5 {
+        nodes[i].query::<()>(&["SET", &key, &format!("~{first}"), "PX", claim]);
+    }
+    nodes[0].query::<()>(&["SET", &key, &format!("~{current}"), "PX", claim]);
+    nodes[0].query::<()>(&["ZREM", &queue, &current]);
+    let leases = format!("{key}:leases");
+    nodes[0].query::<()>(&["HDEL", &leases, &current, &format!("{current}:who")]);
+    let gave_up = Instant::now();
+    waiter.signal(libc::SIGINT);
+    waiter.finish(EVENT).expect(128 + libc::SIGINT);
+    let out = next.finish(EVENT);
+    let took = gave_up.elapsed();
+    let token = out.ok();
+    assert_held_by(
+        &nodes,
+        3,
+        &[0, 1, 2, 3, 4],
+        "k",
+        &token,
+        "the next waiter's",
+    );
+    assert!(
+        took < Duration::from_millis(1200),
+        "the next waiter took the lock {took:?} after the give-up (the reservations for the \
+         first token lasted {claim} ms)"
+    );
+}
+
 /// Hand-overs on a quorum are prompt without faults, on a loaded machine too: 6 `exec` loops
 /// contend for one lock on 5 nodes, and no hand-over (from one holder's release to the next
 /// holder's acquisition, as the nodes' histories date them) takes 500 ms. With --ttl 1s the

@@ -6,7 +6,8 @@
 --      node; see release.lua), tombstone_ms (> 0: we are not sure that every attempt we sent with
 --      this token has reached the server; see below), log_max, meta_idle_ms (see `event` in
 --      common.lua: a waiter that leaves is told as `left`; a lock given back as `released`),
---      watch_all (see `listened` in common.lua)
+--      watch_all (see `listened` in common.lua), waiter ('1': the waiter gives up for good, see
+--      below; '' for the undo of one failed attempt)
 --
 -- Returns the waiter the lock was passed on to, or false.
 -- If the lock was just reserved for us, we will not claim it: pass it on to the next waiter at
@@ -14,6 +15,14 @@
 -- token, an attempt whose reply we never read (a timeout, a dropped connection) took it: nobody
 -- knows that token, so give the lock back rather than leave it held for its whole TTL, and
 -- forget the holder record (the fence counter stays: it never goes back).
+--
+-- A quorum's waiter tries each time with a fresh token, and its tokens share their first
+-- WAITER_ID characters (acquire.lua, acquire.rs's `next_token`): a release that crossed its
+-- attempts may have reserved a node for one of its earlier tokens, which acquire.lua hands to the
+-- waiter. A waiter that gives up for good (waiter = '1': its wait ran out, a signal) passes on
+-- such a reservation too, not only one for the token it gives up, or the node would stay
+-- reserved for nobody for the claim window. The undo of one failed attempt (waiter = '') leaves
+-- it: the waiter goes on and claims it.
 --
 -- A tombstone: an attempt whose reply we never read (a frozen server, a timeout) may still be on
 -- its way, on another connection, and run after this script: it would take a free lock for a
@@ -28,8 +37,17 @@ end
 local queued = drop_waiter(ARGV[1])
 redis.call('DEL', wake_key(ARGV[1]))
 local current = redis.call('GET', LOCK)
+local WAITER_ID = 16
+local reserved = current == '~' .. ARGV[1]
+if not reserved and ARGV[9] == '1' and current and string.sub(current, 1, 1) == '~' then
+  local held = string.sub(current, 2)
+  if #held == #ARGV[1] and string.sub(held, 1, WAITER_ID) == string.sub(ARGV[1], 1, WAITER_ID) then
+    reserved = true
+    redis.call('DEL', wake_key(held))
+  end
+end
 local next = false
-if current == '~' .. ARGV[1] or current == ARGV[1] then
+if reserved or current == ARGV[1] then
   next = pass_on(ARGV[2], ARGV[3] == 'quiet', ARGV[4])
 end
 -- A lock with more than one holder (see slots_common.lua): a place reserved for us, or taken by
@@ -52,7 +70,7 @@ if mine[1] == ARGV[1] then
   redis.call('HDEL', META, 'token', 'host', 'pid', 'user', 'note', 'acquired_ms', 'ttl_ms',
     'expires_ms', 'released_ms')
 end
-if queued or current == '~' .. ARGV[1] or mine[1] == ARGV[1] or gave > 0 then
+if queued or reserved or mine[1] == ARGV[1] or gave > 0 then
   local at = now_ms()
   if current == ARGV[1] and mine[1] == ARGV[1] and mine[4] == ARGV[1] then
     -- Taken by an attempt whose reply we never read, and given back: its history closes.
