@@ -601,6 +601,35 @@ fn when_redlock_is_sigkilled_what_the_command_started_stops_too() {
     );
 }
 
+/// A step that ignores SIGTERM gets SIGKILL from the group's watchdog after --kill-after, as
+/// under a living redlock, still within the TTL.
+#[test]
+fn when_redlock_is_sigkilled_a_step_that_ignores_sigterm_is_killed_after_kill_after() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let script = r#"(trap '' TERM; exec sleep 30) >/dev/null 2>&1 & echo $! > "$D/step"; touch "$D/ready"; wait"#;
+    let mut holder = exec(&redis)
+        .args(["k", "--ttl", "4s", "--kill-after", "300ms", "-c", script])
+        .spawn_proc();
+    wait_ready(&redis, &mut holder);
+    let step: u32 = std::fs::read_to_string(file(&redis, "step"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    holder.signal(libc::SIGKILL);
+    let stopped = wait_for(|| dead(step), Duration::from_secs(3));
+    if !stopped {
+        signal(step, libc::SIGKILL);
+    }
+    let _ = holder.finish(EVENT);
+    assert!(
+        stopped,
+        "the step {step}, ignoring SIGTERM, ran on after redlock was killed"
+    );
+}
+
 /// A redlock that does not lead its process group (one line of a non-interactive script: the
 /// group is the script's) never signals the group when it is killed: the script around it runs
 /// on (it would die of the SIGTERM, having no trap), while the command still stops (its
