@@ -176,7 +176,10 @@ pub fn reap_exited() {
 /// How the credentials of process `pid` differ from ours, if they do ("uid 0 → 65534"): the
 /// kernel clears a process's parent-death signal when its effective or filesystem uid or gid
 /// changes, and when it execs a set-user-ID, set-group-ID or file-capability binary (prctl(2)),
-/// which shows as another uid, gid or effective capability set. `/proc/PID/status` cannot say
+/// which shows as another uid or gid, or an effective capability set that gained one (a set
+/// that only lost some keeps the signal: the kernel clears it only when the new permitted set
+/// is not a subset of the old, as after `setpriv --bounding-set=-net_raw`, which gives no
+/// warning). `/proc/PID/status` cannot say
 /// whether the signal is still set, only that such a change happened; `None` also when the
 /// process is gone or unreadable.
 pub fn credentials_changed(pid: libc::pid_t) -> Option<String> {
