@@ -42,8 +42,10 @@
 //! the group and a descendant, but has exited (or is a zombie, which counts as ended) before the
 //! keeper acts: it is confirmed only once the token is printed.
 //!
-//! Once PID has ended, a pipe, FIFO or socket the keeper kept on its stderr (PID's own) is let go
-//! of: the reader of `SCRIPT 2>&1 | tee`, in PID's group under job control, waits for its end.
+//! Once PID has ended, a pipe or FIFO the keeper kept on its stderr (PID's own) is let go of
+//! when a process left of the work reads it: the reader of `SCRIPT 2>&1 | tee`, in PID's group
+//! under job control, waits for its end. Read by someone else (a CI log), it stays for the
+//! keeper's later warnings.
 //!
 //! One loop decides everything, a small cousin of exec's supervisor. It blocks on one channel for
 //! PID's end (a thread polls the pidfd), the lock's announcements (`notify::listen`: the owner's
@@ -559,27 +561,29 @@ fn processes(n: usize) -> String {
     }
 }
 
-/// Once PID has ended, a pipe, FIFO or socket the keeper kept on its stderr (PID's own, see
-/// [`stderr_may_stay`]) is let go of (/dev/null in its place): its reader, often in PID's group
-/// (`SCRIPT 2>&1 | tee` under job control), waits for its end, and the keeper would wait for
-/// that reader, for ever. Only PID's leftovers can still write to it, and a loss is also told to
-/// the lock's history.
-fn let_go_of_a_pipe_on_stderr() {
+/// Once PID has ended, the keeper lets go of a pipe or FIFO it kept on its stderr (PID's own, see
+/// [`stderr_may_stay`]: /dev/null in its place) when one of the processes left (`left`) reads
+/// it: that reader (`SCRIPT 2>&1 | tee` under job control puts `tee` in PID's group) waits for
+/// the pipe's end, and the keeper would wait for the reader, for ever. A pipe read by someone
+/// outside the work (a CI log, a test harness) is kept for the keeper's later warnings. Returns
+/// whether it let go. (A loss is also told to the lock's history.)
+fn let_go_of_stderr_read_by(left: &[i32]) -> bool {
     // SAFETY: fstat writes into a zeroed struct we own.
-    let mode = unsafe {
+    let st = unsafe {
         let mut st: libc::stat = std::mem::zeroed();
         if libc::fstat(libc::STDERR_FILENO, &mut st) != 0 {
-            return;
+            return false;
         }
-        st.st_mode & libc::S_IFMT
+        st
     };
-    if !matches!(mode, libc::S_IFIFO | libc::S_IFSOCK) {
-        return;
+    if st.st_mode & libc::S_IFMT != libc::S_IFIFO || !work::one_reads(left, st.st_dev, st.st_ino) {
+        return false;
     }
-    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-        // SAFETY: dup2 onto stderr, which we own; `null` is closed when dropped.
-        unsafe { libc::dup2(null.as_raw_fd(), libc::STDERR_FILENO) };
-    }
+    let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") else {
+        return false;
+    };
+    // SAFETY: dup2 onto stderr, which we own; `null` is closed when dropped.
+    unsafe { libc::dup2(null.as_raw_fd(), libc::STDERR_FILENO) != -1 }
 }
 
 /// Closes every descriptor the keeper inherited but `keep` (and stdin, stdout, stderr): a
@@ -803,7 +807,7 @@ struct Drain {
     look: Duration,
     /// The processes left when PID ended were said.
     said: bool,
-    /// PID has ended and the keeper let go of a pipe on its stderr.
+    /// The keeper let go of the pipe on its stderr, which a process left of the work read.
     let_go: bool,
 }
 
@@ -1071,8 +1075,7 @@ impl Keeper<'_> {
             return Some(End::Release(drain.signal));
         }
         if ended && !drain.let_go {
-            drain.let_go = true;
-            let_go_of_a_pipe_on_stderr();
+            drain.let_go = let_go_of_stderr_read_by(&left);
         }
         if ended && !drain.said && !self.told {
             drain.said = true;
@@ -1084,7 +1087,7 @@ impl Keeper<'_> {
             messages::notice(
                 self.config,
                 format_args!(
-                    "pid {} has ended; keeping '{}' until {} left of {what} {} ended (pids \
+                    "pid {} has ended; keeping '{}' until the {} left of {what} {} ended (pids \
                      {left:?})",
                     self.pid.pid,
                     self.lock.keys.name,

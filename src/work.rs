@@ -211,6 +211,33 @@ pub fn leads_its_group(pid: i32) -> bool {
     Pid::from_raw(pid).is_some_and(|p| getpgid(Some(p)).is_ok_and(|g| g == p))
 }
 
+/// Whether one of `pids` holds the file `(dev, ino)` (a pipe or FIFO) open for reading only:
+/// it reads what is written to it, and waits for its end.
+pub fn one_reads(pids: &[i32], dev: u64, ino: u64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    pids.iter().any(|pid| {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return false;
+        };
+        fds.flatten().any(|fd| {
+            let is_it =
+                std::fs::metadata(fd.path()).is_ok_and(|m| m.dev() == dev && m.ino() == ino);
+            is_it && read_only(*pid, &fd.file_name().to_string_lossy())
+        })
+    })
+}
+
+/// Whether descriptor `fd` of `pid` was opened for reading only (`flags:` in its fdinfo, octal).
+fn read_only(pid: i32, fd: &str) -> bool {
+    let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")) else {
+        return false;
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| i64::from_str_radix(f.trim(), 8).ok())
+        .is_some_and(|flags| flags & i64::from(libc::O_ACCMODE) == i64::from(libc::O_RDONLY))
+}
+
 /// Whether `pid` is most likely an interactive shell: it leads a session that has a controlling
 /// terminal (a terminal's login shell, an ssh session's; `setsid SCRIPT` leads a session
 /// without one, and a script run from a terminal leads no session). Its jobs get groups of
