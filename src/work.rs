@@ -135,13 +135,15 @@ impl Work {
     /// signalled only as a member of its group: the caller signals it otherwise (through its
     /// pidfd).
     pub fn signal(&mut self, stop: Stop) {
+        // The scan first: once the group has the signal, PID and its children may end at once,
+        // and a step that left the group could no longer be traced to them.
+        let table = processes();
+        self.refresh(&table);
         if self.group
             && let Some(group) = Pid::from_raw(self.root)
         {
             let _ = kill_process_group(group, stop.signal());
         }
-        let table = processes();
-        self.refresh(&table);
         let by_pid: HashMap<i32, &Proc> = table.iter().map(|p| (p.pid, p)).collect();
         for (&pid, &since) in &self.known {
             // Still the process found then (pids are reused), and not signalled with its group
@@ -166,8 +168,8 @@ impl Work {
         self.known.len()
     }
 
-    /// Descendants known from now on: those the parent links of `table` lead to from the pid or
-    /// from a descendant known before and still the same process, living.
+    /// Descendants known from now on: those the parent links of `table` lead to from the pid, a
+    /// member of its group, or a descendant known before and still the same process, living.
     fn refresh(&mut self, table: &[Proc]) {
         let mut children: HashMap<i32, Vec<&Proc>> = HashMap::new();
         let mut by_pid: HashMap<i32, &Proc> = HashMap::new();
@@ -178,6 +180,10 @@ impl Work {
         let mut todo: Vec<i32> = Vec::new();
         if by_pid.get(&self.root).is_some_and(|p| self.is_root(p)) {
             todo.push(self.root);
+        }
+        // A member of the group is remembered too: it may leave the group later.
+        if self.group {
+            todo.extend(table.iter().filter(|p| p.pgrp == self.root).map(|p| p.pid));
         }
         todo.extend(
             self.known
