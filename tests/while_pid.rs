@@ -687,3 +687,26 @@ fn acquire_warns_when_pid_is_an_interactive_shell() {
         assert!(wait_for(|| keepers_of(shell.id()).is_empty(), SOON));
     }
 }
+
+/// Fails if `status` calls a kept lock "stale?" while its keeper rightly holds it for what the
+/// ended pid started: it says "draining".
+#[test]
+fn status_shows_a_keeper_waiting_for_leftover_work_as_draining() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut holder = redis.sh(&work_script(d, "", &step(d, 3))).spawn_proc();
+    token_in(&d.join("token"));
+    step_started(d);
+    holder.signal(libc::SIGKILL);
+    holder.wait_for_stderr("has ended; keeping 'k' until the", SOON);
+    let out = redis.redlock().args(["status", "k"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("draining") && !said.contains("stale?"),
+        "{said}"
+    );
+    assert!(wait_for(|| keepers_of(holder.id()).is_empty(), SOON));
+}
