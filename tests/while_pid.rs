@@ -710,3 +710,35 @@ fn status_shows_a_keeper_waiting_for_leftover_work_as_draining() {
     );
     assert!(wait_for(|| keepers_of(holder.id()).is_empty(), SOON));
 }
+
+/// A second SIGTERM to the keeper brings the SIGKILL forward, and says so (not "still ran
+/// 60s after SIGTERM (--kill-after)", which had not passed).
+#[test]
+fn a_second_sigterm_to_the_keeper_says_it_brought_the_sigkill_forward() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let stubborn = format!(
+        "trap \"\" TERM; echo started >>\"{}\"; sleep 600",
+        d.join("steps").display()
+    );
+    let mut holder = redis
+        .sh(&work_script(d, "--kill-after 60s", &stubborn))
+        .spawn_proc();
+    token_in(&d.join("token"));
+    step_started(d);
+    let keepers = keepers_of(holder.id());
+    assert_eq!(keepers.len(), 1);
+    common::signal(keepers[0], libc::SIGTERM);
+    holder.wait_for_stderr("got SIGTERM", SOON);
+    common::signal(keepers[0], libc::SIGTERM);
+    holder.wait_for_stderr("the keeper got a second SIGTERM: sending SIGKILL", SOON);
+    assert!(!holder.stderr().contains("after SIGTERM (--kill-after)"));
+    assert!(
+        wait_for(|| redis.get(&lock_key("k")).is_none(), SOON),
+        "never released"
+    );
+    assert!(wait_for(|| keepers_of(holder.id()).is_empty(), SOON));
+}
