@@ -58,9 +58,11 @@
 //!   normal exit, `kill -9`, the OOM killer) with members left is said, and they are not
 //!   stopped: the keeper waits for them.
 //! - PID and its work are acted on (`--on-lost`) only once the lock is known lost or preempted,
-//!   or the keeper got SIGTERM, and once: `term` sends SIGTERM to the group (or to PID and each
-//!   descendant found), then SIGKILL after `--kill-after` if any still runs (as `exec`); `kill`
-//!   sends SIGKILL. A group PID does not lead is never signalled (it may be a CI runner's).
+//!   or the keeper got SIGTERM, and once: `term` sends SIGTERM to the group PID leads, if it
+//!   does, and to each descendant found outside it (found by a scan made just before, while
+//!   they can still be traced to PID), then SIGKILL after `--kill-after` (or at a second
+//!   SIGTERM to the keeper) if any still runs (as `exec`); `kill` sends SIGKILL. A group PID
+//!   does not lead is never signalled (it may be a CI runner's).
 //! - `--on-lost ignore` (the user chose that PID never be stopped): a loss only warns; a
 //!   preemption keeps the lock until PID and its work end on their own; SIGTERM to the keeper
 //!   releases the lock at once, and says that PID runs on without it.
