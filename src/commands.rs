@@ -597,7 +597,7 @@ fn status_states(config: &Config, args: &StatusArgs, format: StatusFormat) -> Re
             state.stale = state
                 .holder
                 .as_ref()
-                .and_then(|h| here.stale(&h.host, &h.pid, &h.pidns));
+                .and_then(|h| here.stale(&h.host, &h.pid, &h.pidns, h.kept));
         }
         // A lock found by SCAN may have been released since: list only what is still held (by
         // anyone, for a quorum: a split lock is worth seeing). Metrics keep it: that it is free

@@ -27,14 +27,25 @@
 //!
 //! PID's work ([`Work`], `work.rs`): PID's process group when PID leads it (cron, CI runners,
 //! `setsid` and terminals start a script so; a non-interactive script's steps and background jobs
-//! stay in it), complete; otherwise PID's descendants as scans of /proc every 500 ms find them,
-//! best effort (a process started and orphaned between two scans is missed), which `acquire`
-//! says in a one-line warning, pointing to `setsid`. Measured: a scan costs about 4.5 µs of CPU
-//! time per process (2 ms for 450), so 0.4 % of a core at that period; a group costs nothing
-//! until PID has ended, then one `kill(-pgid, 0)` per look (20 ms, doubling up to 250 ms), and a
-//! scan only while members are left. The `acquire` process is in the group and a descendant,
-//! but has exited (or is a zombie, which counts as ended) before the keeper acts: it is
-//! confirmed only once the token is printed.
+//! stay in it), and PID's descendants as scans of /proc every 500 ms find them (remembered by pid
+//! and start time once seen): for a group, those catch the steps that leave it (`timeout`, `set
+//! -m` jobs); without a group they are all the keeper knows, best effort (a process started and
+//! orphaned between two scans is missed), which `acquire` says in a one-line warning, pointing
+//! to `setsid`. An interactive shell as PID (it leads a session with a terminal) is warned of
+//! too: its jobs have groups of their own, so they are covered only as descendants, and a loss
+//! or preemption stops the shell itself (SIGTERM, which it ignores, then SIGKILL after
+//! `--kill-after`): the keeper does what the user asked, and says so at `acquire` time. A process
+//! whose main thread has exited while other threads run is work, not a zombie. Measured: a scan
+//! costs about 4.5 µs of CPU time per process (2 ms for 450), so 0.4 % of a core at that period,
+//! while PID lives; once PID has ended, a look is one `kill(-pgid, 0)` (20 ms, doubling up to
+//! 250 ms) when no descendant is left outside the group, else a scan. The `acquire` process is in
+//! the group and a descendant, but has exited (or is a zombie, which counts as ended) before the
+//! keeper acts: it is confirmed only once the token is printed.
+//!
+//! Once PID has ended, a pipe or FIFO the keeper kept on its stderr (PID's own) is let go of
+//! when a process left of the work reads it: the reader of `SCRIPT 2>&1 | tee`, in PID's group
+//! under job control, waits for its end. Read by someone else (a CI log), it stays for the
+//! keeper's later warnings.
 //!
 //! One loop decides everything, a small cousin of exec's supervisor. It blocks on one channel for
 //! PID's end (a thread polls the pidfd), the lock's announcements (`notify::listen`: the owner's
@@ -47,9 +58,11 @@
 //!   normal exit, `kill -9`, the OOM killer) with members left is said, and they are not
 //!   stopped: the keeper waits for them.
 //! - PID and its work are acted on (`--on-lost`) only once the lock is known lost or preempted,
-//!   or the keeper got SIGTERM, and once: `term` sends SIGTERM to the group (or to PID and each
-//!   descendant found), then SIGKILL after `--kill-after` if any still runs (as `exec`); `kill`
-//!   sends SIGKILL. A group PID does not lead is never signalled (it may be a CI runner's).
+//!   or the keeper got SIGTERM, and once: `term` sends SIGTERM to the group PID leads, if it
+//!   does, and to each descendant found outside it (found by a scan made just before, while
+//!   they can still be traced to PID), then SIGKILL after `--kill-after` (or at a second
+//!   SIGTERM to the keeper) if any still runs (as `exec`); `kill` sends SIGKILL. A group PID
+//!   does not lead is never signalled (it may be a CI runner's).
 //! - `--on-lost ignore` (the user chose that PID never be stopped): a loss only warns; a
 //!   preemption keeps the lock until PID and its work end on their own; SIGTERM to the keeper
 //!   releases the lock at once, and says that PID runs on without it.
@@ -113,7 +126,22 @@ const LAST_LOOK: Duration = Duration::from_millis(250);
 
 /// Warns (one line, on acquire's stderr) when the keeper cannot know all the work `pid` starts:
 /// `pid` does not lead its process group, so its descendants are what scans of /proc find.
+/// Also when `pid` is an interactive shell (it leads a session with a terminal): its jobs have
+/// groups of their own, and a loss or preemption stops the operator's shell itself.
 pub fn warn_unless_group(config: &Config, pid: i32) {
+    if work::is_interactive_shell(pid) {
+        messages::warning(
+            config,
+            format_args!(
+                "--while-pid {pid} is an interactive shell: its jobs have process groups of \
+                 their own, so the keeper covers them only as the descendants it finds every {}, \
+                 best effort; on a loss or preemption the shell itself gets SIGTERM, then \
+                 SIGKILL after --kill-after (take the lock inside a script instead)",
+                human_ms(work::SCAN_EVERY)
+            ),
+        );
+        return;
+    }
     if work::leads_its_group(pid) {
         return;
     }
@@ -526,6 +554,40 @@ fn stderr_may_stay(pid: i32) -> bool {
         .is_ok_and(|theirs| theirs.dev() == ours.st_dev && theirs.ino() == ours.st_ino)
 }
 
+/// "1 process", "2 processes".
+fn processes(n: usize) -> String {
+    if n == 1 {
+        "1 process".to_string()
+    } else {
+        format!("{n} processes")
+    }
+}
+
+/// Once PID has ended, the keeper lets go of a pipe or FIFO it kept on its stderr (PID's own, see
+/// [`stderr_may_stay`]: /dev/null in its place) when one of the processes left (`left`) reads
+/// it: that reader (`SCRIPT 2>&1 | tee` under job control puts `tee` in PID's group) waits for
+/// the pipe's end, and the keeper would wait for the reader, for ever. A pipe read by someone
+/// outside the work (a CI log, a test harness) is kept for the keeper's later warnings. Returns
+/// whether it let go. (A loss is also told to the lock's history.)
+fn let_go_of_stderr_read_by(left: &[i32]) -> bool {
+    // SAFETY: fstat writes into a zeroed struct we own.
+    let st = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(libc::STDERR_FILENO, &mut st) != 0 {
+            return false;
+        }
+        st
+    };
+    if st.st_mode & libc::S_IFMT != libc::S_IFIFO || !work::one_reads(left, st.st_dev, st.st_ino) {
+        return false;
+    }
+    let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") else {
+        return false;
+    };
+    // SAFETY: dup2 onto stderr, which we own; `null` is closed when dropped.
+    unsafe { libc::dup2(null.as_raw_fd(), libc::STDERR_FILENO) != -1 }
+}
+
 /// Closes every descriptor the keeper inherited but `keep` (and stdin, stdout, stderr): a
 /// caller's `5>&1`, a file it locked with flock(1) on fd 3, a pipe someone waits on, would
 /// otherwise stay open as long as PID lives.
@@ -670,11 +732,12 @@ fn prepare<'a>(
         last_error: None,
         preempted: false,
         preemptible: args.lock.preemptible,
-        next_scan: (!work.is_group()).then(|| Instant::now() + work::SCAN_EVERY),
+        next_scan: Some(Instant::now() + work::SCAN_EVERY),
         work,
         kill_after: args.kill_after,
         told: false,
         kill_at: None,
+        hurried: false,
         draining: None,
     })
 }
@@ -730,8 +793,9 @@ struct Keeper<'a> {
     told: bool,
     /// When the work gets SIGKILL if it still runs (after the keeper's SIGTERM).
     kill_at: Option<Instant>,
-    /// While PID lives, when to look for its new descendants (a pid that does not lead its
-    /// group).
+    /// A second SIGTERM to the keeper brought the SIGKILL forward.
+    hurried: bool,
+    /// While PID lives, when to look for its new descendants.
     next_scan: Option<Instant>,
     /// PID has ended, or the keeper stops it: the lock is released once the work has ended.
     draining: Option<Drain>,
@@ -745,6 +809,8 @@ struct Drain {
     look: Duration,
     /// The processes left when PID ended were said.
     said: bool,
+    /// The keeper let go of the pipe on its stderr, which a process left of the work read.
+    let_go: bool,
 }
 
 impl Keeper<'_> {
@@ -945,13 +1011,14 @@ impl Keeper<'_> {
             Stop::Term => libc::SIGTERM,
             Stop::Kill => libc::SIGKILL,
         });
+        let found = processes(self.work.known());
         if self.work.is_group() {
-            format!("sending {signal} to pid {pid} and its process group")
-        } else {
             format!(
-                "sending {signal} to pid {pid} and the {} processes it started that were found",
-                self.work.known()
+                "sending {signal} to pid {pid}, its process group and its descendants ({found} \
+                 found)"
             )
+        } else {
+            format!("sending {signal} to pid {pid} and its descendants ({found} found)")
         }
     }
 
@@ -968,7 +1035,8 @@ impl Keeper<'_> {
         }
     }
 
-    /// `--kill-after` after the keeper's SIGTERM: what still runs of the work gets SIGKILL.
+    /// `--kill-after` after the keeper's SIGTERM (or a second SIGTERM to the keeper, `hurried`):
+    /// what still runs of the work gets SIGKILL.
     fn escalate(&mut self) {
         self.kill_at = None;
         let left = self.work.living();
@@ -976,12 +1044,16 @@ impl Keeper<'_> {
             return;
         }
         self.signal_work(Stop::Kill);
-        messages::alert(format_args!(
-            "pid {} or its work still ran {} after SIGTERM (--kill-after): sending SIGKILL \
-             (pids {left:?})",
-            self.pid.pid,
-            human_ms(self.kill_after)
-        ));
+        let why = if self.hurried {
+            "the keeper got a second SIGTERM".to_string()
+        } else {
+            format!(
+                "pid {} or its work still ran {} after SIGTERM (--kill-after)",
+                self.pid.pid,
+                human_ms(self.kill_after)
+            )
+        };
+        messages::alert(format_args!("{why}: sending SIGKILL (pids {left:?})"));
     }
 
     /// PID has ended, or the keeper stops it (`signal`: the SIGTERM that made it): `Some` (the
@@ -996,6 +1068,7 @@ impl Keeper<'_> {
             next_look: now,
             look: FIRST_LOOK,
             said: false,
+            let_go: false,
         });
         if signal.is_some() {
             drain.signal = signal;
@@ -1003,21 +1076,25 @@ impl Keeper<'_> {
         if ended && left.is_empty() {
             return Some(End::Release(drain.signal));
         }
+        if ended && !drain.let_go {
+            drain.let_go = let_go_of_stderr_read_by(&left);
+        }
         if ended && !drain.said && !self.told {
             drain.said = true;
             let what = if self.work.is_group() {
-                "its process group"
+                "its process group and descendants"
             } else {
-                "the processes it started"
+                "its descendants"
             };
             messages::notice(
                 self.config,
                 format_args!(
-                    "pid {} has ended; keeping '{}' until the {} processes left of {what} have \
-                     ended (pids {left:?})",
+                    "pid {} has ended; keeping '{}' until the {} left of {what} {} ended (pids \
+                     {left:?})",
                     self.pid.pid,
                     self.lock.keys.name,
-                    left.len()
+                    processes(left.len()),
+                    if left.len() == 1 { "has" } else { "have" }
                 ),
             );
         }
@@ -1035,6 +1112,7 @@ impl Keeper<'_> {
         }
         if self.draining.as_ref().is_some_and(|d| d.signal.is_some()) {
             self.kill_at = Some(Instant::now());
+            self.hurried = true;
             return None;
         }
         let action = if self.told {

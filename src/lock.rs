@@ -161,6 +161,18 @@ pub struct Holder {
     pub kept: bool,
 }
 
+/// What `status` found of a holder's process on this host (see `owner::stale`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Its process runs.
+    Alive,
+    /// Its process is gone, and nothing holds the lock for it: likely stale.
+    Gone,
+    /// Its process is gone, but its keeper (`acquire --while-pid`) runs and holds the lock until
+    /// what the process started has ended.
+    Draining,
+}
+
 /// A `--preempt` waiter's request that a `--preemptible` holder stop: who asked, and when
 /// (server ms). Recorded as META `preempted` = 'TOKEN:AT:BY' (see `acquire.lua`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -580,7 +592,7 @@ pub struct State {
     pub queue: Vec<Waiting>,
     /// Whether the holder's process is gone: `Some` only when it ran on this host (filled in by
     /// `status`, which knows the host; see `owner::stale`).
-    pub stale: Option<bool>,
+    pub stale: Option<Liveness>,
     /// The last forced release of this lock, whichever holder it evicted (see
     /// [`State::forced_of`]).
     pub forced: Option<Box<Forced>>,

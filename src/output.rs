@@ -16,8 +16,8 @@ use unicode_width::UnicodeWidthStr;
 
 use crate::cli::Format;
 use crate::lock::{
-    Forced, Holder, Lock, Mode, QuorumVerdict, Slots, State, Waiting, fingerprint, human_ms,
-    rfc3339,
+    Forced, Holder, Liveness, Lock, Mode, QuorumVerdict, Slots, State, Waiting, fingerprint,
+    human_ms, rfc3339,
 };
 use crate::printable::shown;
 
@@ -105,7 +105,8 @@ pub fn state_json(s: &State, show_token: bool) -> Value {
         "waiters": s.waiters,
         if show_token { "token" } else { "token_fingerprint" }: token,
         "last_holder": s.last.as_deref().map(|h| last_json(h, s.forced_of(&h.token))),
-        "stale": s.stale,
+        "stale": s.stale.map(|l| l == Liveness::Gone),
+        "draining": s.stale.map(|l| l == Liveness::Draining),
         "queue": s.queue.iter().map(waiting_json).collect::<Vec<_>>(),
     });
     if let Some(sl) = &s.slots {
@@ -407,7 +408,12 @@ pub fn status_table(states: &[State], show_token: bool) -> String {
             s.keys.name.clone(),
             state_word(s).to_string(),
             match (s.held(), h, &s.last) {
-                (true, Some(h), _) if s.stale == Some(true) => format!("{} stale?", h.who()),
+                (true, Some(h), _) if s.stale == Some(Liveness::Gone) => {
+                    format!("{} stale?", h.who())
+                }
+                (true, Some(h), _) if s.stale == Some(Liveness::Draining) => {
+                    format!("{} draining: waiting for what it started", h.who())
+                }
                 (true, Some(h), _) => match &h.preempted {
                     Some(p) => format!("{} (preempted by {})", h.who(), shown(&p.by)),
                     None if h.preemptible => format!("{} (preemptible)", h.who()),

@@ -13,7 +13,7 @@
 
 use std::ffi::CStr;
 
-use crate::lock::Owner;
+use crate::lock::{Liveness, Owner};
 use crate::redact::{redact, redact_args};
 
 /// Longest note kept, in characters.
@@ -99,14 +99,39 @@ impl Here {
     /// zombie. `None` when that cannot be told: another host, another or an unrecorded namespace
     /// (a record of an older version), a pid that is not one. Only a hint: a recycled pid makes a
     /// dead holder look alive (never the reverse), and two hosts can share a name; `status` shows it
-    /// as `stale?`.
-    pub fn stale(&self, host: &str, pid: &str, pidns: &str) -> Option<bool> {
+    /// as `stale?`. A kept lock (`kept`: `acquire --while-pid`) whose pid is gone while its keeper
+    /// (`redlock-keeper --pid PID`) still runs here is [`Liveness::Draining`]: the keeper holds
+    /// it until what the pid started has ended. (Read from /proc, only for a holder gone: no
+    /// write to Redis on the keeper's path.)
+    pub fn stale(&self, host: &str, pid: &str, pidns: &str, kept: bool) -> Option<Liveness> {
         if host != self.host || pidns.is_empty() || Some(pidns) != self.pidns.as_deref() {
             return None;
         }
         let pid: i32 = pid.parse().ok().filter(|&p| p > 0)?;
-        Some(!alive(pid))
+        Some(if alive(pid) {
+            Liveness::Alive
+        } else if kept && keeper_runs_for(pid) {
+            Liveness::Draining
+        } else {
+            Liveness::Gone
+        })
     }
+}
+
+/// Whether a keeper for `pid` runs here: a process whose command line starts
+/// `redlock-keeper --pid PID --` (see `keeper::start`).
+fn keeper_runs_for(pid: i32) -> bool {
+    let wanted = format!("redlock-keeper\0--pid\0{pid}\0--\0");
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten().any(|entry| {
+        let name = entry.file_name();
+        name.to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            && std::fs::read(entry.path().join("cmdline"))
+                .is_ok_and(|c| c.starts_with(wanted.as_bytes()))
+    })
 }
 
 fn alive(pid: i32) -> bool {
@@ -209,18 +234,24 @@ mod tests {
         let me = std::process::id().to_string();
         let ns = pid_namespace().expect("/proc/self/ns/pid");
         let here = Here::now();
-        assert_eq!(here.stale(&hostname(), &me, &ns), Some(false));
-        assert_eq!(here.stale("another-host.invalid", &me, &ns), None);
-        assert_eq!(here.stale(&hostname(), "not-a-pid", &ns), None);
-        assert_eq!(here.stale(&hostname(), "0", &ns), None);
+        assert_eq!(
+            here.stale(&hostname(), &me, &ns, false),
+            Some(Liveness::Alive)
+        );
+        assert_eq!(here.stale("another-host.invalid", &me, &ns, false), None);
+        assert_eq!(here.stale(&hostname(), "not-a-pid", &ns, false), None);
+        assert_eq!(here.stale(&hostname(), "0", &ns, false), None);
         // A child that exited and has been reaped: its pid names no process.
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id().to_string();
         child.wait().unwrap();
-        assert_eq!(here.stale(&hostname(), &pid, &ns), Some(true));
+        assert_eq!(
+            here.stale(&hostname(), &pid, &ns, true),
+            Some(Liveness::Gone)
+        );
         // In another namespace (a container on this host name) or unrecorded: cannot tell.
-        assert_eq!(here.stale(&hostname(), &pid, "1"), None);
-        assert_eq!(here.stale(&hostname(), &pid, ""), None);
+        assert_eq!(here.stale(&hostname(), &pid, "1", false), None);
+        assert_eq!(here.stale(&hostname(), &pid, "", false), None);
     }
 
     #[test]

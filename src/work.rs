@@ -1,21 +1,24 @@
 //! The work a process started: what `acquire --while-pid PID`'s keeper must see end before it
 //! releases the lock, and stops along with PID.
 //!
-//! Two ways, chosen once by [`Work::of`]:
+//! The work is PID, its process group when PID leads it, and its descendants as found:
 //! - PID leads its process group (`getpgid(PID) == PID`: cron, CI runners, `setsid` and a
 //!   terminal's job control start a script so, and a non-interactive script's children, its
-//!   foreground steps and background jobs alike, stay in its group): the work is that group. It
-//!   is signalled whole (`killpg`), and it has ended when no living member is left. Complete:
-//!   nothing PID starts can leave the group but by `setpgid`/`setsid` of its own.
-//! - PID does not lead its group (GitHub Actions runs a step's shell in the runner's group; a
-//!   `sleep` started by a program): the group is someone else's, never signalled. The work is
-//!   PID's descendants, found by scans of `/proc/*/stat` (this kernel has no
+//!   foreground steps and background jobs alike, stay in its group): the group is signalled
+//!   whole (`killpg`), and has ended when no living member is left. Nothing PID starts leaves
+//!   the group but by `setpgid`/`setsid` of its own, which `timeout`, `set -m` jobs and an
+//!   interactive shell's jobs do: those are caught as descendants.
+//! - Descendants: found by scans of `/proc/*/stat` (this kernel has no
 //!   `/proc/PID/task/*/children`) following parent links, and remembered by (pid, start time)
-//!   once seen, so that an orphan (its parent ended, it was re-parented to init) stays known.
-//!   Best effort: a process started and orphaned between two scans ([`SCAN_EVERY`]) is missed.
+//!   once seen, so that an orphan (its parent ended, it was re-parented to init) stays known,
+//!   and so are its own children. Best effort: a process started and orphaned between two scans
+//!   ([`SCAN_EVERY`]) is missed. For a pid that does not lead its group (GitHub Actions runs a
+//!   step's shell in the runner's group; a `sleep` started by a program) they are all the work:
+//!   the group is someone else's, never signalled.
 //!
 //! "Living" leaves zombies out: a member that exited and waits for its parent to reap it has
-//! done its work (PID itself, for one, until its parent reaps it), and the calling process (the
+//! done its work (PID itself, for one, until its parent reaps it), but a process whose main
+//! thread exited while others run (its stat says `Z`, its thread count more than 1) has not; and the calling process (the
 //! keeper, which leads a session of its own and is never in PID's group, but is a descendant of
 //! PID until `acquire` exits) is never part of the work.
 //!
@@ -30,7 +33,7 @@ use std::time::Duration;
 
 use rustix::process::{Pid, Signal, getpgid, kill_process, kill_process_group};
 
-/// How often the keeper scans `/proc` for the descendants of a pid that does not lead its group.
+/// How often the keeper scans `/proc` for the pid's descendants while it lives.
 /// A scan costs about 4.5 µs of CPU time per process (measured, release build, on a loaded
 /// 2-core machine: 2.0 to 2.3 ms for 440 to 520 processes; `a_scan_costs_little` prints it), so
 /// 0.4 % of a core at this period with 450 processes: a keeper may live for hours. Only a process
@@ -62,101 +65,95 @@ pub struct Work {
     root_start: Option<u64>,
     /// The pid of the process that watches (the keeper): never part of the work.
     me: i32,
-    /// Descendants seen so far, by pid, with their start time; `None` for a group.
-    known: Option<HashMap<i32, u64>>,
+    /// The pid leads its process group: the group is part of the work.
+    group: bool,
+    /// Descendants seen so far, by pid, with their start time (for a group, also those that
+    /// left it: `timeout`, `set -m` jobs, an interactive shell's jobs).
+    known: HashMap<i32, u64>,
 }
 
 impl Work {
-    /// The work of `pid`: its process group if it leads one, its descendants otherwise.
+    /// The work of `pid`: its process group if it leads one, and its descendants as found.
     pub fn of(pid: i32) -> Work {
         let me = rustix::process::getpid().as_raw_nonzero().get();
-        let leads = leads_its_group(pid);
-        let root_start = if leads {
-            None
-        } else {
-            processes()
-                .into_iter()
-                .find(|p| p.pid == pid)
-                .map(|p| p.starttime)
-        };
+        let table = processes();
+        let root_start = table.iter().find(|p| p.pid == pid).map(|p| p.starttime);
         let mut work = Work {
             root: pid,
             root_start,
             me,
-            known: (!leads).then(HashMap::new),
+            group: leads_its_group(pid),
+            known: HashMap::new(),
         };
-        work.scan();
+        work.refresh(&table);
         work
     }
 
-    /// Whether the work is the pid's process group (complete), not its descendants as found.
+    /// Whether the pid leads its group (then every process that stays in it is known), not only
+    /// its descendants as found.
     pub fn is_group(&self) -> bool {
-        self.known.is_none()
+        self.group
     }
 
-    /// Looks for new descendants (for a group: nothing to do). Call it every [`SCAN_EVERY`]
-    /// while the pid lives: once it has ended, its children are re-parented and cannot be
-    /// traced to it any more.
+    /// Looks for new descendants. Call it every [`SCAN_EVERY`] while the pid lives: once it has
+    /// ended, its children are re-parented and cannot be traced to it any more.
     pub fn scan(&mut self) {
-        if self.known.is_some() {
-            let table = processes();
-            self.refresh(&table);
-        }
+        let table = processes();
+        self.refresh(&table);
     }
 
     /// The living processes of the work, the pid itself included: their pids.
     pub fn living(&mut self) -> Vec<i32> {
-        match self.known {
-            None => {
-                let Some(group) = Pid::from_raw(self.root) else {
-                    return Vec::new();
-                };
-                // The group is gone: no scan needed (the usual case once the work has ended).
-                if rustix::process::test_kill_process_group(group) == Err(rustix::io::Errno::SRCH) {
-                    return Vec::new();
-                }
-                processes()
-                    .into_iter()
-                    .filter(|p| p.pgrp == self.root && p.living() && p.pid != self.me)
-                    .map(|p| p.pid)
-                    .collect()
-            }
-            Some(_) => {
-                let table = processes();
-                self.refresh(&table);
-                let root = table
-                    .iter()
-                    .any(|p| self.is_root(p) && p.living())
-                    .then_some(self.root);
-                let known = self.known.as_ref().expect("descendants");
-                root.into_iter().chain(known.keys().copied()).collect()
+        if self.group && self.known.is_empty() {
+            let Some(group) = Pid::from_raw(self.root) else {
+                return Vec::new();
+            };
+            // The group is gone and no descendant left it: no scan needed (the usual case once
+            // the work has ended).
+            if rustix::process::test_kill_process_group(group) == Err(rustix::io::Errno::SRCH) {
+                return Vec::new();
             }
         }
+        let table = processes();
+        self.refresh(&table);
+        let mut living: Vec<i32> = table
+            .iter()
+            .filter(|p| p.living() && p.pid != self.me)
+            .filter(|p| (self.group && p.pgrp == self.root) || self.is_root(p))
+            .map(|p| p.pid)
+            .collect();
+        for &pid in self.known.keys() {
+            if !living.contains(&pid) {
+                living.push(pid);
+            }
+        }
+        living
     }
 
-    /// Sends `stop` to the work: the whole group, or each descendant known (after one more scan,
-    /// while the pid's children can still be traced to it). The pid itself is signalled only as
-    /// a member of its group: the caller signals it otherwise (through its pidfd).
+    /// Sends `stop` to the work: the whole group, and each descendant known outside it (after
+    /// one more scan, while the pid's children can still be traced to it). The pid itself is
+    /// signalled only as a member of its group: the caller signals it otherwise (through its
+    /// pidfd).
     pub fn signal(&mut self, stop: Stop) {
-        match self.known {
-            None => {
-                if let Some(group) = Pid::from_raw(self.root) {
-                    let _ = kill_process_group(group, stop.signal());
-                }
-            }
-            Some(_) => {
-                let table = processes();
-                self.refresh(&table);
-                let started: HashMap<i32, u64> =
-                    table.iter().map(|p| (p.pid, p.starttime)).collect();
-                for (&pid, &since) in self.known.as_ref().expect("descendants") {
-                    // Still the process found then (pids are reused).
-                    if started.get(&pid) == Some(&since)
-                        && let Some(p) = Pid::from_raw(pid)
-                    {
-                        let _ = kill_process(p, stop.signal());
-                    }
-                }
+        // The scan first: once the group has the signal, PID and its children may end at once,
+        // and a step that left the group could no longer be traced to them.
+        let table = processes();
+        self.refresh(&table);
+        if self.group
+            && let Some(group) = Pid::from_raw(self.root)
+        {
+            let _ = kill_process_group(group, stop.signal());
+        }
+        let by_pid: HashMap<i32, &Proc> = table.iter().map(|p| (p.pid, p)).collect();
+        for (&pid, &since) in &self.known {
+            // Still the process found then (pids are reused), and not signalled with its group
+            // just now (twice would run a TERM trap twice).
+            if let Some(p) = by_pid.get(&pid)
+                && p.starttime == since
+                && !(self.group && p.pgrp == self.root)
+                && let Some(p) = Pid::from_raw(pid)
+            {
+                let _ = kill_process(p, stop.signal());
             }
         }
     }
@@ -166,17 +163,14 @@ impl Work {
         p.pid == self.root && Some(p.starttime) == self.root_start
     }
 
-    /// How many descendants are known (0 for a group).
+    /// How many descendants are known.
     pub fn known(&self) -> usize {
-        self.known.as_ref().map_or(0, HashMap::len)
+        self.known.len()
     }
 
-    /// Descendants known from now on: those the parent links of `table` lead to from the pid or
-    /// from a descendant known before and still the same process, living.
+    /// Descendants known from now on: those the parent links of `table` lead to from the pid, a
+    /// member of its group, or a descendant known before and still the same process, living.
     fn refresh(&mut self, table: &[Proc]) {
-        if self.known.is_none() {
-            return;
-        }
         let mut children: HashMap<i32, Vec<&Proc>> = HashMap::new();
         let mut by_pid: HashMap<i32, &Proc> = HashMap::new();
         for p in table {
@@ -187,9 +181,12 @@ impl Work {
         if by_pid.get(&self.root).is_some_and(|p| self.is_root(p)) {
             todo.push(self.root);
         }
-        let known = self.known.as_mut().expect("descendants");
+        // A member of the group is remembered too: it may leave the group later.
+        if self.group {
+            todo.extend(table.iter().filter(|p| p.pgrp == self.root).map(|p| p.pid));
+        }
         todo.extend(
-            known
+            self.known
                 .iter()
                 .filter(|&(pid, since)| by_pid.get(pid).is_some_and(|p| p.starttime == *since))
                 .map(|(&pid, _)| pid),
@@ -211,13 +208,64 @@ impl Work {
                 todo.extend(kids.iter().map(|k| k.pid));
             }
         }
-        *known = found;
+        self.known = found;
     }
 }
 
 /// Whether `pid` leads its process group (its work is then the group: see [`Work::of`]).
 pub fn leads_its_group(pid: i32) -> bool {
     Pid::from_raw(pid).is_some_and(|p| getpgid(Some(p)).is_ok_and(|g| g == p))
+}
+
+/// Whether one of `pids` holds the file `(dev, ino)` (a pipe or FIFO) open for reading only:
+/// it reads what is written to it, and waits for its end.
+pub fn one_reads(pids: &[i32], dev: u64, ino: u64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    pids.iter().any(|pid| {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return false;
+        };
+        fds.flatten().any(|fd| {
+            let is_it =
+                std::fs::metadata(fd.path()).is_ok_and(|m| m.dev() == dev && m.ino() == ino);
+            is_it && read_only(*pid, &fd.file_name().to_string_lossy())
+        })
+    })
+}
+
+/// Whether descriptor `fd` of `pid` was opened for reading only (`flags:` in its fdinfo, octal).
+fn read_only(pid: i32, fd: &str) -> bool {
+    let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")) else {
+        return false;
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| i64::from_str_radix(f.trim(), 8).ok())
+        .is_some_and(|flags| flags & i64::from(libc::O_ACCMODE) == i64::from(libc::O_RDONLY))
+}
+
+/// Whether `pid` is most likely an interactive shell: it leads a session that has a controlling
+/// terminal (a terminal's login shell, an ssh session's; `setsid SCRIPT` leads a session
+/// without one, and a script run from a terminal leads no session). Its jobs get groups of
+/// their own, so its work is its descendants as found, and stopping it stops the operator's
+/// shell.
+pub fn is_interactive_shell(pid: i32) -> bool {
+    let Ok(line) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    session_with_terminal(pid, &line)
+}
+
+/// The test of [`is_interactive_shell`] on a `/proc/PID/stat` line: session id (field 6) is the
+/// pid, and the terminal (field 7) is not 0.
+fn session_with_terminal(pid: i32, line: &str) -> bool {
+    let Some((_, rest)) = line.rsplit_once(')') else {
+        return false;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let session = fields.get(3).and_then(|f| f.parse::<i32>().ok());
+    let tty = fields.get(4).and_then(|f| f.parse::<i64>().ok());
+    session == Some(pid) && tty.is_some_and(|t| t != 0)
 }
 
 /// One line of `/proc/PID/stat`, the fields used here.
@@ -227,14 +275,18 @@ struct Proc {
     state: char,
     ppid: i32,
     pgrp: i32,
+    /// Threads not yet reaped, the main one included (a zombie main thread counts).
+    threads: u32,
     /// Clock ticks after boot: with the pid, names one process.
     starttime: u64,
 }
 
 impl Proc {
-    /// Not exited: neither a zombie nor dead.
+    /// Not exited: neither a zombie nor dead. A process whose main thread has exited while
+    /// others run (`pthread_exit` in main) reads as a zombie, but still has more than one
+    /// thread: it lives. (Once every thread has exited, only the main one is counted.)
     fn living(&self) -> bool {
-        !matches!(self.state, 'Z' | 'X' | 'x')
+        !matches!(self.state, 'Z' | 'X' | 'x') || self.threads > 1
     }
 
     /// Parses a `/proc/PID/stat` line. The command name, in parentheses, may hold spaces and
@@ -248,6 +300,8 @@ impl Proc {
             state: fields.first()?.chars().next()?,
             ppid: fields.get(1)?.parse().ok()?,
             pgrp: fields.get(2)?.parse().ok()?,
+            // Field 20 of stat.
+            threads: fields.get(17)?.parse().ok()?,
             // Field 22 of stat; the state is field 3.
             starttime: fields.get(19)?.parse().ok()?,
         })
@@ -294,10 +348,35 @@ mod tests {
                 state: 'S',
                 ppid: 17,
                 pgrp: 4242,
+                threads: 1,
                 starttime: 987654,
             }
         );
         assert!(Proc::parse("12 (x").is_none());
+        // A main thread that has exited while another runs: still living.
+        let p = Proc::parse(
+            &line
+                .replace(") S ", ") Z ")
+                .replace(" 20 0 1 0 ", " 20 0 2 0 "),
+        )
+        .unwrap();
+        assert_eq!((p.state, p.threads), ('Z', 2));
+        assert!(p.living());
+        let p = Proc::parse(&line.replace(") S ", ") Z ")).unwrap();
+        assert!(!p.living());
+    }
+
+    #[test]
+    fn an_interactive_shell_leads_a_session_with_a_terminal() {
+        let stat = |session: i32, tty: i32| {
+            format!("4242 (bash) S 17 4242 {session} {tty} 4242 4194560 1 0 0 0 0 0 0 0 20 0 1 0 9")
+        };
+        assert!(session_with_terminal(4242, &stat(4242, 34816)));
+        // setsid SCRIPT: a session without a terminal.
+        assert!(!session_with_terminal(4242, &stat(4242, 0)));
+        // A script started from a terminal: in the terminal shell's session.
+        assert!(!session_with_terminal(4242, &stat(17, 34816)));
+        assert!(!session_with_terminal(4242, "garbage"));
     }
 
     /// A group leader's work is its group, members started after `of` included; another's is

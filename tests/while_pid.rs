@@ -637,3 +637,108 @@ fn with_on_lost_ignore_sigterm_to_the_keeper_releases_at_once_and_says_so() {
     assert!(!term.exists(), "SIGTERM despite --on-lost ignore");
     assert!(proc.running(), "the script ended");
 }
+
+/// An interactive shell as PID (it leads a session with a terminal: a terminal's or an ssh
+/// session's shell) is warned of at acquire time: its jobs have groups of their own, and a loss
+/// or preemption stops the shell itself. A session without a terminal (`setsid SCRIPT`) is not.
+#[test]
+fn acquire_warns_when_pid_is_an_interactive_shell() {
+    use std::os::fd::AsRawFd;
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let terminal = common::pty::pty(None);
+    for (name, with_terminal) in [("tty", true), ("notty", false)] {
+        let err = d.join(format!("{name}.err"));
+        let mut cmd = redis.sh(&format!(
+            "T=$(redlock acquire {name} --while-pid $$ --ttl 6s 2>'{err}') || exit
+             redlock release {name} \"$T\"",
+            err = err.display()
+        ));
+        cmd.stdin(Stdio::from(terminal.slave.try_clone().unwrap()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let slave = terminal.slave.as_raw_fd();
+        // SAFETY: setsid and ioctl are async-signal-safe: the shell leads a session, with the
+        // pty as its controlling terminal or none.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setsid() == -1
+                    || (with_terminal && libc::ioctl(slave, libc::TIOCSCTTY, 0) == -1)
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut shell = cmd.spawn().unwrap();
+        assert!(
+            wait_for(|| shell.try_wait().unwrap().is_some(), SOON),
+            "the shell never ended"
+        );
+        let said = std::fs::read_to_string(&err).unwrap();
+        assert_eq!(
+            said.contains("is an interactive shell"),
+            with_terminal,
+            "{name}: {said}"
+        );
+        assert!(wait_for(|| keepers_of(shell.id()).is_empty(), SOON));
+    }
+}
+
+/// Fails if `status` calls a kept lock "stale?" while its keeper rightly holds it for what the
+/// ended pid started: it says "draining".
+#[test]
+fn status_shows_a_keeper_waiting_for_leftover_work_as_draining() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut holder = redis.sh(&work_script(d, "", &step(d, 3))).spawn_proc();
+    token_in(&d.join("token"));
+    step_started(d);
+    holder.signal(libc::SIGKILL);
+    holder.wait_for_stderr("has ended; keeping 'k' until the", SOON);
+    let out = redis.redlock().args(["status", "k"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("draining") && !said.contains("stale?"),
+        "{said}"
+    );
+    assert!(wait_for(|| keepers_of(holder.id()).is_empty(), SOON));
+}
+
+/// A second SIGTERM to the keeper brings the SIGKILL forward, and says so (not "still ran
+/// 60s after SIGTERM (--kill-after)", which had not passed).
+#[test]
+fn a_second_sigterm_to_the_keeper_says_it_brought_the_sigkill_forward() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let stubborn = format!(
+        "trap \"\" TERM; echo started >>\"{}\"; sleep 600",
+        d.join("steps").display()
+    );
+    let mut holder = redis
+        .sh(&work_script(d, "--kill-after 60s", &stubborn))
+        .spawn_proc();
+    token_in(&d.join("token"));
+    step_started(d);
+    let keepers = keepers_of(holder.id());
+    assert_eq!(keepers.len(), 1);
+    common::signal(keepers[0], libc::SIGTERM);
+    holder.wait_for_stderr("got SIGTERM", SOON);
+    common::signal(keepers[0], libc::SIGTERM);
+    holder.wait_for_stderr("the keeper got a second SIGTERM: sending SIGKILL", SOON);
+    assert!(!holder.stderr().contains("after SIGTERM (--kill-after)"));
+    assert!(
+        wait_for(|| redis.get(&lock_key("k")).is_none(), SOON),
+        "never released"
+    );
+    assert!(wait_for(|| keepers_of(holder.id()).is_empty(), SOON));
+}

@@ -39,7 +39,6 @@ fn preempt(redis: &RedisServer, d: &Path) -> (String, common::Output) {
 /// takes the group for the work, stops the script, finds the group empty and releases while
 /// `timeout` and its command run on beside the preemptor.
 #[test]
-#[ignore = "fails today: a step under timeout(1) leaves the group, and the keeper releases beside it"]
 fn a_step_under_timeout_is_waited_for_when_the_script_is_preempted() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -193,7 +192,6 @@ fn release_then_exit_gives_no_false_alarm() {
 /// releases the lock while it still runs. Here the script exits and leaves such a process (a
 /// python3 whose main thread calls pthread_exit) in its group.
 #[test]
-#[ignore = "fails today: a process whose main thread exited reads as a zombie, and the keeper releases"]
 fn a_process_whose_main_thread_exited_is_still_work() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -254,7 +252,6 @@ fn a_process_whose_main_thread_exited_is_still_work() {
 /// and waits for the group, `cat` included, to end; `cat` waits for the end of the pipe, which
 /// the keeper holds. The keeper renews the lock for ever.
 #[test]
-#[ignore = "fails today: the keeper and the pipeline's reader wait for each other"]
 fn a_pipeline_reading_the_scripts_stderr_ends() {
     let Some(redis) = RedisServer::start() else {
         return;
