@@ -212,17 +212,32 @@ fn token_of(event: &Event) -> Option<&str> {
     }
 }
 
+/// Whether `token` holds the lock in `state` (one server's), as its holder or in a place.
+fn holds_in(state: &State, token: &str) -> bool {
+    state.token.as_deref() == Some(token)
+        || state
+            .slots
+            .as_ref()
+            .is_some_and(|s| s.holders.iter().any(|h| h.token == token))
+}
+
 /// `event` (an announcement, or a preemption to look for) if the lock's `state` bears it out,
 /// as it is to be acted on; `None` if not. A forced release or the owner's release: the token
-/// holds the lock no more (neither as its holder nor in a place). A preemption: the holder is the
-/// token and its record says it was asked to stop (the request as recorded).
+/// holds the lock no more (neither as its holder nor in a place); on a quorum, a majority of the
+/// nodes answered without it (fewer answers, or a split, prove nothing: the renewal decides,
+/// within TTL/3). A preemption: the holder is the token and its record says it was asked to
+/// stop (the request as recorded).
 fn borne_out(state: &State, event: Event) -> Option<Event> {
-    let holds = |token: &str| {
-        state.token.as_deref() == Some(token)
-            || state
-                .slots
-                .as_ref()
-                .is_some_and(|s| s.holders.iter().any(|h| h.token == token))
+    let holds = |token: &str| match &state.quorum {
+        Some(q) => {
+            let without = q
+                .nodes
+                .iter()
+                .filter(|(_, node)| node.as_ref().is_ok_and(|s| !holds_in(s, token)))
+                .count();
+            without < q.needed
+        }
+        None => holds_in(state, token),
     };
     match event {
         Event::TakenAway { ref token, .. } | Event::Released { ref token } if !holds(token) => {
@@ -360,6 +375,48 @@ mod tests {
         match borne_out(&held(Some(asked.clone())), preempted()) {
             Some(Event::Preempted { preemption, .. }) => assert_eq!(preemption, asked),
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Fails if a quorum's read with fewer than a majority of answers without our token (too few
+    /// nodes answered, or a split) bears out a release: the token may still hold the lock.
+    #[test]
+    fn on_a_quorum_only_a_majority_without_the_token_bears_a_release_out() {
+        use crate::lock::{QuorumVerdict, QuorumView};
+        let on = |nodes: Vec<Result<State, String>>| {
+            let mut s = state(None, None, &[]);
+            s.quorum = Some(QuorumView {
+                verdict: QuorumVerdict::Unknown,
+                needed: 2,
+                agree: 0,
+                nodes: nodes.into_iter().map(|n| ("n".to_string(), n)).collect(),
+            });
+            s
+        };
+        let ours = || Ok(state(Some("t"), None, &[]));
+        let free = || Ok(state(None, None, &[]));
+        let down = || Err("timed out".to_string());
+        for (nodes, acted) in [
+            (vec![free(), down(), down()], false),
+            (vec![free(), ours(), down()], false),
+            (vec![free(), ours(), ours()], false),
+            (vec![free(), free(), down()], true),
+            (vec![free(), ours(), free()], true),
+        ] {
+            let what = format!("{nodes:?}");
+            for event in [
+                Event::Released { token: "t".into() },
+                Event::TakenAway {
+                    token: "t".into(),
+                    why: "forced".into(),
+                },
+            ] {
+                assert_eq!(
+                    borne_out(&on(nodes.clone()), event).is_some(),
+                    acted,
+                    "{what}"
+                );
+            }
         }
     }
 
