@@ -62,6 +62,16 @@
 //!   eviction, a forced release, another holder) is a loss: PID is acted on and the history
 //!   told. The mark lasts the lock's TTL and 2 s: as long as the keeper may still renew after a
 //!   release (until its deadline, a TTL after its last renewal, which came before the release).
+//!   The keeper's own release (PID and its work ended) finds an owner's release it had not heard
+//!   of by the same mark (answered [`Verdict::Released`], a quiet end), and leaves no mark of its
+//!   own ([`Releaser::keeper`]: nobody is left to read one; a kept place's marker goes too).
+//! - Once the keeper has started to stop PID's work while the lock is ours (a preemption, its
+//!   SIGTERM), the owner's release does not hand the lock on: before any signal the keeper records
+//!   in the lock's meta that it stops the work ([`Keeper::mark_stopping`], a plain lock, on every
+//!   node of a quorum), and `release.lua` then only notes that the owner asked, answering
+//!   [`Verdict::Deferred`] (a bash EXIT trap runs the release at once on SIGTERM, while the
+//!   foreground step runs on). The keeper goes on escalating to SIGKILL, and releases once the
+//!   work has ended.
 //! - An announcement acts only once one read of the lock's keys bears it out (see `notify.rs`):
 //!   anyone who may PUBLISH can send one.
 //! - Preempted, the lock stays ours, renewed, until PID and its work have ended; the release
@@ -676,6 +686,7 @@ fn prepare<'a>(
         told: false,
         kill_at: None,
         draining: None,
+        stopping: false,
     })
 }
 
@@ -735,6 +746,9 @@ struct Keeper<'a> {
     next_scan: Option<Instant>,
     /// PID has ended, or the keeper stops it: the lock is released once the work has ended.
     draining: Option<Drain>,
+    /// The keeper stops PID's work while the lock is ours: its renewals record so in the lock's
+    /// meta (see [`Keeper::mark_stopping`]).
+    stopping: bool,
 }
 
 /// The keeper waits for PID's work to end, then releases the lock.
@@ -862,10 +876,10 @@ impl Keeper<'_> {
             self.lock.token.clone(),
             self.lock.ttl,
         );
-        let place = self.lock.slot.is_some();
+        let (place, draining) = (self.lock.slot.is_some(), self.stopping);
         let verdict = self
             .store()
-            .and_then(|store| store.extend(&keys, &token, ttl, place));
+            .and_then(|store| store.extend(&keys, &token, ttl, place, draining));
         match verdict {
             Ok(Verdict::Done(_)) => {
                 self.renewed(sent, interval);
@@ -910,6 +924,33 @@ impl Keeper<'_> {
                 self.next_renewal = Instant::now() + (interval / 3).max(Duration::from_millis(1));
                 None
             }
+        }
+    }
+
+    /// The keeper starts to stop PID's work while the lock is ours (a preemption, or its
+    /// SIGTERM): before any signal, the lock's meta says so (one renewal that records it, see
+    /// `extend.lua`; the later ones record it again), so that the owner's release (a bash EXIT
+    /// trap runs at once on SIGTERM, while its foreground step runs on) leaves the lock to the
+    /// keeper, which releases it once the work has ended (`release.lua`). Best effort: a renewal
+    /// that fails here is retried as any other.
+    fn mark_stopping(&mut self) {
+        if self.stopping || self.on_lost == PidOnLost::Ignore {
+            return;
+        }
+        self.stopping = true;
+        let interval = self.lock.renewal_interval();
+        let sent = Instant::now();
+        let (keys, token, ttl) = (
+            self.lock.keys.clone(),
+            self.lock.token.clone(),
+            self.lock.ttl,
+        );
+        let place = self.lock.slot.is_some();
+        if let Ok(Verdict::Done(_) | Verdict::Preempted(_)) = self
+            .store()
+            .and_then(|store| store.extend(&keys, &token, ttl, place, true))
+        {
+            self.renewed(sent, interval);
         }
     }
 
@@ -1037,6 +1078,7 @@ impl Keeper<'_> {
             self.kill_at = Some(Instant::now());
             return None;
         }
+        self.mark_stopping();
         let action = if self.told {
             format!("pid {} was told already", self.pid.pid)
         } else {
@@ -1075,6 +1117,7 @@ impl Keeper<'_> {
             return;
         }
         self.preempted = true;
+        self.mark_stopping();
         let action = if self.told {
             format!("pid {} was told already", self.pid.pid)
         } else {
@@ -1135,7 +1178,7 @@ impl Keeper<'_> {
                 self.lock.keys.name
             )
         });
-        let by = Releaser::of(&self.lock, None);
+        let by = Releaser::keeper(&self.lock);
         let keys = self.lock.keys.clone();
         match self.store().and_then(|s| s.release(&keys, &by)) {
             Ok(_) => exit::OK,
@@ -1143,9 +1186,10 @@ impl Keeper<'_> {
         }
     }
 
-    /// PID ended, or SIGTERM came (`signal`): releases the lock.
+    /// PID ended, or SIGTERM came (`signal`): releases the lock, as its keeper (no mark is
+    /// left; an owner's release that came first, unheard, is found by its mark).
     fn release(&mut self, signal: Option<Signal>) -> u8 {
-        let by = Releaser::of(&self.lock, None);
+        let by = Releaser::keeper(&self.lock);
         let keys = self.lock.keys.clone();
         let released = self
             .store()
@@ -1160,6 +1204,13 @@ impl Keeper<'_> {
         let (name, pid) = (&self.lock.keys.name, self.pid.pid);
         let code = match released {
             Ok(Verdict::Done(_)) => exit::OK,
+            // Its owner released it first (PID's end came before the announcement).
+            Ok(Verdict::Released) => {
+                messages::log(self.config, || {
+                    format!("'{name}' was released by its owner; the keeper of pid {pid} ends")
+                });
+                return exit::OK;
+            }
             Ok(other) => {
                 let store = self.store.as_mut().expect("it answered");
                 let why = loss_reason(store.as_mut(), &self.lock, &other);

@@ -66,12 +66,14 @@ pub fn release(redis: &mut Redis, keys: &Keys, by: &Releaser) -> Result<Verdict>
         call.arg(log_max)
             .arg(status.map_or(String::new(), |s| s.to_string()))
             .arg(meta_ttl)
-            .arg(&watch_all);
+            .arg(&watch_all)
+            .arg(by.who_arg());
         call.invoke(con)
     })?;
     match reply.as_slice() {
         [Value::Int(1), _, _, freed] if forcer.is_some() => Ok(Verdict::Forced(holders(freed))),
         [Value::Int(1), ..] => Ok(Verdict::Done(None)),
+        [Value::Int(2), ..] => Ok(Verdict::Released),
         [Value::Int(0), ..] => Ok(Verdict::PlaceGone),
         // A conditional force that matched no holder: nothing changed.
         [Value::Int(-1), ..] => Err(failure(

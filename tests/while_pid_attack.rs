@@ -71,7 +71,6 @@ fn a_step_under_timeout_is_waited_for_when_the_script_is_preempted() {
 /// foreground step still runs): the step, which ignores SIGTERM, never gets the SIGKILL that
 /// `--kill-after` promises, and runs on beside the preemptor.
 #[test]
-#[ignore = "fails today: an EXIT trap's release ends the keeper's stop early"]
 fn an_exit_trap_that_releases_does_not_cut_the_keepers_stop_short() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -113,7 +112,6 @@ fn an_exit_trap_that_releases_does_not_cut_the_keepers_stop_short() {
 /// `PREFIX{k}:gone:TOKEN` behind: no keeper is left to read it, yet it lasts the TTL and 2 s
 /// (an hour here).
 #[test]
-#[ignore = "fails today: the keeper's own release marks itself released for TTL + 2 s"]
 fn the_keepers_own_release_leaves_no_mark() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -161,7 +159,6 @@ fn the_keepers_own_release_leaves_no_mark() {
 /// and says "was no longer ours at release: the lock key is gone (expired, or deleted, ...)"
 /// on the script's stderr (18 runs of 20 in the review), leaving the release's mark behind.
 #[test]
-#[ignore = "fails today: release-then-exit makes the keeper say the lock was no longer ours"]
 fn release_then_exit_gives_no_false_alarm() {
     let Some(redis) = RedisServer::start() else {
         return;

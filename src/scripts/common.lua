@@ -93,7 +93,8 @@ end
 -- was sent before it, and the keeper renews (retrying failures every TTL/9) only until that
 -- renewal's TTL has run out, when it takes the lock for lost anyway; MARK_SLACK_MS covers a
 -- renewal sent just before that deadline and still on its way (up to the default --io-timeout,
--- 2 s).
+-- 2 s). The keeper's own release (release.lua's who = 'keeper') leaves none: nobody is left to
+-- read it; and it takes away a mark of the owner's release it had not heard of.
 local MARK_SLACK_MS = 2000
 local function mark_released(token, ttl_ms)
   redis.pcall('SET', gone_key(token), 'rel', 'PX', int((tonumber(ttl_ms) or 0) + MARK_SLACK_MS))
