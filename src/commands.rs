@@ -439,6 +439,10 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
             Ok(exit::OK)
         }
         Verdict::Done(previous) => {
+            if let Releaser::Holder { token, .. } = &by {
+                // Its keeper on this host, if it has one, hears it at once (see `tell.rs`).
+                crate::tell::released(token);
+            }
             if args.force {
                 let who = previous
                     .filter(|_| true)

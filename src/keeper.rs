@@ -38,10 +38,10 @@
 //!
 //! One loop decides everything, a small cousin of exec's supervisor. It blocks on one channel for
 //! PID's end (a thread polls the pidfd), the lock's announcements (`notify::listen`: the owner's
-//! release, a forced release, a preemption) and SIGTERM, with a timeout at the next renewal
-//! (every TTL/3, on the loop's own connection) or at the lock's deadline (`sent + TTL` of the last
-//! successful renewal), and, when due, at the next look at PID's work, scan for its descendants,
-//! or SIGKILL after `--kill-after`. Invariants:
+//! release, a forced release, a preemption), the owner's word on this host and SIGTERM, with a
+//! timeout at the next renewal (every TTL/3, on the loop's own connection) or at the lock's
+//! deadline (`sent + TTL` of the last successful renewal), and, when due, at the next look at
+//! PID's work, scan for its descendants, or SIGKILL after `--kill-after`. Invariants:
 //! - The lock is released only once PID and its work have ended (no living member: zombies have
 //!   ended), whatever ended PID; until then it stays ours, renewed. PID ending on its own (a
 //!   normal exit, `kill -9`, the OOM killer) with members left is said, and they are not
@@ -62,6 +62,9 @@
 //!   eviction, a forced release, another holder) is a loss: PID is acted on and the history
 //!   told. The mark lasts the lock's TTL and 2 s: as long as the keeper may still renew after a
 //!   release (until its deadline, a TTL after its last renewal, which came before the release).
+//!   The owner's `release` also tells the keeper on the same host directly (`tell.rs`: an
+//!   abstract unix socket, a peer of our uid or root only); once it has, a loss found later (the
+//!   mark gone with a restart, the deadline passed in a stall) is that release's, a quiet end.
 //!   The keeper's own release (PID and its work ended) finds an owner's release it had not heard
 //!   of by the same mark (answered [`Verdict::Released`], a quiet end), and leaves no mark of its
 //!   own ([`Releaser::keeper`]: nobody is left to read one; a kept place's marker goes too).
@@ -87,6 +90,8 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -103,6 +108,7 @@ use crate::messages;
 use crate::notify;
 use crate::signals::{self, Signal};
 use crate::store::{Store, loss_reason};
+use crate::tell;
 use crate::wait::Event;
 use crate::work::{self, Stop, Work};
 
@@ -561,6 +567,8 @@ enum Wake {
     Signal(Signal),
     PidEnded,
     Notice(Event),
+    /// The owner's `release` on this host said that it released the lock (see `tell.rs`).
+    OwnerSaid,
 }
 
 /// How the keeper ends.
@@ -654,6 +662,7 @@ fn prepare<'a>(
         events,
         args.lock.preemptible,
     );
+    let owner_said = hear_the_owner(config, &lock.token, tx.clone());
     // Before acquire exits: a pid that does not lead its group has its children traced now.
     let work = Work::of(pid.pid);
     let mut store = backend::open(config)?;
@@ -687,7 +696,38 @@ fn prepare<'a>(
         kill_at: None,
         draining: None,
         stopping: false,
+        owner_said,
     })
+}
+
+/// Listens for the owner's word on this host (see `tell.rs`) on a thread of its own: the flag
+/// is set before `release` hears back, and the loop is woken. Without the socket (its name is
+/// taken), the keeper learns of a release from Redis alone.
+fn hear_the_owner(config: &Config, token: &str, tx: Sender<Wake>) -> Arc<AtomicBool> {
+    let said = Arc::new(AtomicBool::new(false));
+    let listener = match tell::listen(token) {
+        Ok(listener) => listener,
+        Err(e) => {
+            messages::log(config, || {
+                format!("not listening for the owner's word on this host: {e}")
+            });
+            return said;
+        }
+    };
+    let (flag, token) = (said.clone(), token.to_string());
+    let spawned = std::thread::Builder::new()
+        .name("tell".into())
+        .spawn(move || {
+            if tell::await_released(&listener, &token, || flag.store(true, Ordering::SeqCst)) {
+                let _ = tx.send(Wake::OwnerSaid);
+            }
+        });
+    if let Err(e) = spawned {
+        messages::log(config, || {
+            format!("cannot start the thread that hears the owner: {e}")
+        });
+    }
+    said
 }
 
 /// Leaves the caller's world behind: stdin on /dev/null, `/` as the working directory (no
@@ -746,6 +786,10 @@ struct Keeper<'a> {
     next_scan: Option<Instant>,
     /// PID has ended, or the keeper stops it: the lock is released once the work has ended.
     draining: Option<Drain>,
+    /// The owner's `release` on this host said it released the lock (`tell.rs`): a loss found
+    /// from then on is that release's doing (its mark may be gone with a restart, or the keeper's
+    /// deadline passed during a stall), and ends the keeper quietly.
+    owner_said: Arc<AtomicBool>,
     /// The keeper stops PID's work while the lock is ours: its renewals record so in the lock's
     /// meta (see [`Keeper::mark_stopping`]).
     stopping: bool,
@@ -827,6 +871,16 @@ impl Keeper<'_> {
                 });
                 exit::OK
             }
+            End::Lost(_) if self.owner_said.load(Ordering::SeqCst) => {
+                messages::log(self.config, || {
+                    format!(
+                        "'{}' was released by its owner (its word on this host); the keeper of \
+                         pid {} ends",
+                        self.lock.keys.name, self.pid.pid
+                    )
+                });
+                exit::OK
+            }
             End::Lost(why) => self.lose(&why),
         }
     }
@@ -840,6 +894,7 @@ impl Keeper<'_> {
             }
             Wake::Signal(s) if s.signo == libc::SIGTERM => self.terminated(s),
             Wake::Signal(_) => None,
+            Wake::OwnerSaid => self.owner_said_released(),
             // Borne out (the token holds the lock no more, see notify.rs): one renewal now
             // takes the release's mark away and answers that the owner released it (see
             // `Verdict::Released`); a lock gone without the mark is a loss.
@@ -854,6 +909,23 @@ impl Keeper<'_> {
                 None
             }
             Wake::Notice(_) => None,
+        }
+    }
+
+    /// The owner's word that it released the lock: one renewal, best effort, takes the release's
+    /// mark away; only a lock still ours (the word was false) keeps the keeper going.
+    fn owner_said_released(&mut self) -> Option<End> {
+        match self.renew() {
+            None if self.last_error.is_none() => {
+                self.owner_said.store(false, Ordering::SeqCst);
+                messages::log(self.config, || {
+                    "a word on this host that the owner released the lock is not borne out: the \
+                     lock is still ours"
+                        .to_string()
+                });
+                None
+            }
+            _ => Some(End::Released),
         }
     }
 

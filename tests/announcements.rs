@@ -450,7 +450,6 @@ fn a_keeper_under_a_frozen_server_tells_its_pid_once_the_ttl_ran_out() {
 /// (it runs on the same host as a rule), so that no fault after a release can make it a loss.
 /// Fails today: the pid gets SIGTERM about TTL/3 after the release.
 #[test]
-#[ignore = "fails today: a restart after a release unheard by the keeper makes it SIGTERM the pid"]
 fn a_restart_after_an_unheard_release_gets_no_sigterm() {
     let Some(mut redis) = RedisServer::start() else {
         return;
