@@ -70,8 +70,8 @@
 //!   own ([`Releaser::keeper`]: nobody is left to read one; a kept place's marker goes too).
 //! - Once the keeper has started to stop PID's work while the lock is ours (a preemption, its
 //!   SIGTERM), the owner's release does not hand the lock on: before any signal the keeper records
-//!   in the lock's meta that it stops the work ([`Keeper::mark_stopping`], a plain lock, on every
-//!   node of a quorum), and `release.lua` then only notes that the owner asked, answering
+//!   in Redis that it stops the work ([`Keeper::mark_stopping`]: a plain lock's meta, on every
+//!   node of a quorum; a kept place's marker), and `release.lua` (`slots_release.lua`) then only notes that the owner asked, answering
 //!   [`Verdict::Deferred`] (a bash EXIT trap runs the release at once on SIGTERM, while the
 //!   foreground step runs on). The keeper goes on escalating to SIGKILL, and releases once the
 //!   work has ended.

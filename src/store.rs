@@ -38,8 +38,8 @@ pub trait Store: Send {
     fn release(&mut self, keys: &Keys, by: &Releaser) -> Result<Verdict>;
     /// Resets the TTL if `token` holds the lock (`place`: a place in a lock with more than one
     /// holder, as its acquisition said; `false` when unknown). `draining`: a keeper that stops
-    /// its pid's work records so in the lock's meta (a plain lock: see `extend.lua`), and the
-    /// owner's release then waits for it.
+    /// its pid's work records so (a plain lock in its meta, see `extend.lua`; a place in its
+    /// marker, see `kept_place` in `common.lua`), and the owner's release then waits for it.
     fn extend(
         &mut self,
         keys: &Keys,
@@ -107,10 +107,10 @@ impl Store for Redis {
         draining: bool,
     ) -> Result<Verdict> {
         if place {
-            return slots::extend(self, keys, token, ttl);
+            return slots::extend(self, keys, token, ttl, draining);
         }
         match lock::extend(self, keys, token, ttl, false, draining)?.0 {
-            Verdict::Slots => slots::extend(self, keys, token, ttl),
+            Verdict::Slots => slots::extend(self, keys, token, ttl, draining),
             verdict => Ok(verdict),
         }
     }

@@ -69,12 +69,17 @@ fn a_step_under_timeout_is_waited_for_when_the_script_is_preempted() {
 /// The holder of `an_exit_trap_that_releases_...`: a bash script whose EXIT trap releases its
 /// lock, and whose foreground step ignores SIGTERM.
 fn trapping_holder(d: &Path) -> std::path::PathBuf {
+    trapping_holder_with(d, "--preemptible")
+}
+
+/// [`trapping_holder`], with `flags` for its acquire.
+fn trapping_holder_with(d: &Path, flags: &str) -> std::path::PathBuf {
     let script = d.join("holder.bash");
     std::fs::write(
         &script,
         format!(
             "exec 9>'{work}'; flock 9
-             T=$(redlock acquire k --while-pid $$ --ttl 6s --preemptible --kill-after 2s) || exit
+             T=$(redlock acquire k --while-pid $$ --ttl 6s {flags} --kill-after 2s) || exit
              trap 'redlock release k \"$T\"' EXIT
              echo \"$T\" >'{token}'
              sh -c 'trap \"\" TERM; echo started >>\"{steps}\"; sleep 600'
@@ -158,6 +163,49 @@ fn on_a_quorum_an_exit_trap_that_releases_does_not_cut_the_keepers_stop_short() 
         result,
         "free\n",
         "the preemptor ran beside the holder's step on a quorum\n{out}\n--- holder:\n{}",
+        holder.stderr()
+    );
+}
+
+/// The same for a place (`--slots 1`) whose keeper gets SIGTERM: the trap's release of the
+/// place waits for the keeper, and the next holder gets the place only once the step is gone.
+#[test]
+fn a_places_exit_trap_release_does_not_cut_the_keepers_stop_short() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let script = trapping_holder_with(d, "--slots 1");
+    let holder = redis
+        .sh(&format!("exec bash '{}'", script.display()))
+        .spawn_proc();
+    token_in(&d.join("token"));
+    step_started(d);
+    let keepers = keepers_of(holder.id());
+    assert_eq!(keepers.len(), 1, "{}", holder.stderr());
+    // SAFETY: kill(2) on the keeper's pid, which we just found.
+    unsafe { libc::kill(keepers[0] as i32, libc::SIGTERM) };
+    let out = redis
+        .redlock()
+        .args([
+            "exec",
+            "k",
+            "--slots",
+            "1",
+            "--wait",
+            "30s",
+            "-c",
+            &overlap_check(d),
+        ])
+        .spawn_proc()
+        .finish(Duration::from_secs(30))
+        .expect(0);
+    assert_eq!(
+        std::fs::read_to_string(d.join("result")).unwrap(),
+        "free\n",
+        "the next holder ran beside the step (the trap's release freed the place)\n{out}\n\
+         --- holder:\n{}",
         holder.stderr()
     );
 }

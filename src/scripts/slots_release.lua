@@ -7,9 +7,12 @@
 -- Returns {1, {}, false, freed} released, {0, {}, false, {}} when the token holds no place here
 -- (it expired, or was released), {-1, {}, false, {}} when a conditional force found no holder
 -- with that fence or fingerprint, {2, {}, false, {}} to a keeper (who = 'keeper') whose owner
--- released the place already (its mark, taken away now). The keeper's own release leaves no
--- mark and takes the place's 'kept' marker away (nobody is left to read either). `freed`: token, record (as in LOCK:slots) for each holder that
--- was let go (--force: all of them; each is told on LOCK:events, as release.lua tells one).
+-- released the place already (its mark, taken away now), {3, {}, false, {}} to the owner of a
+-- kept place whose keeper stops its pid's work (its marker says 'drain': the keeper releases
+-- the place once the work has ended, as release.lua says of a plain lock). The keeper's own
+-- release leaves no mark and takes the place's marker away (nobody is left to read either).
+-- `freed`: token, record (as in LOCK:slots) for each holder that was let go (--force: all of
+-- them; each is told on LOCK:events, as release.lua tells one).
 --
 -- Atomic together: the removal, the places given to the waiters at the head of the queue (one
 -- wake-up per freed place: no herd; a shared lock's writer at the head gets the whole lock once
@@ -91,6 +94,10 @@ if ARGV[2] == 'force' then
   for _, token in ipairs(chosen) do
     let_go(token, 'forced', by)
   end
+elseif view.holders[ARGV[1]] and not by_keeper
+    and redis.call('GET', gone_key(ARGV[1])) == 'drain' then
+  keep_marker(view, current, now)
+  return {3, {}, false, {}}
 elseif view.holders[ARGV[1]] then
   let_go(ARGV[1], 'released')
 else
