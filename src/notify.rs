@@ -20,9 +20,12 @@
 //! forced release or the owner's release only if the token holds the lock no more (the keeper
 //! then renews once, which finds the release's mark or the loss), a preemption only if the
 //! lock's record names that request for our token (and what it says is the record's, not the
-//! message's). An announcement the keys do not bear out, or that cannot be checked (Redis did
-//! not answer), changes nothing: the renewal decides, as for one never heard. Announcements
-//! naming other tokens cost no read.
+//! message's). On a quorum, only a majority of nodes answering without the token bears a release
+//! out (fewer answers, or a split, prove nothing); a release reaches the nodes one after the
+//! other, so such a read is made again a few times within about a second ([`REREAD`]). An
+//! announcement the keys do not bear out, or that cannot be checked (Redis did not answer),
+//! changes nothing: the renewal decides, as for one never heard. Announcements naming other
+//! tokens cost no read.
 //!
 //! Layer 11 of the list in `lib.rs`.
 
@@ -43,6 +46,11 @@ use crate::wait::Event;
 /// [`RESUBSCRIBE_CAP`].
 const RESUBSCRIBE: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_CAP: Duration = Duration::from_secs(5);
+
+/// On a quorum, the pause before reading the lock again when an announcement is not borne out
+/// yet; doubles up to [`REREAD_CAP`] (then the announcement is ignored: 750 ms in all).
+const REREAD: Duration = Duration::from_millis(50);
+const REREAD_CAP: Duration = Duration::from_millis(400);
 
 /// Hears, once, that the listener is subscribed, or that it never will be (refused: an ACL user
 /// without the channel; or its thread could not start). A listener that is still trying to reach
@@ -153,7 +161,7 @@ impl Listener<'_> {
                     at_ms: 0,
                 },
             };
-            if let Some(event) = borne_out(&state, asked)
+            if let Ok(event) = borne_out(&state, asked)
                 && self.tx.send(event).is_err()
             {
                 return Ok(Ended::Stopped);
@@ -174,7 +182,7 @@ impl Listener<'_> {
             if token_of(&event) != Some(self.token) {
                 continue;
             }
-            let Some(event) = self.read().and_then(|state| borne_out(&state, event)) else {
+            let Some(event) = self.confirm(event) else {
                 messages::log(self.config, || {
                     format!(
                         "an announcement on {channel} about our token is not borne out by the \
@@ -186,6 +194,25 @@ impl Listener<'_> {
             if self.tx.send(event).is_err() {
                 return Ok(Ended::Stopped);
             }
+        }
+    }
+
+    /// `event` if a read of the lock bears it out. On a quorum, a release reaches the nodes one
+    /// after the other (the announcing one first): a read that finds the token still on too many
+    /// of them is made again a few times, shortly (within about a second), before the
+    /// announcement is ignored.
+    fn confirm(&mut self, mut event: Event) -> Option<Event> {
+        let mut pause = REREAD;
+        loop {
+            let state = self.read()?;
+            let quorum = state.quorum.is_some();
+            match borne_out(&state, event) {
+                Ok(event) => return Some(event),
+                Err(back) if quorum && pause <= REREAD_CAP => event = back,
+                Err(_) => return None,
+            }
+            std::thread::sleep(pause);
+            pause *= 2;
         }
     }
 
@@ -227,7 +254,7 @@ fn holds_in(state: &State, token: &str) -> bool {
 /// nodes answered without it (fewer answers, or a split, prove nothing: the renewal decides,
 /// within TTL/3). A preemption: the holder is the token and its record says it was asked to
 /// stop (the request as recorded).
-fn borne_out(state: &State, event: Event) -> Option<Event> {
+fn borne_out(state: &State, event: Event) -> Result<Event, Event> {
     let holds = |token: &str| match &state.quorum {
         Some(q) => {
             let without = q
@@ -241,18 +268,23 @@ fn borne_out(state: &State, event: Event) -> Option<Event> {
     };
     match event {
         Event::TakenAway { ref token, .. } | Event::Released { ref token } if !holds(token) => {
-            Some(event)
+            Ok(event)
         }
-        Event::Preempted { token, .. } => {
-            let preemption = state
+        Event::Preempted { ref token, .. } => {
+            let recorded = state
                 .holder
                 .as_ref()
-                .filter(|h| h.token == token && state.token.as_deref() == Some(&token))?
-                .preempted
-                .clone()?;
-            Some(Event::Preempted { token, preemption })
+                .filter(|h| &h.token == token && state.token.as_deref() == Some(token))
+                .and_then(|h| h.preempted.clone());
+            match recorded {
+                Some(preemption) => Ok(Event::Preempted {
+                    token: token.clone(),
+                    preemption,
+                }),
+                None => Err(event),
+            }
         }
-        _ => None,
+        _ => Err(event),
     }
 }
 
@@ -369,11 +401,11 @@ mod tests {
             (&gone, preempted(), false),
         ] {
             let what = format!("{event:?}");
-            assert_eq!(borne_out(state, event).is_some(), acted, "{what}");
+            assert_eq!(borne_out(state, event).is_ok(), acted, "{what}");
         }
         // A recorded request is acted on as recorded, not as announced.
         match borne_out(&held(Some(asked.clone())), preempted()) {
-            Some(Event::Preempted { preemption, .. }) => assert_eq!(preemption, asked),
+            Ok(Event::Preempted { preemption, .. }) => assert_eq!(preemption, asked),
             other => panic!("{other:?}"),
         }
     }
@@ -412,7 +444,7 @@ mod tests {
                 },
             ] {
                 assert_eq!(
-                    borne_out(&on(nodes.clone()), event).is_some(),
+                    borne_out(&on(nodes.clone()), event).is_ok(),
                     acted,
                     "{what}"
                 );
