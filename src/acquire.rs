@@ -333,7 +333,7 @@ impl Waiter<'_> {
                     self.queued = false;
                     if let Some(sig) = park.interrupted() {
                         store
-                            .release(keys, &Releaser::of(&lock, None))
+                            .release(keys, &Releaser::keeper(&lock))
                             .context("interrupted right after acquiring; releasing failed")?;
                         return Ok(Acquired::Interrupted(sig));
                     }

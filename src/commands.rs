@@ -320,7 +320,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
                 Ok(started) => Some(started),
                 Err(e) => {
                     // Nobody would renew it, nor release it when the pid ends: give it back.
-                    let _ = store.release(&keys, &Releaser::of(&lock, None));
+                    let _ = store.release(&keys, &Releaser::keeper(&lock));
                     return Err(e.context(format!(
                         "cannot leave a keeper for pid {pid} (released '{}' again)",
                         keys.name
@@ -337,7 +337,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         .and_then(|()| stdout.flush())
     {
         // Nobody received the token, so nobody could ever release this lock: give it back.
-        store.release(&keys, &Releaser::of(&lock, None))?;
+        store.release(&keys, &Releaser::keeper(&lock))?;
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             messages::alert(format_args!(
                 "cannot print the token ({e}); released '{}' again",
@@ -439,6 +439,10 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
             Ok(exit::OK)
         }
         Verdict::Done(previous) => {
+            if let Releaser::Holder { token, .. } = &by {
+                // Its keeper on this host, if it has one, hears it at once (see `tell.rs`).
+                crate::tell::released(token);
+            }
             if args.force {
                 let who = previous
                     .filter(|_| true)
@@ -457,6 +461,17 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
                     keys.name
                 ));
             }
+            Ok(exit::OK)
+        }
+        Verdict::Deferred => {
+            messages::notice(
+                config,
+                format_args!(
+                    "'{}' is kept by a keeper that is stopping its pid's work: the keeper \
+                     releases it once that work has ended",
+                    keys.name
+                ),
+            );
             Ok(exit::OK)
         }
         Verdict::Free if args.force => {
@@ -513,7 +528,7 @@ pub fn extend(config: &Config, args: &ExtendArgs) -> Result<u8> {
     let token = token_arg(args.token.as_deref())?;
     warn_short_ttl(config, args.ttl);
     let mut store = backend::open(config)?;
-    match store.extend(&keys, token, args.ttl, false)? {
+    match store.extend(&keys, token, args.ttl, false, false)? {
         Verdict::Done(_) => Ok(exit::OK),
         Verdict::Preempted(p) => {
             // Extended: the lock is still ours; its keeper (or the script) is to stop.

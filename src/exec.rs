@@ -790,7 +790,7 @@ fn start_renewal(
                 }
                 let sent = Instant::now();
                 let place = lock.slot.is_some();
-                let event = match store.extend(&lock.keys, &lock.token, lock.ttl, place) {
+                let event = match store.extend(&lock.keys, &lock.token, lock.ttl, place, false) {
                     Ok(Verdict::Done(_)) => {
                         // Counted from when this one was sent, so that slow renewals (a quorum
                         // giving a frozen node its grace) do not push the next ones later.

@@ -49,10 +49,10 @@
 //!
 //! One loop decides everything, a small cousin of exec's supervisor. It blocks on one channel for
 //! PID's end (a thread polls the pidfd), the lock's announcements (`notify::listen`: the owner's
-//! release, a forced release, a preemption) and SIGTERM, with a timeout at the next renewal
-//! (every TTL/3, on the loop's own connection) or at the lock's deadline (`sent + TTL` of the last
-//! successful renewal), and, when due, at the next look at PID's work, scan for its descendants,
-//! or SIGKILL after `--kill-after`. Invariants:
+//! release, a forced release, a preemption), the owner's word on this host and SIGTERM, with a
+//! timeout at the next renewal (every TTL/3, on the loop's own connection) or at the lock's
+//! deadline (`sent + TTL` of the last successful renewal), and, when due, at the next look at
+//! PID's work, scan for its descendants, or SIGKILL after `--kill-after`. Invariants:
 //! - The lock is released only once PID and its work have ended (no living member: zombies have
 //!   ended), whatever ended PID; until then it stays ours, renewed. PID ending on its own (a
 //!   normal exit, `kill -9`, the OOM killer) with members left is said, and they are not
@@ -75,6 +75,19 @@
 //!   eviction, a forced release, another holder) is a loss: PID is acted on and the history
 //!   told. The mark lasts the lock's TTL and 2 s: as long as the keeper may still renew after a
 //!   release (until its deadline, a TTL after its last renewal, which came before the release).
+//!   The owner's `release` also tells the keeper on the same host directly (`tell.rs`: an
+//!   abstract unix socket, a peer of our uid or root only); once it has, a loss found later (the
+//!   mark gone with a restart, the deadline passed in a stall) is that release's, a quiet end.
+//!   The keeper's own release (PID and its work ended) finds an owner's release it had not heard
+//!   of by the same mark (answered [`Verdict::Released`], a quiet end), and leaves no mark of its
+//!   own ([`Releaser::keeper`]: nobody is left to read one; a kept place's marker goes too).
+//! - Once the keeper has started to stop PID's work while the lock is ours (a preemption, its
+//!   SIGTERM), the owner's release does not hand the lock on: before any signal the keeper records
+//!   in Redis that it stops the work ([`Keeper::mark_stopping`]: a plain lock's meta, on every
+//!   node of a quorum; a kept place's marker), and `release.lua` (`slots_release.lua`) then only notes that the owner asked, answering
+//!   [`Verdict::Deferred`] (a bash EXIT trap runs the release at once on SIGTERM, while the
+//!   foreground step runs on). The keeper goes on escalating to SIGKILL, and releases once the
+//!   work has ended.
 //! - An announcement acts only once one read of the lock's keys bears it out (see `notify.rs`):
 //!   anyone who may PUBLISH can send one.
 //! - Preempted, the lock stays ours, renewed, until PID and its work have ended; the release
@@ -90,6 +103,8 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -106,6 +121,7 @@ use crate::messages;
 use crate::notify;
 use crate::signals::{self, Signal};
 use crate::store::{Store, loss_reason};
+use crate::tell;
 use crate::wait::Event;
 use crate::work::{self, Stop, Work};
 
@@ -613,6 +629,8 @@ enum Wake {
     Signal(Signal),
     PidEnded,
     Notice(Event),
+    /// The owner's `release` on this host said that it released the lock (see `tell.rs`).
+    OwnerSaid,
 }
 
 /// How the keeper ends.
@@ -706,6 +724,7 @@ fn prepare<'a>(
         events,
         args.lock.preemptible,
     );
+    let owner_said = hear_the_owner(config, &lock.token, tx.clone());
     // Before acquire exits: a pid that does not lead its group has its children traced now.
     let work = Work::of(pid.pid);
     let mut store = backend::open(config)?;
@@ -739,7 +758,39 @@ fn prepare<'a>(
         kill_at: None,
         hurried: false,
         draining: None,
+        stopping: false,
+        owner_said,
     })
+}
+
+/// Listens for the owner's word on this host (see `tell.rs`) on a thread of its own: the flag
+/// is set before `release` hears back, and the loop is woken. Without the socket (its name is
+/// taken), the keeper learns of a release from Redis alone.
+fn hear_the_owner(config: &Config, token: &str, tx: Sender<Wake>) -> Arc<AtomicBool> {
+    let said = Arc::new(AtomicBool::new(false));
+    let listener = match tell::listen(token) {
+        Ok(listener) => listener,
+        Err(e) => {
+            messages::log(config, || {
+                format!("not listening for the owner's word on this host: {e}")
+            });
+            return said;
+        }
+    };
+    let (flag, token) = (said.clone(), token.to_string());
+    let spawned = std::thread::Builder::new()
+        .name("tell".into())
+        .spawn(move || {
+            if tell::await_released(&listener, &token, || flag.store(true, Ordering::SeqCst)) {
+                let _ = tx.send(Wake::OwnerSaid);
+            }
+        });
+    if let Err(e) = spawned {
+        messages::log(config, || {
+            format!("cannot start the thread that hears the owner: {e}")
+        });
+    }
+    said
 }
 
 /// Leaves the caller's world behind: stdin on /dev/null, `/` as the working directory (no
@@ -799,6 +850,13 @@ struct Keeper<'a> {
     next_scan: Option<Instant>,
     /// PID has ended, or the keeper stops it: the lock is released once the work has ended.
     draining: Option<Drain>,
+    /// The owner's `release` on this host said it released the lock (`tell.rs`): a loss found
+    /// from then on is that release's doing (its mark may be gone with a restart, or the keeper's
+    /// deadline passed during a stall), and ends the keeper quietly.
+    owner_said: Arc<AtomicBool>,
+    /// The keeper stops PID's work while the lock is ours: its renewals record so in the lock's
+    /// meta (see [`Keeper::mark_stopping`]).
+    stopping: bool,
 }
 
 /// The keeper waits for PID's work to end, then releases the lock.
@@ -879,6 +937,16 @@ impl Keeper<'_> {
                 });
                 exit::OK
             }
+            End::Lost(_) if self.owner_said.load(Ordering::SeqCst) => {
+                messages::log(self.config, || {
+                    format!(
+                        "'{}' was released by its owner (its word on this host); the keeper of \
+                         pid {} ends",
+                        self.lock.keys.name, self.pid.pid
+                    )
+                });
+                exit::OK
+            }
             End::Lost(why) => self.lose(&why),
         }
     }
@@ -892,6 +960,7 @@ impl Keeper<'_> {
             }
             Wake::Signal(s) if s.signo == libc::SIGTERM => self.terminated(s),
             Wake::Signal(_) => None,
+            Wake::OwnerSaid => self.owner_said_released(),
             // Borne out (the token holds the lock no more, see notify.rs): one renewal now
             // takes the release's mark away and answers that the owner released it (see
             // `Verdict::Released`); a lock gone without the mark is a loss.
@@ -906,6 +975,23 @@ impl Keeper<'_> {
                 None
             }
             Wake::Notice(_) => None,
+        }
+    }
+
+    /// The owner's word that it released the lock: one renewal, best effort, takes the release's
+    /// mark away; only a lock still ours (the word was false) keeps the keeper going.
+    fn owner_said_released(&mut self) -> Option<End> {
+        match self.renew() {
+            None if self.last_error.is_none() => {
+                self.owner_said.store(false, Ordering::SeqCst);
+                messages::log(self.config, || {
+                    "a word on this host that the owner released the lock is not borne out: the \
+                     lock is still ours"
+                        .to_string()
+                });
+                None
+            }
+            _ => Some(End::Released),
         }
     }
 
@@ -928,10 +1014,10 @@ impl Keeper<'_> {
             self.lock.token.clone(),
             self.lock.ttl,
         );
-        let place = self.lock.slot.is_some();
+        let (place, draining) = (self.lock.slot.is_some(), self.stopping);
         let verdict = self
             .store()
-            .and_then(|store| store.extend(&keys, &token, ttl, place));
+            .and_then(|store| store.extend(&keys, &token, ttl, place, draining));
         match verdict {
             Ok(Verdict::Done(_)) => {
                 self.renewed(sent, interval);
@@ -976,6 +1062,33 @@ impl Keeper<'_> {
                 self.next_renewal = Instant::now() + (interval / 3).max(Duration::from_millis(1));
                 None
             }
+        }
+    }
+
+    /// The keeper starts to stop PID's work while the lock is ours (a preemption, or its
+    /// SIGTERM): before any signal, the lock's meta says so (one renewal that records it, see
+    /// `extend.lua`; the later ones record it again), so that the owner's release (a bash EXIT
+    /// trap runs at once on SIGTERM, while its foreground step runs on) leaves the lock to the
+    /// keeper, which releases it once the work has ended (`release.lua`). Best effort: a renewal
+    /// that fails here is retried as any other.
+    fn mark_stopping(&mut self) {
+        if self.stopping || self.on_lost == PidOnLost::Ignore {
+            return;
+        }
+        self.stopping = true;
+        let interval = self.lock.renewal_interval();
+        let sent = Instant::now();
+        let (keys, token, ttl) = (
+            self.lock.keys.clone(),
+            self.lock.token.clone(),
+            self.lock.ttl,
+        );
+        let place = self.lock.slot.is_some();
+        if let Ok(Verdict::Done(_) | Verdict::Preempted(_)) = self
+            .store()
+            .and_then(|store| store.extend(&keys, &token, ttl, place, true))
+        {
+            self.renewed(sent, interval);
         }
     }
 
@@ -1115,6 +1228,7 @@ impl Keeper<'_> {
             self.hurried = true;
             return None;
         }
+        self.mark_stopping();
         let action = if self.told {
             format!("pid {} was told already", self.pid.pid)
         } else {
@@ -1153,6 +1267,7 @@ impl Keeper<'_> {
             return;
         }
         self.preempted = true;
+        self.mark_stopping();
         let action = if self.told {
             format!("pid {} was told already", self.pid.pid)
         } else {
@@ -1213,7 +1328,7 @@ impl Keeper<'_> {
                 self.lock.keys.name
             )
         });
-        let by = Releaser::of(&self.lock, None);
+        let by = Releaser::keeper(&self.lock);
         let keys = self.lock.keys.clone();
         match self.store().and_then(|s| s.release(&keys, &by)) {
             Ok(_) => exit::OK,
@@ -1221,9 +1336,10 @@ impl Keeper<'_> {
         }
     }
 
-    /// PID ended, or SIGTERM came (`signal`): releases the lock.
+    /// PID ended, or SIGTERM came (`signal`): releases the lock, as its keeper (no mark is
+    /// left; an owner's release that came first, unheard, is found by its mark).
     fn release(&mut self, signal: Option<Signal>) -> u8 {
-        let by = Releaser::of(&self.lock, None);
+        let by = Releaser::keeper(&self.lock);
         let keys = self.lock.keys.clone();
         let released = self
             .store()
@@ -1238,6 +1354,13 @@ impl Keeper<'_> {
         let (name, pid) = (&self.lock.keys.name, self.pid.pid);
         let code = match released {
             Ok(Verdict::Done(_)) => exit::OK,
+            // Its owner released it first (PID's end came before the announcement).
+            Ok(Verdict::Released) => {
+                messages::log(self.config, || {
+                    format!("'{name}' was released by its owner; the keeper of pid {pid} ends")
+                });
+                return exit::OK;
+            }
             Ok(other) => {
                 let store = self.store.as_mut().expect("it answered");
                 let why = loss_reason(store.as_mut(), &self.lock, &other);

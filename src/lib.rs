@@ -10,9 +10,10 @@
 //! Bottom first. A module uses only modules of lower layers (`tests/layers.rs` checks it, reading
 //! this list):
 //!
-//! 0. `exit`, `printable`, `redact`, `scripts`, `signals`, `spawn`, `work`: tables, pure text
-//!    helpers, the Lua scripts, and the wrappers of the OS (signal delivery, starting the
-//!    command, the processes a `--while-pid` pid started)
+//! 0. `exit`, `printable`, `redact`, `scripts`, `signals`, `spawn`, `tell`, `work`: tables,
+//!    pure text helpers, the Lua scripts, and the wrappers of the OS (signal delivery, starting
+//!    the command, the word a release sends its keeper, the processes a `--while-pid` pid
+//!    started)
 //! 1. `cli`, `error`: the command line's definition; the error kinds and their exit codes
 //! 2. `config`: flags and environment resolved and validated
 //! 3. `messages`: every line for humans on stderr, and what `-q` silences
@@ -71,6 +72,7 @@ mod signals;
 mod slots;
 mod spawn;
 mod store;
+mod tell;
 mod wait;
 mod watch;
 mod work;

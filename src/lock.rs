@@ -793,6 +793,10 @@ pub enum Releaser {
         token: String,
         status: Option<u8>,
         place: bool,
+        /// The lock's own keeper (`acquire --while-pid`) releases it, not its owner: nobody is
+        /// left to read a release's mark, so none is left (see `release.lua`), and an owner's
+        /// release it missed is answered [`Verdict::Released`].
+        keeper: bool,
     },
     /// Anyone, whoever holds the lock (`release --force`); this owner is recorded in the meta
     /// hash as the one who forced it (see [`Forced`]). With a condition, only the holder it
@@ -807,6 +811,7 @@ impl Releaser {
             token: token.to_string(),
             status: None,
             place: false,
+            keeper: false,
         }
     }
 
@@ -816,6 +821,26 @@ impl Releaser {
             token: lock.token.clone(),
             status,
             place: lock.slot.is_some(),
+            keeper: false,
+        }
+    }
+
+    /// The keeper of `lock` (`acquire --while-pid`), or `acquire` giving back a lock whose token
+    /// it never handed on: see [`Releaser::Holder`]'s `keeper`.
+    pub fn keeper(lock: &Lock) -> Releaser {
+        Releaser::Holder {
+            token: lock.token.clone(),
+            status: None,
+            place: lock.slot.is_some(),
+            keeper: true,
+        }
+    }
+
+    /// The last argument of `release.lua` and `slots_release.lua`: who releases.
+    pub fn who_arg(&self) -> &'static str {
+        match self {
+            Releaser::Holder { keeper: true, .. } => "keeper",
+            _ => "",
         }
     }
 }
@@ -864,6 +889,10 @@ pub enum Verdict {
     /// Not ours any more because its holder released it: a kept lock (`acquire --while-pid`) or
     /// a place released with its token, as its mark says (`mark_released` in `common.lua`).
     Released,
+    /// The owner's release of a kept lock whose keeper is stopping PID's work (a preemption, or
+    /// SIGTERM to the keeper): still held, and the keeper releases it once the work has ended
+    /// (see `release.lua`).
+    Deferred,
 }
 
 impl Lock {
@@ -1322,7 +1351,8 @@ pub fn release(
         call.arg(log_max)
             .arg(status.map_or(String::new(), |s| s.to_string()))
             .arg(meta_ttl)
-            .arg(&watch_all);
+            .arg(&watch_all)
+            .arg(by.who_arg());
         call.invoke(con)
     })?;
     // A quorum's queue node names the next waiter even where our token was not (release.lua).
@@ -1347,13 +1377,14 @@ pub fn wake(redis: &mut Redis, keys: &Keys, waiter: &str) -> Result<()> {
 }
 
 /// Resets the TTL of the lock if `token` holds it; with `want_run_id`, also returns the server's
-/// run_id.
+/// run_id; with `draining`, records that its keeper stops its pid's work (see `extend.lua`).
 pub fn extend(
     redis: &mut Redis,
     keys: &Keys,
     token: &str,
     ttl: Duration,
     want_run_id: bool,
+    draining: bool,
 ) -> Result<(Verdict, Option<String>)> {
     let meta_ttl = millis(redis.meta_ttl());
     let reply: Vec<Value> = redis.call("extend", |con| {
@@ -1363,6 +1394,7 @@ pub fn extend(
             .arg(millis(ttl))
             .arg(if want_run_id { "1" } else { "0" })
             .arg(meta_ttl)
+            .arg(if draining { "1" } else { "" })
             .invoke(con)
     })?;
     let run_id = match reply.as_slice() {
@@ -1411,6 +1443,7 @@ fn verdict(what: &str, reply: &[Value]) -> Result<Verdict> {
         [Value::Int(1), meta, ..] => Ok(Verdict::Done(parse_meta(meta).1)),
         [Value::Int(0), ..] => Ok(Verdict::Free),
         [Value::Int(2), ..] => Ok(Verdict::Released),
+        [Value::Int(3), ..] => Ok(Verdict::Deferred),
         [Value::Int(-1), meta, ..] => Ok(Verdict::HeldByOther(parse_meta(meta).1)),
         [Value::Int(-2), ..] => Ok(Verdict::Slots),
         other => Err(unexpected_reply(what, format!("{other:?}"))),
@@ -1446,9 +1479,11 @@ pub fn not_owner(verdict: &Verdict, token: &str) -> anyhow::Error {
         Verdict::HeldByOther(None) => {
             "the lock is held by another token (no redlock record)".to_string()
         }
-        Verdict::Done(_) | Verdict::Forced(_) | Verdict::Preempted(_) | Verdict::Released => {
-            "the lock was released".to_string()
-        }
+        Verdict::Done(_)
+        | Verdict::Forced(_)
+        | Verdict::Preempted(_)
+        | Verdict::Released
+        | Verdict::Deferred => "the lock was released".to_string(),
         Verdict::Slots => "the lock has more than one holder now".to_string(),
         Verdict::PlaceGone => {
             "the token holds no place in the lock (it expired, or was released or force-released)"

@@ -20,9 +20,12 @@
 //! forced release or the owner's release only if the token holds the lock no more (the keeper
 //! then renews once, which finds the release's mark or the loss), a preemption only if the
 //! lock's record names that request for our token (and what it says is the record's, not the
-//! message's). An announcement the keys do not bear out, or that cannot be checked (Redis did
-//! not answer), changes nothing: the renewal decides, as for one never heard. Announcements
-//! naming other tokens cost no read.
+//! message's). On a quorum, only a majority of nodes answering without the token bears a release
+//! out (fewer answers, or a split, prove nothing); a release reaches the nodes one after the
+//! other, so such a read is made again a few times within about a second ([`REREAD`]). An
+//! announcement the keys do not bear out, or that cannot be checked (Redis did not answer),
+//! changes nothing: the renewal decides, as for one never heard. Announcements naming other
+//! tokens cost no read.
 //!
 //! Layer 11 of the list in `lib.rs`.
 
@@ -43,6 +46,11 @@ use crate::wait::Event;
 /// [`RESUBSCRIBE_CAP`].
 const RESUBSCRIBE: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_CAP: Duration = Duration::from_secs(5);
+
+/// On a quorum, the pause before reading the lock again when an announcement is not borne out
+/// yet; doubles up to [`REREAD_CAP`] (then the announcement is ignored: 750 ms in all).
+const REREAD: Duration = Duration::from_millis(50);
+const REREAD_CAP: Duration = Duration::from_millis(400);
 
 /// Hears, once, that the listener is subscribed, or that it never will be (refused: an ACL user
 /// without the channel; or its thread could not start). A listener that is still trying to reach
@@ -153,7 +161,7 @@ impl Listener<'_> {
                     at_ms: 0,
                 },
             };
-            if let Some(event) = borne_out(&state, asked)
+            if let Ok(event) = borne_out(&state, asked)
                 && self.tx.send(event).is_err()
             {
                 return Ok(Ended::Stopped);
@@ -174,7 +182,7 @@ impl Listener<'_> {
             if token_of(&event) != Some(self.token) {
                 continue;
             }
-            let Some(event) = self.read().and_then(|state| borne_out(&state, event)) else {
+            let Some(event) = self.confirm(event) else {
                 messages::log(self.config, || {
                     format!(
                         "an announcement on {channel} about our token is not borne out by the \
@@ -186,6 +194,25 @@ impl Listener<'_> {
             if self.tx.send(event).is_err() {
                 return Ok(Ended::Stopped);
             }
+        }
+    }
+
+    /// `event` if a read of the lock bears it out. On a quorum, a release reaches the nodes one
+    /// after the other (the announcing one first): a read that finds the token still on too many
+    /// of them is made again a few times, shortly (within about a second), before the
+    /// announcement is ignored.
+    fn confirm(&mut self, mut event: Event) -> Option<Event> {
+        let mut pause = REREAD;
+        loop {
+            let state = self.read()?;
+            let quorum = state.quorum.is_some();
+            match borne_out(&state, event) {
+                Ok(event) => return Some(event),
+                Err(back) if quorum && pause <= REREAD_CAP => event = back,
+                Err(_) => return None,
+            }
+            std::thread::sleep(pause);
+            pause *= 2;
         }
     }
 
@@ -212,32 +239,52 @@ fn token_of(event: &Event) -> Option<&str> {
     }
 }
 
+/// Whether `token` holds the lock in `state` (one server's), as its holder or in a place.
+fn holds_in(state: &State, token: &str) -> bool {
+    state.token.as_deref() == Some(token)
+        || state
+            .slots
+            .as_ref()
+            .is_some_and(|s| s.holders.iter().any(|h| h.token == token))
+}
+
 /// `event` (an announcement, or a preemption to look for) if the lock's `state` bears it out,
 /// as it is to be acted on; `None` if not. A forced release or the owner's release: the token
-/// holds the lock no more (neither as its holder nor in a place). A preemption: the holder is the
-/// token and its record says it was asked to stop (the request as recorded).
-fn borne_out(state: &State, event: Event) -> Option<Event> {
-    let holds = |token: &str| {
-        state.token.as_deref() == Some(token)
-            || state
-                .slots
-                .as_ref()
-                .is_some_and(|s| s.holders.iter().any(|h| h.token == token))
+/// holds the lock no more (neither as its holder nor in a place); on a quorum, a majority of the
+/// nodes answered without it (fewer answers, or a split, prove nothing: the renewal decides,
+/// within TTL/3). A preemption: the holder is the token and its record says it was asked to
+/// stop (the request as recorded).
+fn borne_out(state: &State, event: Event) -> Result<Event, Event> {
+    let holds = |token: &str| match &state.quorum {
+        Some(q) => {
+            let without = q
+                .nodes
+                .iter()
+                .filter(|(_, node)| node.as_ref().is_ok_and(|s| !holds_in(s, token)))
+                .count();
+            without < q.needed
+        }
+        None => holds_in(state, token),
     };
     match event {
         Event::TakenAway { ref token, .. } | Event::Released { ref token } if !holds(token) => {
-            Some(event)
+            Ok(event)
         }
-        Event::Preempted { token, .. } => {
-            let preemption = state
+        Event::Preempted { ref token, .. } => {
+            let recorded = state
                 .holder
                 .as_ref()
-                .filter(|h| h.token == token && state.token.as_deref() == Some(&token))?
-                .preempted
-                .clone()?;
-            Some(Event::Preempted { token, preemption })
+                .filter(|h| &h.token == token && state.token.as_deref() == Some(token))
+                .and_then(|h| h.preempted.clone());
+            match recorded {
+                Some(preemption) => Ok(Event::Preempted {
+                    token: token.clone(),
+                    preemption,
+                }),
+                None => Err(event),
+            }
         }
-        _ => None,
+        _ => Err(event),
     }
 }
 
@@ -354,12 +401,54 @@ mod tests {
             (&gone, preempted(), false),
         ] {
             let what = format!("{event:?}");
-            assert_eq!(borne_out(state, event).is_some(), acted, "{what}");
+            assert_eq!(borne_out(state, event).is_ok(), acted, "{what}");
         }
         // A recorded request is acted on as recorded, not as announced.
         match borne_out(&held(Some(asked.clone())), preempted()) {
-            Some(Event::Preempted { preemption, .. }) => assert_eq!(preemption, asked),
+            Ok(Event::Preempted { preemption, .. }) => assert_eq!(preemption, asked),
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Fails if a quorum's read with fewer than a majority of answers without our token (too few
+    /// nodes answered, or a split) bears out a release: the token may still hold the lock.
+    #[test]
+    fn on_a_quorum_only_a_majority_without_the_token_bears_a_release_out() {
+        use crate::lock::{QuorumVerdict, QuorumView};
+        let on = |nodes: Vec<Result<State, String>>| {
+            let mut s = state(None, None, &[]);
+            s.quorum = Some(QuorumView {
+                verdict: QuorumVerdict::Unknown,
+                needed: 2,
+                agree: 0,
+                nodes: nodes.into_iter().map(|n| ("n".to_string(), n)).collect(),
+            });
+            s
+        };
+        let ours = || Ok(state(Some("t"), None, &[]));
+        let free = || Ok(state(None, None, &[]));
+        let down = || Err("timed out".to_string());
+        for (nodes, acted) in [
+            (vec![free(), down(), down()], false),
+            (vec![free(), ours(), down()], false),
+            (vec![free(), ours(), ours()], false),
+            (vec![free(), free(), down()], true),
+            (vec![free(), ours(), free()], true),
+        ] {
+            let what = format!("{nodes:?}");
+            for event in [
+                Event::Released { token: "t".into() },
+                Event::TakenAway {
+                    token: "t".into(),
+                    why: "forced".into(),
+                },
+            ] {
+                assert_eq!(
+                    borne_out(&on(nodes.clone()), event).is_ok(),
+                    acted,
+                    "{what}"
+                );
+            }
         }
     }
 

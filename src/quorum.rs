@@ -322,7 +322,7 @@ impl Nodes {
         let (n, q) = (self.n(), self.q());
         let matched = verdicts
             .iter()
-            .filter(|v| matches!(v, Verdict::Done(_)))
+            .filter(|v| matches!(v, Verdict::Done(_) | Verdict::Deferred))
             .count();
         let others = || {
             verdicts.iter().filter_map(|v| match v {
@@ -1002,7 +1002,7 @@ impl Store for Nodes {
         }
         let matched = verdicts
             .iter()
-            .filter(|v| matches!(v, Verdict::Done(_)))
+            .filter(|v| matches!(v, Verdict::Done(_) | Verdict::Deferred))
             .count();
         let unmatched = verdicts.len() - matched;
         if conditional && matched > 0 && unmatched > 0 {
@@ -1015,6 +1015,11 @@ impl Store for Nodes {
                     keys.name
                 ),
             );
+        }
+        // The owner's release of a lock its keeper is stopping: the keeper releases it (on every
+        // node) once the work has ended.
+        if verdicts.contains(&Verdict::Deferred) {
+            return Ok(Verdict::Deferred);
         }
         if let Some(done) = verdicts.iter().find(|v| matches!(v, Verdict::Done(_))) {
             if !failed.is_empty() {
@@ -1036,6 +1041,10 @@ impl Store for Nodes {
                 (_, Some(h)) => Verdict::Done(Some(h)),
                 (d, None) => d.clone(),
             });
+        }
+        // A keeper's release, after its owner's (a node kept the release's mark).
+        if verdicts.contains(&Verdict::Released) {
+            return Ok(Verdict::Released);
         }
         if !failed.is_empty() {
             return Err(self.no_quorum(
@@ -1060,7 +1069,14 @@ impl Store for Nodes {
             .unwrap_or(Verdict::Free))
     }
 
-    fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration, _place: bool) -> Result<Verdict> {
+    fn extend(
+        &mut self,
+        keys: &Keys,
+        token: &str,
+        ttl: Duration,
+        _place: bool,
+        draining: bool,
+    ) -> Result<Verdict> {
         let (n, q) = (self.n(), self.q());
         let sent = Instant::now();
         let is_done = |a: &Option<Result<(Verdict, Option<String>)>>| {
@@ -1070,7 +1086,7 @@ impl Store for Nodes {
             let (k, t) = (keys.clone(), token.to_string());
             self.fan_out(
                 |_| true,
-                move |_, con| lock::extend(con, &k, &t, ttl, true),
+                move |_, con| lock::extend(con, &k, &t, ttl, true, draining),
                 move |a| {
                     let done = a.iter().filter(|a| is_done(a)).count();
                     let other = a.iter().flatten().count() - done;

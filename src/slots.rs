@@ -66,12 +66,15 @@ pub fn release(redis: &mut Redis, keys: &Keys, by: &Releaser) -> Result<Verdict>
         call.arg(log_max)
             .arg(status.map_or(String::new(), |s| s.to_string()))
             .arg(meta_ttl)
-            .arg(&watch_all);
+            .arg(&watch_all)
+            .arg(by.who_arg());
         call.invoke(con)
     })?;
     match reply.as_slice() {
         [Value::Int(1), _, _, freed] if forcer.is_some() => Ok(Verdict::Forced(holders(freed))),
         [Value::Int(1), ..] => Ok(Verdict::Done(None)),
+        [Value::Int(2), ..] => Ok(Verdict::Released),
+        [Value::Int(3), ..] => Ok(Verdict::Deferred),
         [Value::Int(0), ..] => Ok(Verdict::PlaceGone),
         // A conditional force that matched no holder: nothing changed.
         [Value::Int(-1), ..] => Err(failure(
@@ -91,7 +94,14 @@ pub fn release(redis: &mut Redis, keys: &Keys, by: &Releaser) -> Result<Verdict>
 }
 
 /// Resets the TTL of `token`'s place, if it still has one.
-pub fn extend(redis: &mut Redis, keys: &Keys, token: &str, ttl: Duration) -> Result<Verdict> {
+/// `draining`: its keeper stops its pid's work (see `slots_release.lua`).
+pub fn extend(
+    redis: &mut Redis,
+    keys: &Keys,
+    token: &str,
+    ttl: Duration,
+    draining: bool,
+) -> Result<Verdict> {
     let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
     let watch_all = watch_all_arg(redis);
     let reply: Vec<Value> = redis.call("extend", |con| {
@@ -103,6 +113,7 @@ pub fn extend(redis: &mut Redis, keys: &Keys, token: &str, ttl: Duration) -> Res
             .arg(meta_ttl)
             .arg(log_max)
             .arg(&watch_all)
+            .arg(if draining { "1" } else { "" })
             .invoke(con)
     })?;
     match reply.as_slice() {

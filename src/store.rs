@@ -37,8 +37,17 @@ pub trait Store: Send {
     /// Releases the lock if the releaser's token holds it (or, by force, whoever holds it).
     fn release(&mut self, keys: &Keys, by: &Releaser) -> Result<Verdict>;
     /// Resets the TTL if `token` holds the lock (`place`: a place in a lock with more than one
-    /// holder, as its acquisition said; `false` when unknown).
-    fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration, place: bool) -> Result<Verdict>;
+    /// holder, as its acquisition said; `false` when unknown). `draining`: a keeper that stops
+    /// its pid's work records so (a plain lock in its meta, see `extend.lua`; a place in its
+    /// marker, see `kept_place` in `common.lua`), and the owner's release then waits for it.
+    fn extend(
+        &mut self,
+        keys: &Keys,
+        token: &str,
+        ttl: Duration,
+        place: bool,
+        draining: bool,
+    ) -> Result<Verdict>;
     /// One lock's state.
     fn inspect(&mut self, keys: &Keys) -> Result<State>;
     /// The state of every lock under `prefix` that some server holds (SCAN), as
@@ -89,12 +98,19 @@ impl Store for Redis {
         }
     }
 
-    fn extend(&mut self, keys: &Keys, token: &str, ttl: Duration, place: bool) -> Result<Verdict> {
+    fn extend(
+        &mut self,
+        keys: &Keys,
+        token: &str,
+        ttl: Duration,
+        place: bool,
+        draining: bool,
+    ) -> Result<Verdict> {
         if place {
-            return slots::extend(self, keys, token, ttl);
+            return slots::extend(self, keys, token, ttl, draining);
         }
-        match lock::extend(self, keys, token, ttl, false)?.0 {
-            Verdict::Slots => slots::extend(self, keys, token, ttl),
+        match lock::extend(self, keys, token, ttl, false, draining)?.0 {
+            Verdict::Slots => slots::extend(self, keys, token, ttl, draining),
             verdict => Ok(verdict),
         }
     }
@@ -195,7 +211,7 @@ pub fn lost_reason(v: &Verdict) -> String {
         Verdict::Done(_) | Verdict::Forced(_) | Verdict::Preempted(_) => {
             "the lock was released".into()
         }
-        Verdict::Released => "the lock was released with its token".into(),
+        Verdict::Released | Verdict::Deferred => "the lock was released with its token".into(),
         Verdict::Slots => "the lock key now holds a lock with more than one holder".into(),
         Verdict::PlaceGone => {
             "our place in the lock is gone (it expired, or was released or force-released)".into()

@@ -93,7 +93,8 @@ end
 -- was sent before it, and the keeper renews (retrying failures every TTL/9) only until that
 -- renewal's TTL has run out, when it takes the lock for lost anyway; MARK_SLACK_MS covers a
 -- renewal sent just before that deadline and still on its way (up to the default --io-timeout,
--- 2 s).
+-- 2 s). The keeper's own release (release.lua's who = 'keeper') leaves none: nobody is left to
+-- read it; and it takes away a mark of the owner's release it had not heard of.
 local MARK_SLACK_MS = 2000
 local function mark_released(token, ttl_ms)
   redis.pcall('SET', gone_key(token), 'rel', 'PX', int((tonumber(ttl_ms) or 0) + MARK_SLACK_MS))
@@ -105,9 +106,14 @@ end
 -- for a token that holds), lasting as long as the place and MARK_SLACK_MS more, and each renewal
 -- of the place makes it last as long again (`renewed`: a PEXPIRE that does nothing when there is
 -- no such key). Its release turns it into the mark of mark_released; a forced release drops it.
-local function kept_place(token, ttl_ms, renewed)
+-- A renewal by a keeper that stops its pid's work (`draining`) makes it 'drain': the owner's
+-- release of the place then waits for the keeper (see slots_release.lua).
+local function kept_place(token, ttl_ms, renewed, draining)
   local ms = int((tonumber(ttl_ms) or 0) + MARK_SLACK_MS)
-  if renewed then
+  local was = draining and redis.call('GET', gone_key(token))
+  if was == 'kept' or was == 'drain' then
+    redis.call('SET', gone_key(token), 'drain', 'PX', ms)
+  elseif renewed then
     redis.call('PEXPIRE', gone_key(token), ms)
   else
     redis.call('SET', gone_key(token), 'kept', 'PX', ms)
@@ -116,7 +122,8 @@ end
 
 -- Whether the place of `token` is kept alive by a keeper (see kept_place).
 local function place_is_kept(token)
-  return redis.call('GET', gone_key(token)) == 'kept'
+  local marker = redis.call('GET', gone_key(token))
+  return marker == 'kept' or marker == 'drain'
 end
 
 -- Whether the holder with `token` released the lock itself (see mark_released); the mark is
@@ -143,8 +150,9 @@ end
 -- (its waiter reads it once, with this attempt, then stops).
 local function given_up(token)
   local gone = redis.call('GET', gone_key(token))
-  -- 'kept' (see kept_place): a place this token holds; its attempt re-sent finds it taken.
-  if not gone or gone == 'kept' then
+  -- 'kept', 'drain' (see kept_place): a place this token holds; its attempt re-sent finds it
+  -- taken.
+  if not gone or gone == 'kept' or gone == 'drain' then
     return nil
   end
   local at, by = string.match(gone, '^sup:(%d+):(.*)$')

@@ -1,7 +1,9 @@
 -- Reset the lock's TTL if, and only if, ARGV[1] holds it (compare-and-PEXPIRE).
 --
 -- ARGV token, ttl_ms, want_run_id ('1': return this server's run_id), meta_idle_ms (see
---      keep_meta: meta must outlive the lock's new expiry)
+--      keep_meta: meta must outlive the lock's new expiry), draining ('1': the holder's keeper,
+--      `acquire --while-pid`, stops its pid's work: META `draining` names the token, and the
+--      owner's release waits for the keeper, see release.lua)
 --
 -- Returns {1, {}, run_id[, preempted]} extended (preempted: 'AT:BY' when a --preempt waiter
 -- asked this holder to stop, see acquire.lua: the lock is still renewed, and released by its
@@ -30,6 +32,9 @@ if current == ARGV[1] then
   local preempted
   if m[1] == current then
     redis.call('HSET', META, 'expires_ms', now_ms() + tonumber(ARGV[2]))
+    if ARGV[5] == '1' then
+      redis.call('HSET', META, 'draining', current)
+    end
     local pre = m[2] or ''
     if string.sub(pre, 1, #current + 1) == current .. ':' then
       preempted = string.sub(pre, #current + 2)

@@ -8,12 +8,22 @@
 --      `--if-token FINGERPRINT`) (all five '' when not forced), log_max (see `event` in
 --      common.lua), status (the exit status of `exec`'s command, told with `released`; '' for
 --      `release`), meta_idle_ms (how long the history outlives this release), watch_all
---      (see `listened` in common.lua)
+--      (see `listened` in common.lua), who ('keeper': the lock's own keeper releases it, or
+--      acquire gives back a kept lock whose token it could not hand on; '' the owner)
 --
 -- Returns {1, holder-record, next} released: the record names who held it (for --force; empty
 -- otherwise) and `next` is the waiter it was handed to, or false; {0} already free (expired or
 -- never taken); {-1, holder-record} held by another token (nothing changed); {-2} a lock with
--- more than one holder (see slots_common.lua; nothing changed).
+-- more than one holder (see slots_common.lua; nothing changed); {2, {}, false} to a keeper whose
+-- owner released the lock already (its mark, taken away now: the keeper ends quietly); {3, {},
+-- false} to the owner of a kept lock whose keeper is stopping its pid's work (below).
+--
+-- A keeper that stops its pid's work (a preemption, or SIGTERM to the keeper) first records
+-- META `draining` = its token (extend.lua). The owner's release of such a lock (a bash EXIT
+-- trap runs at once on SIGTERM, while the foreground step it started still runs) must not hand
+-- the lock on beside that step: it records META `release_asked` = the token and changes nothing
+-- else; the keeper releases once the work has ended (and escalates to SIGKILL meanwhile). The
+-- keeper's own release is never deferred, and leaves no mark (nobody is left to read one).
 --
 -- The compare and the delete must be one atomic step: with two round trips the lock could expire
 -- between them and a new holder's lock would be deleted (the seed's "classic wrong release"). The
@@ -65,7 +75,12 @@ local function next_here(current)
 end
 
 watch_all = ARGV[14] or ''
+local by_keeper = ARGV[15] == 'keeper'
 local current = redis.call('GET', LOCK)
+if current ~= ARGV[1] and by_keeper and released_by_owner(ARGV[1]) then
+  -- The owner released first, and its keeper did not hear it before its pid ended.
+  return {2, {}, false}
+end
 if not current then
   return {0, {}, next_here(current)}
 end
@@ -76,7 +91,8 @@ end
 -- The lock changes first, the records after, with pcall: a server out of memory (maxmemory,
 -- noeviction) refuses HSET but not DEL, and a release must not fail for want of a date.
 local log_max, keep = ARGV[11], tonumber(ARGV[13]) or 0
-local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence', 'told', 'kept', 'ttl_ms')
+local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence', 'told', 'kept', 'ttl_ms',
+  'draining')
 -- Only an acquisition in the history has its end told (a quorum's attempt that did not win a
 -- majority, given back, was never an acquisition).
 local told = mine[4] == current
@@ -85,6 +101,12 @@ local function date_release()
   if dated then
     redis.pcall('HSET', META, 'released_ms', int(now_ms()))
   end
+end
+if current == ARGV[1] and not by_keeper and mine[1] == current and mine[5] == '1'
+    and mine[7] == current then
+  -- Its keeper is stopping the work: it releases once the work has ended.
+  redis.pcall('HSET', META, 'release_asked', current)
+  return {3, {}, false}
 end
 if current == ARGV[1] then
   local next = pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])
@@ -98,7 +120,7 @@ if current == ARGV[1] then
     end
     event('released', current, fields, log_max, keep, at)
   end
-  if dated and mine[5] == '1' then
+  if dated and mine[5] == '1' and not by_keeper then
     -- Its keeper (`acquire --while-pid`) ends (see mark_released in common.lua).
     mark_released(current, mine[6])
   end

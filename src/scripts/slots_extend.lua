@@ -2,7 +2,8 @@
 -- slots_common.lua), if, and only if, ARGV[1] still holds it.
 --
 -- ARGV token, ttl_ms, want_run_id (unused: a quorum is refused), meta_idle_ms, log_max, watch_all
---      (see `event` and `listened` in common.lua)
+--      (see `event` and `listened` in common.lua), draining ('1': the place's keeper stops its
+--      pid's work, see kept_place in common.lua)
 --
 -- Returns {1, {}, false} extended, {2, {}, false} released by its holder (the mark
 -- mark_released in common.lua left, taken away with this answer: its keeper ends), {0, {},
@@ -33,7 +34,7 @@ if not mine then
 end
 mine.expires = now + ttl
 redis.call('HSET', SLOTS, ARGV[1], int(mine.expires) .. string.match(mine.value, '^%d+(.*)$'))
-kept_place(ARGV[1], ttl, true)
+kept_place(ARGV[1], ttl, true, ARGV[7] == '1')
 keep_marker(view, current, now)
 keep_meta(ARGV[4], view.latest - now)
 local log = LOCK .. ':log'

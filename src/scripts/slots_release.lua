@@ -2,19 +2,28 @@
 -- freed place on to the waiter whose turn it is.
 --
 -- ARGV as release.lua's (token, 'force', claim_ms, -, -, the forcer's host, pid and user, a
--- condition and its value, log_max, status, meta_idle_ms, watch_all).
+-- condition and its value, log_max, status, meta_idle_ms, watch_all, who).
 --
 -- Returns {1, {}, false, freed} released, {0, {}, false, {}} when the token holds no place here
 -- (it expired, or was released), {-1, {}, false, {}} when a conditional force found no holder
--- with that fence or fingerprint. `freed`: token, record (as in LOCK:slots) for each holder that
--- was let go (--force: all of them; each is told on LOCK:events, as release.lua tells one).
+-- with that fence or fingerprint, {2, {}, false, {}} to a keeper (who = 'keeper') whose owner
+-- released the place already (its mark, taken away now), {3, {}, false, {}} to the owner of a
+-- kept place whose keeper stops its pid's work (its marker says 'drain': the keeper releases
+-- the place once the work has ended, as release.lua says of a plain lock). The keeper's own
+-- release leaves no mark and takes the place's marker away (nobody is left to read either).
+-- `freed`: token, record (as in LOCK:slots) for each holder that was let go (--force: all of
+-- them; each is told on LOCK:events, as release.lua tells one).
 --
 -- Atomic together: the removal, the places given to the waiters at the head of the queue (one
 -- wake-up per freed place: no herd; a shared lock's writer at the head gets the whole lock once
 -- the last reader is gone, see admit), and the marker's expiry, which follows the latest holder.
 watch_all = ARGV[14] or ''
+local by_keeper = ARGV[15] == 'keeper'
 local current = redis.call('GET', LOCK)
 if not current or string.sub(current, 1, 1) ~= '#' then
+  if by_keeper and released_by_owner(ARGV[1]) then
+    return {2, {}, false, {}}
+  end
   return {0, {}, false, {}}
 end
 local now = now_ms()
@@ -51,7 +60,9 @@ local function let_go(token, why, by)
     -- A kept place's release is marked (see mark_released in common.lua), so that a keeper
     -- that missed the announcement does not take its place gone for a loss. Any other is only
     -- announced (nobody listens for it but a keeper of an older version).
-    if place_is_kept(token) then
+    if place_is_kept(token) and by_keeper then
+      redis.call('DEL', gone_key(token))
+    elseif place_is_kept(token) then
       mark_released(token, string.match(h.value, '^%d*\t%d*\t%d*\t%d*\t(%d*)'))
     else
       redis.pcall('PUBLISH', LOCK .. ':events', 'released:' .. token)
@@ -83,10 +94,17 @@ if ARGV[2] == 'force' then
   for _, token in ipairs(chosen) do
     let_go(token, 'forced', by)
   end
+elseif view.holders[ARGV[1]] and not by_keeper
+    and redis.call('GET', gone_key(ARGV[1])) == 'drain' then
+  keep_marker(view, current, now)
+  return {3, {}, false, {}}
 elseif view.holders[ARGV[1]] then
   let_go(ARGV[1], 'released')
 else
   keep_marker(view, current, now)
+  if by_keeper and released_by_owner(ARGV[1]) then
+    return {2, {}, false, {}}
+  end
   return {0, {}, false, {}}
 end
 admit(view, shared and math.huge or limit_of(spec), shared, ARGV[3], now)
