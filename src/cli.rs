@@ -28,7 +28,8 @@ every acquisition, and records who holds each lock so that 'redlock status' can 
 /// line back to the margin, where its rest reads like another entry.
 fn after_help() -> String {
     let mut s = String::from(
-        "Durations are humantime values (500ms, 30s, 1m30s); a bare number means seconds.\n\n\
+        "Durations are humantime values (500ms, 30s, 1m30s); a bare number means seconds;\n\
+         at most 100 years.\n\n\
          Exit status:\n",
     );
     const INDENT: usize = 12;
@@ -681,8 +682,28 @@ pub enum OnLost {
     Ignore,
 }
 
+/// The longest duration any option takes: 100 years, for all alike. Refused where it is parsed,
+/// so that no deadline or sum computed from a user's durations (`now + --kill-after`,
+/// `--io-timeout * 4`, ...) can overflow the clock, wherever the code computes it; no option
+/// needs more (an option left out means no limit where one makes sense).
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * YEAR_SECS);
+
+/// A year as humantime counts it (365.25 days), so that `100y` is allowed.
+const YEAR_SECS: u64 = 31_557_600;
+
 /// Parses a humantime duration (`500ms`, `1m30s`); a bare number means seconds, as `flock -w`.
+/// At most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    match parse_any_duration(s)? {
+        Some(d) if d <= MAX_DURATION => Ok(d),
+        _ => Err(format!(
+            "'{s}' is too long; a duration is at most 100 years"
+        )),
+    }
+}
+
+/// Any duration, or `None` for a number of seconds too large for one.
+fn parse_any_duration(s: &str) -> Result<Option<Duration>, String> {
     let t = s.trim();
     if t.is_empty() {
         return Err("empty duration; use e.g. 30s, 500ms or 1m30s".into());
@@ -694,9 +715,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         let secs: f64 = t
             .parse()
             .map_err(|_| format!("'{s}' is not a number of seconds"))?;
-        return Duration::try_from_secs_f64(secs).map_err(|_| format!("'{s}' is out of range"));
+        return Ok(Duration::try_from_secs_f64(secs).ok());
     }
     humantime::parse_duration(t)
+        .map(Some)
         .map_err(|e| format!("'{s}' is not a duration ({e}); use e.g. 30s, 500ms or 1m30s"))
 }
 
@@ -754,9 +776,6 @@ pub fn parse_ttl(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d < Duration::from_millis(1) {
         return Err(format!("'{s}' is too short; a TTL must be at least 1ms"));
-    }
-    if d > Duration::from_secs(100 * 365 * 24 * 3600) {
-        return Err(format!("'{s}' is too long; a TTL must be under 100 years"));
     }
     Ok(d)
 }

@@ -4,6 +4,14 @@
 //! an error after at most `--connect-timeout` + `--io-timeout`, never a hang. Errors carry the
 //! redacted URL and a hint at the fix.
 //!
+//! A reply later than `--io-timeout` does not cost the connection: on a server full of clients
+//! (`maxclients`) a new one may be refused, and a holder would lose a lock that Redis still keeps
+//! for it. After such a timeout the connection is *late* (see [`Health`]): the driver counts the
+//! reply it still owes and throws it away when it comes, and before its next command the
+//! connection is checked with `ECHO <nonce>`, which must come back next. It is replaced only
+//! when it really broke (closed, reset, a command that may have gone out in part, anything but
+//! our nonce in answer), or when it stays silent for longer than [`Redis::patience`].
+//!
 //! Layer 4 of the list in `lib.rs`.
 
 use std::sync::{Mutex, PoisonError};
@@ -37,6 +45,26 @@ pub struct Redis {
     /// An acquire attempt on this connection has checked what kind of server this is (see
     /// `guard.lua`): a replica and an evicting server are found once per connection.
     checked: bool,
+    /// What the last failure left of the connection.
+    health: Health,
+    /// The read timeout set for the next commands (`--io-timeout`, or longer for a blocking
+    /// command), put back after a resynchronisation.
+    read_timeout: Duration,
+}
+
+/// What the last failure left of a connection: whether [`Redis::recover`] replaces it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Health {
+    /// Nothing wrong, or a failure that does not need a new connection.
+    Fine,
+    /// A reply did not come within the read timeout (since then): the connection is kept, the
+    /// driver discards the late replies when they come, and an `ECHO` checks that it is in step
+    /// before the next command (see [`Redis::resync`]).
+    Late(Instant),
+    /// Any other failure (closed, reset, a command perhaps sent in part, an error reply): a
+    /// new connection, as after any error before (a Sentinel setup then asks where the master
+    /// is now).
+    Suspect,
 }
 
 enum Con {
@@ -45,13 +73,6 @@ enum Con {
 }
 
 impl Con {
-    fn get(&mut self) -> &mut dyn ConnectionLike {
-        match self {
-            Con::Plain(c) => c,
-            Con::Cluster(c) => c.as_mut(),
-        }
-    }
-
     fn set_timeouts(&mut self, read: Duration, write: Duration) -> redis::RedisResult<()> {
         match self {
             Con::Plain(c) => c
@@ -121,6 +142,8 @@ impl Redis {
             stale: false,
             dropped: false,
             checked: false,
+            health: Health::Fine,
+            read_timeout: config.io_timeout,
         })
     }
 
@@ -173,6 +196,7 @@ impl Redis {
             Con::Cluster(cluster) => cluster.route_command(cmd, route),
             Con::Plain(con) => cmd.query(con),
         };
+        self.judge(&result, false);
         result.map_err(|e| self.error(what, e))
     }
 
@@ -220,6 +244,31 @@ impl Redis {
     /// Whether this is a Redis Cluster connection.
     pub fn is_cluster(&self) -> bool {
         matches!(self.con, Con::Cluster(_))
+    }
+
+    /// After a failed call: replaces the connection if it must be (see [`Health`]), and keeps
+    /// it if it is only late (it is resynchronised before its next command).
+    pub fn recover(&mut self) -> Result<()> {
+        if self.is_late() {
+            return Ok(());
+        }
+        self.reconnect()
+    }
+
+    /// Whether the last failure left the connection late, and kept: the next call
+    /// resynchronises it (or replaces it, if it stays silent too long).
+    pub fn is_late(&self) -> bool {
+        !self.stale && matches!(self.health, Health::Late(_))
+    }
+
+    /// How long a late connection may stay silent before it is given up for a new one: two
+    /// whole reconnects (`--connect-timeout` + `--io-timeout`, twice). A stall that short is
+    /// sat out on the connection we have, which a new one could not have beaten (the server is
+    /// silent to it too) and which a full server would refuse; past it, a connection that a
+    /// network device dropped silently, or a master that a Sentinel failover replaced, is left
+    /// for a new one.
+    pub fn patience(&self) -> Duration {
+        (self.config.connect_timeout + self.config.io_timeout) * 2
     }
 
     /// Replaces the connection with a fresh one (after a timeout, the old one may still have a
@@ -276,9 +325,7 @@ impl Redis {
         attempts: &scripts::Attempts,
         invoke: impl FnOnce(&Script, &mut dyn ConnectionLike) -> redis::RedisResult<Vec<redis::Value>>,
     ) -> Result<Vec<redis::Value>> {
-        if self.stale {
-            self.reconnect()?;
-        }
+        self.ready("acquire")?;
         if self.checked {
             return self.call("acquire", |con| invoke(attempts.unchecked, con));
         }
@@ -355,14 +402,17 @@ impl Redis {
         waiting: bool,
         f: impl FnOnce(&mut dyn ConnectionLike) -> redis::RedisResult<T>,
     ) -> Result<T> {
-        if self.stale {
-            self.reconnect()?;
-        }
+        self.ready(what)?;
         let started = Instant::now();
-        let result = f(self.con.get());
-        self.dropped = result
-            .as_ref()
-            .is_err_and(|e| e.is_connection_dropped() && !e.is_timeout());
+        let (result, torn) = match &mut self.con {
+            Con::Plain(con) => {
+                let mut watched = Watched { con, torn: false };
+                let result = f(&mut watched);
+                (result, watched.torn)
+            }
+            Con::Cluster(con) => (f(con.as_mut()), false),
+        };
+        self.judge(&result, torn);
         messages::log(&self.config, || {
             let outcome = match &result {
                 Ok(_) => "ok".to_string(),
@@ -381,6 +431,92 @@ impl Redis {
         result.map_err(|e| self.error(what, e))
     }
 
+    /// Makes the connection ready for command `what`: a new one after a failed reconnect, a
+    /// late one resynchronised.
+    fn ready(&mut self, what: &str) -> Result<()> {
+        if self.stale {
+            return self.reconnect();
+        }
+        match self.health {
+            Health::Late(since) => self.resync(since, what),
+            Health::Fine | Health::Suspect => Ok(()),
+        }
+    }
+
+    /// What a call's `result` leaves of the connection (`torn`: a command may have gone out in
+    /// part, or a pipeline failed without saying where). Only a reply that did not come in time
+    /// on a plain connection, all of whose commands went out whole, leaves it late: the driver
+    /// (redis 1.x) counts such a reply and discards it when it comes.
+    fn judge<T>(&mut self, result: &redis::RedisResult<T>, torn: bool) {
+        let Err(e) = result else {
+            self.dropped = false;
+            self.health = Health::Fine;
+            return;
+        };
+        self.dropped = e.is_connection_dropped() && !e.is_timeout();
+        let open = match &self.con {
+            Con::Plain(con) => con.is_open(),
+            Con::Cluster(_) => false,
+        };
+        self.health = match self.health {
+            _ if !(open && !torn && e.is_io_error() && e.is_timeout()) => Health::Suspect,
+            Health::Late(since) => Health::Late(since),
+            Health::Fine | Health::Suspect => Health::Late(Instant::now()),
+        };
+    }
+
+    /// Brings a late connection back in step before its next command: sends `ECHO <nonce>` and
+    /// reads one reply, the driver discarding the late ones before it; our nonce proves the
+    /// stream in step. Still no answer within `--io-timeout`: the call fails and the connection
+    /// stays late (the next call tries again), until it has been silent for [`Redis::patience`];
+    /// then, or when anything but our nonce comes back, or the connection broke, a new one.
+    /// `what`: the command that waits, for the error (a timeout, as if it had been sent).
+    fn resync(&mut self, since: Instant, what: &str) -> Result<()> {
+        let silent = since.elapsed();
+        let patience = self.patience();
+        let nonce = format!("redlock-resync-{}", uuid::Uuid::new_v4().simple());
+        let started = Instant::now();
+        let step = match &mut self.con {
+            Con::Plain(con) if silent < patience => {
+                echo(con, &nonce, self.config.io_timeout, self.read_timeout)
+            }
+            _ => {
+                messages::log(&self.config, || {
+                    format!(
+                        "{} has not answered for {silent:.1?}: connecting again",
+                        self.display
+                    )
+                });
+                return self.reconnect();
+            }
+        };
+        messages::log(&self.config, || {
+            let outcome = match &step {
+                Ok(()) => "in step again".to_string(),
+                Err((_, true)) => "no answer yet; still late".to_string(),
+                Err((e, false)) => format!(
+                    "out of step ({}); connecting again",
+                    crate::printable::printable(&crate::error::redis_text(e))
+                ),
+            };
+            format!(
+                "ECHO to resynchronise {} ({silent:.1?} after a reply did not come in time): \
+                 {outcome} ({:.1?})",
+                self.display,
+                started.elapsed()
+            )
+        });
+        match step {
+            Ok(()) => {
+                self.health = Health::Fine;
+                Ok(())
+            }
+            // Said as the command's own timeout (`-v` says more): it waits for the server too.
+            Err((e, true)) => Err(self.error(what, e)),
+            Err((_, false)) => self.reconnect(),
+        }
+    }
+
     /// The error for a failed command, with what we can find out about its cause.
     fn error(&self, what: &str, e: redis::RedisError) -> anyhow::Error {
         command_error(&self.display, self.endpoint.as_ref(), &self.config, what, e)
@@ -389,6 +525,7 @@ impl Redis {
     /// Changes the read timeout, for blocking commands that wait longer than `--io-timeout`.
     pub fn set_read_timeout(&mut self, timeout: Duration) -> Result<()> {
         let io = self.config.io_timeout;
+        self.read_timeout = timeout;
         self.con
             .set_timeouts(timeout, io)
             .with_context(|| format!("cannot set timeouts on {}", self.display))
@@ -397,6 +534,47 @@ impl Redis {
     /// Sets the read timeout back to `--io-timeout`.
     pub fn restore_read_timeout(&mut self) -> Result<()> {
         self.set_read_timeout(self.config.io_timeout)
+    }
+}
+
+/// Sends `ECHO nonce` on `con` and reads the next reply within `io` (then sets the read timeout
+/// back to `read`). The error says whether the connection is merely still late (no answer in
+/// time), or broke.
+fn echo(
+    con: &mut redis::Connection,
+    nonce: &str,
+    io: Duration,
+    read: Duration,
+) -> std::result::Result<(), (redis::RedisError, bool)> {
+    let broken = |e| (e, false);
+    con.set_read_timeout(Some(io)).map_err(broken)?;
+    let echo = redis::cmd("ECHO").arg(nonce).get_packed_command();
+    let reply = con
+        .send_packed_command(&echo)
+        .map_err(broken)
+        .and_then(|()| {
+            loop {
+                match con.recv_response() {
+                    // RESP3 pushes are not replies.
+                    Ok(redis::Value::Push { .. }) => continue,
+                    Ok(reply) => break Ok(reply),
+                    Err(e) => {
+                        let late = e.is_timeout() && con.is_open();
+                        break Err((e, late));
+                    }
+                }
+            }
+        });
+    let restored = con.set_read_timeout(Some(read)).map_err(broken);
+    let reply = reply?;
+    restored?;
+    match reply {
+        redis::Value::BulkString(b) if b == nonce.as_bytes() => Ok(()),
+        // Not printed: a reply may carry a token.
+        _ => Err(broken(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "out of step: another reply than our nonce in answer to ECHO",
+        )))),
     }
 }
 
@@ -450,6 +628,57 @@ impl ConnectionLike for Asking<'_> {
 
     fn is_open(&self) -> bool {
         self.0.is_open()
+    }
+}
+
+/// A plain connection that knows whether a failed command went out whole: only then can a
+/// reply that did not come in time be waited for on the same connection (see [`Health`]).
+/// One command is sent, then its reply read, as the driver does; a pipeline fails without saying
+/// which, so any I/O error of one counts as `torn`.
+struct Watched<'a> {
+    con: &'a mut redis::Connection,
+    /// A command may have gone out in part (its send failed), or a pipeline failed.
+    torn: bool,
+}
+
+impl ConnectionLike for Watched<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
+        if let Err(e) = self.con.send_packed_command(cmd) {
+            self.torn = true;
+            return Err(e);
+        }
+        loop {
+            match self.con.recv_response()? {
+                // RESP3 pushes are not replies (as the driver's own loop says).
+                redis::Value::Push { .. } => continue,
+                reply => return Ok(reply),
+            }
+        }
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        let replies = self.con.req_packed_commands(cmd, offset, count);
+        if replies.as_ref().is_err_and(|e| e.is_io_error()) {
+            self.torn = true;
+        }
+        replies
+    }
+
+    fn get_db(&self) -> i64 {
+        self.con.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.con.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.con.is_open()
     }
 }
 

@@ -53,6 +53,10 @@
 //!   others) may apply a failed attempt after its undo. So the undo on a node whose answer was
 //!   missing leaves a tombstone for the token (`leave.lua`, [`lock::TOMBSTONE`]): the late
 //!   attempt does nothing there.
+//! - A node's connection outlives a late or timed-out answer: the call that was not waited for
+//!   hands it back when it ends (see [`Nodes::late`]), and a reply later than `--io-timeout`
+//!   leaves it in place, resynchronised before its next command (`client.rs`). So a slow node
+//!   costs no new connection, which a node full of clients (`maxclients`) may refuse.
 //! - Extend needs a majority within the validity; a majority that can no longer be reached
 //!   (enough nodes say free or another token) means the lock is lost.
 //!
@@ -88,6 +92,12 @@ pub struct Nodes {
     config: Arc<Config>,
     endpoints: Vec<Endpoint>,
     cons: Vec<Option<Redis>>,
+    /// For a node that had not answered when the others had: where its call, still running on
+    /// its own thread (within its timeouts), hands its connection back when it ends. The next
+    /// call on that node waits for it there (up to `--io-timeout`, so that calls on a frozen node
+    /// do not queue up behind each other) rather than opening another connection, which a full
+    /// server may refuse.
+    late: Vec<Option<mpsc::Receiver<Option<Redis>>>>,
     /// run_ids seen when the lock was taken, and whether a restart was reported already.
     run_ids: Vec<Option<String>>,
     reported: Vec<bool>,
@@ -121,6 +131,7 @@ impl Nodes {
             config: Arc::new(config.clone()),
             endpoints,
             cons: (0..n).map(|_| None).collect(),
+            late: (0..n).map(|_| None).collect(),
             run_ids: vec![None; n],
             reported: vec![false; n],
             turn_retries: 0,
@@ -147,7 +158,8 @@ impl Nodes {
     /// far decide the outcome and the others have had as long again as that took (plus 2 ms), and
     /// at least [`Nodes::grace_floor`].
     /// A node that has not answered by then counts as failed; its thread finishes on its own
-    /// (within its timeouts) and its connection is replaced next time.
+    /// (within its timeouts) and hands its connection to the node's next call (see
+    /// [`Nodes::late`]).
     fn fan_out<T: Send + 'static>(
         &mut self,
         ask: impl Fn(usize) -> bool,
@@ -159,21 +171,33 @@ impl Nodes {
         let (tx, rx) = mpsc::channel();
         let mut answers: Answers<T> = (0..self.n()).map(|_| None).collect();
         let mut pending = Vec::new();
+        let mut handed: Vec<Option<mpsc::Receiver<Option<Redis>>>> =
+            (0..self.n()).map(|_| None).collect();
         for i in (0..self.n()).filter(|&i| ask(i)) {
-            let (f, node_tx, config, con) = (
-                Arc::clone(&f),
-                tx.clone(),
-                Arc::clone(&self.config),
-                self.cons[i].take(),
-            );
+            let (f, node_tx, config) = (Arc::clone(&f), tx.clone(), Arc::clone(&self.config));
+            let con = self.cons[i].take();
+            // A connection of our own wins; else the one a late call still has, once it ends.
+            let late = if con.is_some() {
+                None
+            } else {
+                self.late[i].take()
+            };
+            let (hand_back, handed_back) = mpsc::sync_channel(1);
+            let wait = self.config.io_timeout;
             let spawned = std::thread::Builder::new()
                 .name(format!("node-{i}"))
                 .spawn(move || {
+                    let con = con.or_else(|| late.and_then(|rx| take_back(&rx, wait)));
                     let (result, con) = on_node(&config, i, con, |i, con| f(i, con));
-                    let _ = node_tx.send((i, result, con));
+                    // The connection first: whoever hears the result finds it there.
+                    let _ = hand_back.send(con);
+                    let _ = node_tx.send((i, result));
                 });
             match spawned {
-                Ok(_) => pending.push(i),
+                Ok(_) => {
+                    pending.push(i);
+                    handed[i] = Some(handed_back);
+                }
                 Err(e) => {
                     answers[i] = Some(Err(failure(
                         Kind::Unavailable,
@@ -196,14 +220,15 @@ impl Nodes {
                 Some(until) => rx.recv_timeout(until.saturating_duration_since(Instant::now())),
                 None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
             };
-            let Ok((i, result, con)) = next else {
+            let Ok((i, result)) = next else {
                 break;
             };
             answers[i] = Some(result);
-            self.cons[i] = con;
+            self.cons[i] = handed[i].take().and_then(|rx| rx.try_recv().ok().flatten());
             pending.retain(|&p| p != i);
         }
         for i in pending {
+            self.late[i] = handed[i].take();
             answers[i] = Some(Err(failure(
                 Kind::Unavailable,
                 format!(
@@ -841,8 +866,15 @@ fn decide(t: &Tally, r: &Round) -> Decision {
     Decision::NotOurs { cleanup, why }
 }
 
+/// The connection a late call hands back on `rx` when it ends, if it ends within `wait` and
+/// kept it; else `None` (a new connection, as before the call was late).
+fn take_back(rx: &mpsc::Receiver<Option<Redis>>, wait: Duration) -> Option<Redis> {
+    rx.recv_timeout(wait).ok().flatten()
+}
+
 /// Runs `f` on node `i`, connecting first if `con` is `None`. Returns the connection to keep:
-/// none after a failure (it may still have a reply on its way).
+/// none after a failure, unless only its reply was late (it is resynchronised before its next
+/// command: see `client.rs`), so that a slow node does not cost us our place on it.
 fn on_node<T>(
     config: &Config,
     i: usize,
@@ -863,7 +895,7 @@ fn on_node<T>(
     if result.is_err() && reused && con.was_dropped() && con.reconnect().is_ok() {
         result = f(i, &mut con);
     }
-    let keep = result.is_ok().then_some(con);
+    let keep = (result.is_ok() || con.is_late()).then_some(con);
     (result, keep)
 }
 
@@ -1207,14 +1239,17 @@ impl Store for Nodes {
 
     fn parking(&mut self) -> Option<&mut Redis> {
         if self.cons[0].is_none() {
-            self.cons[0] = Redis::connect_node(&self.config, 0).ok();
+            // The connection a late call still has (it ends within its timeouts), else a new one.
+            let late = (self.late[0].take()).and_then(|rx| take_back(&rx, self.config.io_timeout));
+            self.cons[0] = late.or_else(|| Redis::connect_node(&self.config, 0).ok());
         }
         self.cons[0].as_mut()
     }
 
     fn recover(&mut self) -> Result<()> {
         // Nothing to do: a node whose call failed lost its connection already, and gets a fresh
-        // one when it is asked again.
+        // one when it is asked again, unless its reply was only late (kept, and resynchronised
+        // before its next command).
         Ok(())
     }
 

@@ -61,7 +61,9 @@ pub trait Store: Send {
     }
     /// The connection a waiter blocks on, if there is one now.
     fn parking(&mut self) -> Option<&mut Redis>;
-    /// After an error: replace connections that may still have a reply on its way.
+    /// After an error: replace connections that broke. One whose reply is only late is kept
+    /// (see `client.rs`): it is brought back in step before its next command, so that a holder
+    /// does not give up its place on a server that may refuse a new connection.
     fn recover(&mut self) -> Result<()>;
     /// Waits until `replicas` replicas have our writes to `keys`; returns how many did.
     fn wait_replicas(&mut self, keys: &Keys, replicas: u32, timeout: Duration) -> Result<i64>;
@@ -157,7 +159,7 @@ impl Store for Redis {
     }
 
     fn recover(&mut self) -> Result<()> {
-        self.reconnect()
+        Redis::recover(self)
     }
 
     fn wait_replicas(&mut self, keys: &Keys, replicas: u32, timeout: Duration) -> Result<i64> {
@@ -170,9 +172,10 @@ impl Store for Redis {
         // of the lock's slot (not the minimum over every master).
         let mut wait = redis::cmd("WAIT");
         wait.arg(replicas).arg(ms);
-        let acked = self.call_on_master_of("WAIT", &keys.lock, &wait)?;
+        // Put back even after a failure: a connection whose reply is late is kept.
+        let acked = self.call_on_master_of("WAIT", &keys.lock, &wait);
         self.restore_read_timeout()?;
-        match acked {
+        match acked? {
             redis::Value::Int(n) => Ok(n),
             other => Err(unexpected_reply("WAIT", format!("{other:?}"))),
         }

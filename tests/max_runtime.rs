@@ -539,13 +539,15 @@ fn the_leftovers_are_stopped_after_a_lost_lock() {
     );
 }
 
-/// Found by review (issue 26): `--kill-after` takes any duration, and the stop of what the
-/// command left running adds it to an Instant unchecked (`stop_leftovers`): a very long one
-/// (18446744073709551615s) panics once the limit stopped the command ("overflow when adding
-/// duration to instant", exit 101), and the lock is not released (left to its TTL). A bound at
-/// parse time or a saturating deadline gives the limit's exit status and a release.
+/// Found by review (issue 26): `--kill-after` took any duration, and the stop of what the
+/// command left running added it to an Instant unchecked (`stop_leftovers`): a very long one
+/// (18446744073709551615s) panicked once the limit stopped the command ("overflow when adding
+/// duration to instant", exit 101), and the lock was not released (left to its TTL). Every
+/// duration is now at most 100 years, refused where it is parsed (as the TTL already was), so
+/// no deadline computed from one can overflow: a usage error (2) before anything is taken. (The
+/// review's version expected the limit's 124, from a saturating deadline: the bound at parse
+/// time, which the review allowed too, ends earlier, with nothing held.) Failed before (101).
 #[test]
-#[ignore = "fails today: exec panics (101) and leaves the lock held"]
 fn a_huge_kill_after_is_no_panic() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -557,6 +559,63 @@ fn a_huge_kill_after_is_no_panic() {
         .args(["sh", "-c", "sleep 1"])
         .run();
     assert!(!out.stderr.contains("panicked"), "{out}");
-    assert_eq!(out.code(), 124, "{out}");
-    assert_eq!(redis.get(&lock_key("job")), None, "{out}");
+    assert_eq!(out.code(), 2, "{out}");
+    assert_one_error_line(&out);
+    assert!(
+        out.stderr.contains("--kill-after") && out.stderr.contains("100 years"),
+        "{out}"
+    );
+    assert_eq!(redis.dbsize(), 0, "{:?}", redis.keys());
+}
+
+/// The same bound for every duration: a huge `--io-timeout` panicked in the keeper's start
+/// (`--io-timeout * 4`, exit 101 with the keeper dead and the lock held for its TTL) and in
+/// `log --follow` (`1s + --io-timeout`); `--wait`, `--warn-after` and a bare number of seconds
+/// are refused alike. Failed before (101 for the first two).
+#[test]
+fn every_huge_duration_is_a_usage_error() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let huge = "18446744073709551615s";
+    // Killed however the test ends: it holds the test's output pipes.
+    struct Sleeper(std::process::Child);
+    impl Drop for Sleeper {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let sleeper = Sleeper(common::keeper::sleeper());
+    let pid = sleeper.0.id().to_string();
+    for args in [
+        &["acquire", "k", "--while-pid", &pid, "--io-timeout", huge][..],
+        &["log", "k", "--follow", "--io-timeout", huge],
+        &["acquire", "k", "--wait", huge],
+        &["exec", "k", "--warn-after", huge, "--", "true"],
+        &["--connect-timeout", "18446744073709551615", "status"],
+        &["acquire", "k", "--ttl", "101y"],
+    ] {
+        let out = redis.redlock().args(args).run();
+        assert!(!out.stderr.contains("panicked"), "{args:?}: {out}");
+        assert_eq!(out.code(), 2, "{args:?}: {out}");
+        assert_one_error_line(&out);
+        assert!(out.stderr.contains("100 years"), "{args:?}: {out}");
+        assert_eq!(redis.dbsize(), 0, "{args:?}: {:?}", redis.keys());
+    }
+    // Up to the bound is fine.
+    let out = redis
+        .redlock()
+        .args([
+            "exec",
+            "k",
+            "--kill-after",
+            "100y",
+            "-w",
+            "36500d",
+            "--",
+            "true",
+        ])
+        .run();
+    assert_eq!(out.code(), 0, "{out}");
 }

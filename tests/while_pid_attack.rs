@@ -430,8 +430,9 @@ fn children_of(parent: u32) -> Vec<u32> {
 /// keeper included, while the keeper still waits for the same work to end (a step it knows:
 /// started before the acquire, so that the keeper's first scan finds it). Killed, the keeper
 /// never releases `inner`, which stays held by nobody for the rest of its TTL.
+/// Now exec sends a keeper SIGTERM only, and gives it until its work is gone and its release
+/// done (see `exec::keeper_grace`). Failed before ('inner' still held, pttl about an hour).
 #[test]
-#[ignore = "fails today: exec's stop of its leftovers SIGKILLs a draining keeper, and its lock leaks"]
 fn a_keeper_under_a_preempted_exec_still_releases_its_lock() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -470,5 +471,53 @@ fn a_keeper_under_a_preempted_exec_still_releases_its_lock() {
         wait_for(|| redis.get(&common::lock_key("inner")).is_none(), SOON),
         "'inner' is still held (pttl {} ms) with its keeper gone\n{out}",
         redis.pttl(&common::lock_key("inner"))
+    );
+}
+
+/// A keeper that keeps a lock for exec itself (`--while-pid $PPID` in the command run by exec)
+/// is left alone when exec stops its command's leftovers: it releases once exec has ended.
+/// Signalled, it would stop its pid (exec) and wait for it, while exec waited for it.
+#[test]
+fn a_keeper_kept_for_exec_itself_releases_once_exec_ends() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let script = d.join("inner.bash");
+    std::fs::write(
+        &script,
+        format!(
+            "T=$(redlock acquire mine --while-pid $PPID --ttl 1h) || exit
+             echo \"$T\" >'{token}'
+             sleep 600
+            ",
+            token = d.join("token").display(),
+        ),
+    )
+    .unwrap();
+    let outer = redis
+        .sh(&format!(
+            "exec redlock exec outer --preemptible --kill-after 1s -- bash '{}'",
+            script.display()
+        ))
+        .spawn_proc();
+    token_in(&d.join("token"));
+    wait_subscribed(&[&redis], "outer");
+    redis
+        .redlock()
+        .args(["exec", "outer", "--preempt", "--wait", "30s", "--", "true"])
+        .spawn_proc()
+        .finish(Duration::from_secs(30))
+        .expect(0);
+    let out = outer.finish(Duration::from_secs(30));
+    assert!(
+        wait_for(|| redis.get(&common::lock_key("mine")).is_none(), SOON),
+        "'mine' is still held (pttl {} ms) after exec ended\n{out}",
+        redis.pttl(&common::lock_key("mine"))
+    );
+    assert!(
+        out.elapsed < Duration::from_secs(8),
+        "exec waited for the keeper of its own pid:\n{out}"
     );
 }
