@@ -397,7 +397,7 @@ fn stop_leftovers(config: &Config, kill_after: Duration) {
 /// What a process the command left running is, for [`stop_leftovers`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Leftover {
-    /// The keeper of an `acquire --while-pid` (its `argv[0]` is `keeper::ARGV0`): it stops its
+    /// The keeper of an `acquire --while-pid` (its `argv[0]` is `work::KEEPER_ARGV0`): it stops its
     /// work and releases on SIGTERM.
     Keeper,
     /// A keeper whose pid is redlock's own (`redlock-keeper --pid OURS`): it releases once we end.
@@ -414,7 +414,7 @@ impl Leftover {
             return Leftover::Other;
         };
         let mut args = raw.split(|&b| b == 0);
-        if args.next() != Some(crate::keeper::ARGV0.as_bytes()) {
+        if args.next() != Some(crate::work::KEEPER_ARGV0.as_bytes()) {
             return Leftover::Other;
         }
         let kept_for = match (args.next(), args.next()) {

@@ -126,7 +126,7 @@ use crate::wait::Event;
 use crate::work::{self, Stop, Work};
 
 /// The keeper's `argv[0]`, by which `main` knows it (`ps` shows `redlock-keeper --pid PID -- KEY`).
-pub const ARGV0: &str = "redlock-keeper";
+pub const ARGV0: &str = work::KEEPER_ARGV0;
 
 /// How long `acquire` waits for the keeper's word, beyond the connection it makes (a process
 /// start and a pipe read take milliseconds; a machine that slow would not renew in time anyway).

@@ -31,6 +31,10 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+/// The `argv[0]` of a keeper (`acquire --while-pid`): by it `main` knows it is one, and `exec`
+/// tells a keeper among its command's leftovers (it lets it release before any SIGKILL).
+pub const KEEPER_ARGV0: &str = "redlock-keeper";
+
 use rustix::process::{Pid, Signal, getpgid, kill_process, kill_process_group};
 
 /// How often the keeper scans `/proc` for the pid's descendants while it lives.
