@@ -513,7 +513,7 @@ impl Waiter<'_> {
             // queued there from taking the lock after it.)
             Ok(_) if self.outage.down => {
                 let _ = store
-                    .recover()
+                    .fresh()
                     .and_then(|()| store.abandon(keys, &self.token));
             }
             // Queued, or perhaps queued by an attempt whose reply was lost.
@@ -527,7 +527,7 @@ impl Waiter<'_> {
             Err(e) if crate::error::was_refused(e) && !self.unsure && !self.queued => {}
             Err(_) => {
                 let _ = store
-                    .recover()
+                    .fresh()
                     .and_then(|()| store.abandon(keys, &self.token));
             }
         }

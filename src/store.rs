@@ -65,6 +65,12 @@ pub trait Store: Send {
     /// (see `client.rs`): it is brought back in step before its next command, so that a holder
     /// does not give up its place on a server that may refuse a new connection.
     fn recover(&mut self) -> Result<()>;
+    /// Replaces every connection that is not known to be in step, late ones included: a
+    /// clean-up after an attempt whose reply was lost must not queue behind that reply (the
+    /// path to the server may be what failed). By default as [`Store::recover`].
+    fn fresh(&mut self) -> Result<()> {
+        self.recover()
+    }
     /// Waits until `replicas` replicas have our writes to `keys`; returns how many did.
     fn wait_replicas(&mut self, keys: &Keys, replicas: u32, timeout: Duration) -> Result<i64>;
     /// Remembers the servers' run_ids seen when the lock was taken, to report restarts.
@@ -159,6 +165,13 @@ impl Store for Redis {
     }
 
     fn recover(&mut self) -> Result<()> {
+        Redis::recover(self)
+    }
+
+    fn fresh(&mut self) -> Result<()> {
+        if self.is_late() {
+            return self.reconnect();
+        }
         Redis::recover(self)
     }
 
