@@ -664,7 +664,7 @@ pub fn keep(config: &Config, args: &AcquireArgs, brief: Brief) -> Result<u8> {
     // SAFETY: dup of stdin, which we own; the copy is ours.
     let word = unsafe { libc::fcntl(libc::STDIN_FILENO, libc::F_DUPFD_CLOEXEC, 3) };
     let (tx, rx) = mpsc::channel::<Wake>();
-    let keeper = match prepare(config, args, &brief, pid, &tx) {
+    let keeper = match prepare(config, args, &brief, pid, &tx, ready.as_raw_fd()) {
         Ok(keeper) => keeper,
         Err(e) => {
             let _ = ready.write_all(&[exit_code(&e).max(1)]);
@@ -684,6 +684,18 @@ pub fn keep(config: &Config, args: &AcquireArgs, brief: Brief) -> Result<u8> {
     Ok(keeper.run(&rx))
 }
 
+/// Whether nobody reads the pipe whose write end is `fd` any more (acquire died): a pipe's
+/// writer is told so by POLLERR.
+fn reader_gone(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd that we own, no wait; poll only writes `revents`.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLERR != 0 }
+}
+
 /// Waits up to `bound` for acquire's word on `word`: true when it came.
 fn awaited_word(word: OwnedFd, bound: Duration) -> bool {
     matches!(byte_within(word, bound), Heard::Byte(b'1'))
@@ -696,6 +708,7 @@ fn prepare<'a>(
     brief: &Brief,
     pid: Pid,
     tx: &Sender<Wake>,
+    ready: RawFd,
 ) -> Result<Keeper<'a>> {
     set_cloexec(pid.fd.as_raw_fd());
     detach()?;
@@ -732,7 +745,17 @@ fn prepare<'a>(
     // "Running" means listening: a release right after acquire returned is heard. Not forever: a
     // user without the channel is refused at once, and a subscription still on its way when
     // the bound passes only makes the release's mark the way the keeper learns of it.
-    if !subscribed.within(config.connect_timeout + config.io_timeout) {
+    // Nor longer than acquire waits: killed meanwhile, it has closed the readiness pipe, and the
+    // lock whose token nobody received is given back at once (see `keep`).
+    let bound = Instant::now() + config.connect_timeout + config.io_timeout;
+    let listening = loop {
+        match subscribed.settled_within(Duration::from_millis(50)) {
+            Some(subscribed) => break subscribed,
+            None if reader_gone(ready) || Instant::now() >= bound => break false,
+            None => {}
+        }
+    };
+    if !listening {
         messages::log(config, || {
             format!(
                 "not subscribed to {}: the keeper learns of a release at its next renewal",

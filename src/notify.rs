@@ -58,9 +58,15 @@ const REREAD_CAP: Duration = Duration::from_millis(400);
 pub struct Subscribed(Receiver<()>);
 
 impl Subscribed {
-    /// Waits up to `bound` for the subscription or its refusal: true when subscribed.
-    pub fn within(&self, bound: Duration) -> bool {
-        self.0.recv_timeout(bound).is_ok()
+    /// Waits up to `slice`: `Some(true)` once subscribed, `Some(false)` when it never will be,
+    /// `None` while the listener is still trying (so that the caller can look at something
+    /// else between slices).
+    pub fn settled_within(&self, slice: Duration) -> Option<bool> {
+        match self.0.recv_timeout(slice) {
+            Ok(()) => Some(true),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Some(false),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+        }
     }
 }
 
