@@ -458,7 +458,8 @@ mod tests {
             let _ = s.kill();
             let _ = s.wait();
         }
-        assert!(each < Duration::from_millis(100), "{each:?}");
+        // A sanity bound only (the figure is printed): a loaded machine may stretch the wall time.
+        assert!(each < Duration::from_secs(1), "{each:?}");
     }
 
     fn eventually(mut cond: impl FnMut() -> bool) -> bool {
