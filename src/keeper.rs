@@ -1125,8 +1125,11 @@ impl Keeper<'_> {
     }
 
     /// What `--on-lost` does to PID and its work, said; and does it (SIGTERM: SIGKILL follows
-    /// after `--kill-after`, see [`Keeper::escalate`]).
+    /// after `--kill-after`, see [`Keeper::escalate`]), once: told already, it says so.
     fn stop_work(&mut self) -> String {
+        if self.told {
+            return format!("pid {} was told already", self.pid.pid);
+        }
         let pid = self.pid.pid;
         let stop = match self.on_lost {
             PidOnLost::Term => Stop::Term,
@@ -1252,11 +1255,7 @@ impl Keeper<'_> {
             return None;
         }
         self.mark_stopping();
-        let action = if self.told {
-            format!("pid {} was told already", self.pid.pid)
-        } else {
-            self.stop_work()
-        };
+        let action = self.stop_work();
         messages::alert(format_args!(
             "the keeper of '{}' got {}: {action}; releasing the lock once they have ended",
             self.lock.keys.name,
@@ -1291,11 +1290,7 @@ impl Keeper<'_> {
         }
         self.preempted = true;
         self.mark_stopping();
-        let action = if self.told {
-            format!("pid {} was told already", self.pid.pid)
-        } else {
-            self.stop_work()
-        };
+        let action = self.stop_work();
         messages::alert(format_args!(
             "'{}' was {} after {}; {action}, then releasing the lock to them once they have ended",
             self.lock.keys.name,
@@ -1307,11 +1302,7 @@ impl Keeper<'_> {
     /// The lock is lost: PID is acted on (unless it was already, preempted), the loss said and
     /// told to the lock's history.
     fn lose(&mut self, why: &str) -> u8 {
-        let action = if self.told {
-            format!("pid {} was told already", self.pid.pid)
-        } else {
-            self.stop_work()
-        };
+        let action = self.stop_work();
         messages::alert(format_args!(
             "lost the lock '{}' at {} after holding it {} for pid {}: {why}; {action}",
             self.lock.keys.name,
