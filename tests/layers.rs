@@ -148,6 +148,34 @@ fn uses(code: &str) -> Vec<String> {
     found
 }
 
+/// Every `.rs` file of `src/` with the module it belongs to: `src/NAME.rs` and every file under
+/// `src/NAME/` are module NAME (a module split into files is still one room of the list).
+fn source_files(src: &Path) -> Vec<(String, std::path::PathBuf)> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            let module = path.file_name().unwrap().to_str().unwrap().to_string();
+            let mut stack = vec![path];
+            while let Some(dir) = stack.pop() {
+                for entry in std::fs::read_dir(&dir).unwrap() {
+                    let path = entry.unwrap().path();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if path.extension().is_some_and(|e| e == "rs") {
+                        files.push((module.clone(), path));
+                    }
+                }
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let module = path.file_stem().unwrap().to_str().unwrap().to_string();
+            files.push((module, path));
+        }
+    }
+    files.sort();
+    files
+}
+
 #[test]
 fn every_import_points_down_the_layers() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -157,14 +185,7 @@ fn every_import_points_down_the_layers() {
         "no layer list found in src/lib.rs: {layers:?}"
     );
     let mut wrong = Vec::new();
-    let mut files: Vec<_> = std::fs::read_dir(&src)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
-        .collect();
-    files.sort();
-    for file in files {
-        let module = file.file_stem().unwrap().to_str().unwrap().to_string();
+    for (module, file) in source_files(&src) {
         if module == "lib" || module == "main" {
             continue;
         }
@@ -180,11 +201,13 @@ fn every_import_points_down_the_layers() {
             .join(" ");
         if !doc.contains(&format!("Layer {mine}")) {
             wrong.push(format!(
-                "{module}: its module doc does not say 'Layer {mine}'"
+                "{}: its module doc does not say 'Layer {mine}'",
+                file.display()
             ));
         }
         for used in uses(&code) {
             match layers.get(&used) {
+                _ if used == module => {}
                 Some(&theirs) if theirs < mine => {}
                 Some(&theirs) => wrong.push(format!(
                     "{module} (layer {mine}) uses {used} (layer {theirs})"
