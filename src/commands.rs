@@ -24,6 +24,7 @@ use crate::history::{self, Entry, Range};
 use crate::keeper;
 use crate::lock::{self, IfHeld, Keys, Lock, Mode, QuorumVerdict, Releaser, State, Verdict};
 use crate::messages;
+use crate::output;
 use crate::owner;
 use crate::signals;
 use crate::store::Store;
@@ -146,7 +147,7 @@ pub fn take_lock(
                 config,
                 format_args!(
                     "superseded by {by} after waiting {} for '{}' (--supersede); gave up",
-                    lock::human_ms(started.elapsed()),
+                    output::human_ms(started.elapsed()),
                     keys.name
                 ),
             );
@@ -182,7 +183,7 @@ fn wait_for_replicas(
             "only {acked} of the {replicas} replicas asked for (--wait-replicas) acknowledged \
              '{}' within {}; released it again",
             lock.keys.name,
-            lock::human_ms(config.io_timeout)
+            output::human_ms(config.io_timeout)
         ),
     ))
 }
@@ -310,7 +311,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
                             Kind::Unavailable,
                             format!(
                                 "the keeper took longer to start than the lock's TTL ({})",
-                                lock::human_ms(lock.ttl)
+                                output::human_ms(lock.ttl)
                             ),
                         ))
                     }

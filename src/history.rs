@@ -24,7 +24,8 @@ use redis::Value;
 use serde_json::{Map, Value as Json, json};
 
 use crate::client::{Redis, unexpected_reply};
-use crate::lock::{Keys, human_ms, rfc3339, text};
+use crate::lock::{Keys, text};
+use crate::output::{human_ms, rfc3339};
 use crate::printable::{field, printable, shown};
 use crate::redact::redact;
 

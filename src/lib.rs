@@ -18,13 +18,14 @@
 //! 2. `config`: flags and environment resolved and validated
 //! 3. `messages`: every line for humans on stderr, and what `-q` silences
 //! 4. `client`: a connection to one server (timeouts, TLS, auth, Redis errors mapped to ours)
-//! 5. `lock`: the lock model and the one-server protocol, one script call per operation
-//! 6. `slots`: locks with more than one holder (`--slots`, `--pool`, `--shared`) on one server
+//! 5. `lock`: the lock model and the one-server protocol, one script call per operation, and
+//!    locks with more than one holder (`--slots`, `--pool`, `--shared`)
+//! 6. `output`: what goes to stdout, and the words for a lock's state, durations and times
 //! 7. `store`, `history`: the `Store` trait and its one-server implementation; a lock's history
 //! 8. `quorum`: a quorum of independent masters, the same trait over N servers
 //! 9. `acquire`, `backend`: taking a lock and waiting over any store; picking the store
-//! 10. `metrics`, `owner`, `output`, `wait`: `status` as Prometheus metrics; who we are; what
-//!     goes to stdout; parking a waiter on signals
+//! 10. `metrics`, `owner`, `wait`: `status` as Prometheus metrics; who we are; parking a
+//!     waiter on signals
 //! 11. `notify`, `complete`, `watch`, `free`: hearing that our lock was taken; completing lock
 //!     names in a shell; following locks as they change (`status --watch`); waiting until a lock
 //!     is free (`wait`)
@@ -69,7 +70,6 @@ mod quorum;
 mod redact;
 mod scripts;
 mod signals;
-mod slots;
 mod spawn;
 mod store;
 mod tell;

@@ -37,8 +37,9 @@ use anyhow::Result;
 use crate::client;
 use crate::config::Config;
 use crate::error::{Kind, failure, kind_of, redis_kind};
-use crate::lock::{Forced, Keys, Preemption, State, forced_reason};
+use crate::lock::{Forced, Keys, Preemption, State};
 use crate::messages;
+use crate::output::forced_reason;
 use crate::store::Store;
 use crate::wait::Event;
 

@@ -1,4 +1,7 @@
-//! What redlock prints: the token/env/JSON forms of `acquire`, and `status` as a table or JSON.
+//! What redlock says about a lock: the token/env/JSON forms of `acquire` and `status` as a table
+//! or JSON on stdout, and the wording of a lock's state, its durations and times
+//! ([`State::describe`], [`human_ms`], [`rfc3339`], [`forced_reason`]) that the messages on
+//! stderr use too. The words live here, the facts in `lock`.
 //!
 //! stdout carries machine output only; messages for humans go to stderr from the callers.
 //!
@@ -7,7 +10,7 @@
 //! forced release ended that hold) and FENCE is the counter, while the other columns stay `-`. Columns are padded by display width, so wide (CJK) characters, which
 //! take two terminal cells, keep them aligned.
 //!
-//! Layer 10 of the list in `lib.rs`.
+//! Layer 6 of the list in `lib.rs`.
 
 use std::time::Duration;
 
@@ -16,8 +19,8 @@ use unicode_width::UnicodeWidthStr;
 
 use crate::cli::Format;
 use crate::lock::{
-    Forced, Holder, Liveness, Lock, Mode, QuorumVerdict, Slots, State, Waiting, fingerprint,
-    human_ms, rfc3339,
+    Forced, Holder, Liveness, Lock, Mode, Preemption, QuorumVerdict, Slots, State, Waiting,
+    fingerprint,
 };
 use crate::printable::shown;
 
@@ -522,6 +525,126 @@ pub fn node_line(view: &std::result::Result<State, String>) -> String {
     }
 }
 
+/// A time in ms since the epoch (the server's clock) as RFC 3339, to the second. Times come from
+/// records anyone can write: one before 1970 shows as 1970, one after the year 9999 (which has
+/// no RFC 3339 form, and on which humantime panics) as `?`.
+pub fn rfc3339(ms: i64) -> String {
+    const LAST: i64 = 253_402_300_799_999;
+    if ms > LAST {
+        return "?".to_string();
+    }
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// Why a holder lost its lock to a forced release: by whom and when, if known.
+pub fn forced_reason(forced: Option<&Forced>) -> String {
+    match forced {
+        Some(f) => {
+            format!(
+                "it was force-released by {} at {} (`redlock release --force`)",
+                shown(&f.by),
+                rfc3339(f.at_ms)
+            )
+        }
+        None => "it was force-released (`redlock release --force`)".to_string(),
+    }
+}
+
+/// A duration rounded for humans: whole seconds from 10s up, milliseconds below.
+pub fn human_ms(d: Duration) -> String {
+    let d = if d >= Duration::from_secs(10) {
+        Duration::from_secs(d.as_secs())
+    } else {
+        Duration::from_millis(d.as_millis() as u64)
+    };
+    humantime::format_duration(d).to_string()
+}
+
+impl Preemption {
+    /// What a preempted holder says about it.
+    pub fn reason(&self) -> String {
+        format!(
+            "preempted by {} at {} (--preemptible)",
+            shown(&self.by),
+            rfc3339(self.at_ms)
+        )
+    }
+}
+
+impl State {
+    /// "held by alice@web1 (pid 42, 'deploy.sh') for 3s, expires in 27s"
+    pub fn describe(&self) -> String {
+        if !self.held() {
+            return "free".to_string();
+        }
+        if let Some(sl) = &self.slots {
+            return self.describe_slots(sl, true);
+        }
+        let mut s = match &self.holder {
+            Some(h) => format!("held by {}", h.who()),
+            None if self.handing_over() => "being handed over to the next waiter".to_string(),
+            None => "held by an unknown client (no redlock record)".to_string(),
+        };
+        if let Some(h) = &self.holder
+            && !h.note.is_empty()
+        {
+            s.push_str(&format!(" running '{}'", shown(&h.note)));
+        }
+        if let Some(d) = self.held_for() {
+            s.push_str(&format!(" for {}", human_ms(d)));
+        }
+        match self.pttl_ms {
+            ms if ms >= 0 => s.push_str(&format!(
+                ", expires in {}",
+                human_ms(Duration::from_millis(ms as u64))
+            )),
+            -1 => s.push_str(", with no expiry"),
+            _ => {}
+        }
+        if self.waiters > 0 {
+            s.push_str(&format!(", {} waiting", self.waiters));
+        }
+        s
+    }
+}
+
+impl State {
+    /// For a lock with more than one holder: "2 of 3 places held (--slots 3): alice@web1 (pid
+    /// 42) and 1 more" ([`State::describe`] without the waiters); otherwise what `describe` says.
+    pub fn describe_holders(&self) -> String {
+        match &self.slots {
+            Some(sl) => self.describe_slots(sl, false),
+            None => self.describe(),
+        }
+    }
+
+    /// "2 of 3 places held (--slots 3): alice@web1 (pid 42) and 1 more, 4 waiting"
+    fn describe_slots(&self, sl: &Slots, waiters: bool) -> String {
+        let n = sl.holders.len();
+        let mut s = match sl.mode.limit() {
+            Some(limit) => format!("{n} of {limit} places held ({})", sl.mode.describe()),
+            None => format!("held shared by {n} reader{}", if n == 1 { "" } else { "s" }),
+        };
+        if let Some(first) = sl.holders.first() {
+            s.push_str(&format!(": {}", first.who()));
+            if n > 1 {
+                s.push_str(&format!(" and {} more", n - 1));
+            }
+        }
+        if !waiters {
+            return s;
+        }
+        if sl.reserved > 0 {
+            s.push_str(&format!(", {} being handed over", sl.reserved));
+        }
+        if self.waiters > 0 {
+            s.push_str(&format!(", {} waiting", self.waiters));
+        }
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,5 +703,19 @@ mod tests {
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
         assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
+    }
+
+    #[test]
+    fn a_forced_release_says_by_whom_and_when() {
+        let forced = Forced {
+            token: "old".into(),
+            by: "ops@h (pid 9)".into(),
+            at_ms: 1000,
+        };
+        let why = forced_reason(Some(&forced));
+        assert!(
+            why.contains("force-released by ops@h (pid 9) at 1970-01-01T00:00:01Z"),
+            "{why}"
+        );
     }
 }

@@ -911,7 +911,7 @@ fn short_error(e: &anyhow::Error, display: &str) -> String {
 }
 
 fn human(d: Duration) -> String {
-    lock::human_ms(d)
+    crate::output::human_ms(d)
 }
 
 impl Store for Nodes {

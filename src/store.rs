@@ -13,9 +13,9 @@ use anyhow::Result;
 
 use crate::client::{Redis, unexpected_reply};
 use crate::lock::{
-    self, Attempt, HandOver, Keys, Lock, Mode, Releaser, Request, State, Verdict, forced_reason,
+    self, Attempt, HandOver, Keys, Lock, Mode, Releaser, Request, State, Verdict, slots,
 };
-use crate::slots;
+use crate::output::forced_reason;
 
 /// The lock operations, on whatever servers the configuration names.
 pub trait Store: Send {

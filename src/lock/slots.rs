@@ -1,6 +1,6 @@
 //! Locks with more than one holder on one server: counting semaphores (`--slots N`), pools
 //! (`--pool A,B,C`) and shared locks (`--shared`). One script call per operation, as for a plain
-//! lock (`lock.rs`); the layout and the rules are in `slots_common.lua`.
+//! lock (`ops.rs`); the layout and the rules are in `slots_common.lua`.
 //!
 //! They share the plain lock's queue, leases, wake lists and history, so the waiting loop
 //! (`acquire.rs`) is the same; only the attempt, the release and the renewal differ. The plain
@@ -10,24 +10,25 @@
 //! `store.rs`). Not on a quorum: a limit kept per node is not one limit (three masters and N = 2
 //! let three clients each win a majority with different pairs), so the configuration refuses it.
 //!
-//! Layer 6 of the list in `lib.rs`.
+//! Layer 5 of the list in `lib.rs` (part of `lock`).
 
 use std::time::Duration;
 
 use anyhow::Result;
 use redis::Value;
 
+use super::ops::release_call;
+use super::{
+    Attempt, HandOver, Holder, IfHeld, Keys, Releaser, Request, Verdict, attempt, millis,
+    slot_holder, text, watch_all_arg,
+};
 use crate::client::{Redis, unexpected_reply};
 use crate::error::{Kind, failure};
-use crate::lock::{
-    self, Attempt, CLAIM_WINDOW, Holder, IfHeld, Keys, Releaser, Request, Verdict, millis,
-    watch_all_arg,
-};
 use crate::scripts;
 
 /// One attempt to take a place in the lock (see `slots.lua`).
 pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -> Result<Attempt> {
-    lock::attempt(
+    attempt(
         redis,
         &scripts::SLOTS,
         keys,
@@ -40,35 +41,23 @@ pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -
 /// Gives back the releaser's place, or, with [`Releaser::Force`], every holder's (or the one the
 /// condition names), and passes the freed places on to the waiters whose turn it is.
 pub fn release(redis: &mut Redis, keys: &Keys, by: &Releaser) -> Result<Verdict> {
-    let (token, forcer, status) = match by {
-        Releaser::Holder { token, status, .. } => (token.as_str(), None, *status),
-        Releaser::Force(owner, cond) => ("", Some((owner, cond)), None),
+    let forcer = match by {
+        Releaser::Force(_, cond) => Some(cond),
+        Releaser::Holder { .. } => None,
     };
     let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
     let watch_all = watch_all_arg(redis);
     let reply: Vec<Value> = redis.call("release", |con| {
-        let mut call = scripts::SLOTS_RELEASE.key(keys.all().as_slice());
-        call.arg(token)
-            .arg(if forcer.is_some() { "force" } else { "" })
-            .arg(millis(CLAIM_WINDOW))
-            .arg("")
-            .arg("");
-        match forcer {
-            Some((o, cond)) => {
-                call.arg(&o.host).arg(o.pid).arg(&o.user);
-                let (name, value) = cond.as_ref().map_or(("", String::new()), IfHeld::args);
-                call.arg(name).arg(value);
-            }
-            None => {
-                call.arg("").arg("").arg("").arg("").arg("");
-            }
-        }
-        call.arg(log_max)
-            .arg(status.map_or(String::new(), |s| s.to_string()))
-            .arg(meta_ttl)
-            .arg(&watch_all)
-            .arg(by.who_arg());
-        call.invoke(con)
+        release_call(
+            &scripts::SLOTS_RELEASE,
+            keys,
+            by,
+            HandOver::Wake,
+            log_max,
+            meta_ttl,
+            &watch_all,
+        )
+        .invoke(con)
     })?;
     match reply.as_slice() {
         [Value::Int(1), _, _, freed] if forcer.is_some() => Ok(Verdict::Forced(holders(freed))),
@@ -82,7 +71,7 @@ pub fn release(redis: &mut Redis, keys: &Keys, by: &Releaser) -> Result<Verdict>
             format!(
                 "not released: no holder of '{}' has {}",
                 keys.name,
-                match forcer.and_then(|(_, c)| c.as_ref()) {
+                match forcer.and_then(|c| c.as_ref()) {
                     Some(IfHeld::Fence(n)) => format!("fence {n}"),
                     Some(IfHeld::Token(fp)) => format!("a token starting with {fp}"),
                     None => "that token".to_string(),
@@ -131,11 +120,6 @@ fn holders(freed: &Value) -> Vec<Holder> {
     };
     items
         .chunks_exact(2)
-        .filter_map(|pair| {
-            Some(lock::slot_holder(
-                &lock::text(&pair[0])?,
-                &lock::text(&pair[1])?,
-            ))
-        })
+        .filter_map(|pair| Some(slot_holder(&text(&pair[0])?, &text(&pair[1])?)))
         .collect()
 }
