@@ -1058,6 +1058,8 @@ mod tests {
         }
     }
 
+    /// One table of every form a secret takes on a command line (long as it is, it reads as a
+    /// list: one row per form, each with what must be shown).
     #[test]
     fn secrets_are_redacted_from_argv_argument_by_argument() {
         for (argv, want) in [
