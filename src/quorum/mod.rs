@@ -270,6 +270,87 @@ impl Nodes {
         }
     }
 
+    /// What a release that reached enough nodes ([`Nodes::released_too_few`]) returns, from the
+    /// nodes' `verdicts` (`failed`: the nodes that did not answer): released (with nodes down),
+    /// held by none.
+    fn release_verdict(
+        &self,
+        keys: &Keys,
+        by: &Releaser,
+        verdicts: &[Verdict],
+        failed: &[(Kind, String)],
+    ) -> Result<Verdict> {
+        let n = self.n();
+        let conditional = matches!(by, Releaser::Force(_, Some(_)));
+        let matched = verdicts
+            .iter()
+            .filter(|v| matches!(v, Verdict::Done(_) | Verdict::Deferred))
+            .count();
+        let unmatched = verdicts.len() - matched;
+        if conditional && matched > 0 && unmatched > 0 {
+            crate::messages::notice(
+                &self.config,
+                format_args!(
+                    "released '{}' on {matched} of {n} servers; on {unmatched} the lock did not \
+                     match the condition (another holder, or a fence not written back there) and \
+                     stays until its TTL",
+                    keys.name
+                ),
+            );
+        }
+        // The owner's release of a lock its keeper is stopping: the keeper releases it (on every
+        // node) once the work has ended.
+        if verdicts.contains(&Verdict::Deferred) {
+            return Ok(Verdict::Deferred);
+        }
+        if let Some(done) = verdicts.iter().find(|v| matches!(v, Verdict::Done(_))) {
+            if !failed.is_empty() {
+                crate::messages::notice(
+                    &self.config,
+                    format_args!(
+                        "released '{}' where it was held; {}: the lock expires there by its TTL",
+                        keys.name,
+                        joined(failed)
+                    ),
+                );
+            }
+            // With --force, name a holder if any node recorded one.
+            let holder = verdicts.iter().find_map(|v| match v {
+                Verdict::Done(Some(h)) => Some(h.clone()),
+                _ => None,
+            });
+            return Ok(match (done, holder) {
+                (_, Some(h)) => Verdict::Done(Some(h)),
+                (d, None) => d.clone(),
+            });
+        }
+        // A keeper's release, after its owner's (a node kept the release's mark).
+        if verdicts.contains(&Verdict::Released) {
+            return Ok(Verdict::Released);
+        }
+        if !failed.is_empty() {
+            return Err(self.no_quorum(
+                keys,
+                format!(
+                    "{} of {n} servers answered and none held the token",
+                    verdicts.len()
+                ),
+                failed,
+            ));
+        }
+        // Held by another token (or, for a conditional --force, by another holder than the one
+        // named): name the holder with the highest fence, the one `status` shows.
+        Ok(verdicts
+            .iter()
+            .filter(|v| matches!(v, Verdict::HeldByOther(_)))
+            .max_by_key(|v| match v {
+                Verdict::HeldByOther(Some(h)) => Some(h.fence),
+                _ => None,
+            })
+            .cloned()
+            .unwrap_or(Verdict::Free))
+    }
+
     /// Every lock under `prefix` that some node holds (SCAN on every node); an error when fewer
     /// than Q nodes answer.
     fn scan(&mut self, prefix: &str) -> Result<Vec<Keys>> {
@@ -610,11 +691,10 @@ impl Store for Nodes {
 
     /// Releases on every node, passing the lock on as [`Nodes::hand_on`] does. The checks of what
     /// the nodes said decide in this order: released on too few of them
-    /// ([`Nodes::released_too_few`]), released (with nodes down), held by none.
+    /// ([`Nodes::released_too_few`]), released (with nodes down), held by none
+    /// ([`Nodes::release_verdict`]).
     fn release(&mut self, keys: &Keys, by: &Releaser) -> Result<Verdict> {
-        let n = self.n();
         // Every node gets the same releaser: a forced release records the same forcer on each.
-        let conditional = matches!(by, Releaser::Force(_, Some(_)));
         let answers = {
             let (k, by) = (keys.clone(), by.clone());
             self.hand_on(
@@ -631,73 +711,7 @@ impl Store for Nodes {
         if let Some(error) = self.released_too_few(keys, by, &verdicts) {
             return Err(error);
         }
-        let matched = verdicts
-            .iter()
-            .filter(|v| matches!(v, Verdict::Done(_) | Verdict::Deferred))
-            .count();
-        let unmatched = verdicts.len() - matched;
-        if conditional && matched > 0 && unmatched > 0 {
-            crate::messages::notice(
-                &self.config,
-                format_args!(
-                    "released '{}' on {matched} of {n} servers; on {unmatched} the lock did not \
-                     match the condition (another holder, or a fence not written back there) and \
-                     stays until its TTL",
-                    keys.name
-                ),
-            );
-        }
-        // The owner's release of a lock its keeper is stopping: the keeper releases it (on every
-        // node) once the work has ended.
-        if verdicts.contains(&Verdict::Deferred) {
-            return Ok(Verdict::Deferred);
-        }
-        if let Some(done) = verdicts.iter().find(|v| matches!(v, Verdict::Done(_))) {
-            if !failed.is_empty() {
-                crate::messages::notice(
-                    &self.config,
-                    format_args!(
-                        "released '{}' where it was held; {}: the lock expires there by its TTL",
-                        keys.name,
-                        joined(&failed)
-                    ),
-                );
-            }
-            // With --force, name a holder if any node recorded one.
-            let holder = verdicts.iter().find_map(|v| match v {
-                Verdict::Done(Some(h)) => Some(h.clone()),
-                _ => None,
-            });
-            return Ok(match (done, holder) {
-                (_, Some(h)) => Verdict::Done(Some(h)),
-                (d, None) => d.clone(),
-            });
-        }
-        // A keeper's release, after its owner's (a node kept the release's mark).
-        if verdicts.contains(&Verdict::Released) {
-            return Ok(Verdict::Released);
-        }
-        if !failed.is_empty() {
-            return Err(self.no_quorum(
-                keys,
-                format!(
-                    "{} of {n} servers answered and none held the token",
-                    verdicts.len()
-                ),
-                &failed,
-            ));
-        }
-        // Held by another token (or, for a conditional --force, by another holder than the one
-        // named): name the holder with the highest fence, the one `status` shows.
-        Ok(verdicts
-            .iter()
-            .filter(|v| matches!(v, Verdict::HeldByOther(_)))
-            .max_by_key(|v| match v {
-                Verdict::HeldByOther(Some(h)) => Some(h.fence),
-                _ => None,
-            })
-            .cloned()
-            .unwrap_or(Verdict::Free))
+        self.release_verdict(keys, by, &verdicts, &failed)
     }
 
     fn extend(
