@@ -18,6 +18,20 @@
 
 #![allow(dead_code)] // each test crate uses its own subset
 
+/// The fixture `$start` returns (`Some`), or the end of the test, skipped, when it returns `None`:
+/// every fixture that needs `redis-server` returns `None` without one (after a note on stderr,
+/// see [`Builder::start`]) and panics instead under `REDLOCK_REQUIRE_REDIS=1`.
+///
+/// `let redis = or_skip!(RedisServer::start());`
+macro_rules! or_skip {
+    ($start:expr) => {
+        match $start {
+            Some(fixture) => fixture,
+            None => return,
+        }
+    };
+}
+
 pub mod keeper;
 pub mod nodes;
 pub mod proxy;
@@ -82,7 +96,7 @@ pub fn closed_port() -> u16 {
     // SAFETY: plain socket calls on a zeroed sockaddr_in of the size we pass; the descriptor is
     // leaked on purpose to keep the port reserved.
     unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
         assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
         let mut addr: libc::sockaddr_in = std::mem::zeroed();
         addr.sin_family = libc::AF_INET as libc::sa_family_t;
