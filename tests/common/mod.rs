@@ -514,7 +514,7 @@ impl RedisServer {
     /// Every key but the locks' histories, sorted (with SCAN, so that it works where KEYS is
     /// disabled). A history (`PREFIX{NAME}:log`) is kept on purpose after every acquisition, like
     /// the record in `:meta`, and expires with it; the tests that list keys check what the
-    /// protocol leaves (a lock, a queue, a waiter's traces), and tests/history.rs checks the
+    /// protocol leaves (a lock, a queue, a waiter's traces), and `inspect::history` checks the
     /// history. [`keys_and_histories`](Self::keys_and_histories) lists everything.
     pub fn keys(&self) -> Vec<String> {
         let mut keys = self.keys_and_histories();

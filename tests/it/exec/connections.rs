@@ -15,6 +15,51 @@ fn connected(con: &mut redis::Connection) -> i64 {
         .unwrap_or(0)
 }
 
+/// `redlock ARGS -- sh -c CMD`, returned once CMD has started: CMD waits for the file `go` in
+/// the returned dir, then sleeps `after_go` seconds and prints `finished`.
+fn holder_until_go(
+    redis: &RedisServer,
+    args: &[&str],
+    after_go: &str,
+) -> (Proc, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let script = format!(
+        "touch {s}; while [ ! -e {g} ]; do sleep 0.05; done; sleep {after_go}; echo finished",
+        s = started.display(),
+        g = dir.path().join("go").display()
+    );
+    let holder = redis
+        .redlock()
+        .args(args)
+        .args(["--", "sh", "-c", &script])
+        .spawn_proc();
+    assert!(
+        wait_for(|| started.exists(), Duration::from_secs(20)),
+        "the holder's command did not start"
+    );
+    (holder, dir)
+}
+
+/// 25 waiters for `name`, returned once they fill a server of `maxclients 20` (`look`: the
+/// test's own connection, made before).
+fn fill_with_waiters(redis: &RedisServer, look: &mut redis::Connection, name: &str) -> Vec<Proc> {
+    let waiters: Vec<Proc> = (0..25)
+        .map(|_| {
+            redis
+                .redlock()
+                .args(["exec", name, "-w", "60s", "--", "true"])
+                .spawn_proc()
+        })
+        .collect();
+    assert!(
+        wait_for(|| connected(look) >= 20, Duration::from_secs(20)),
+        "the waiters did not fill the server: {} clients",
+        connected(look)
+    );
+    waiters
+}
+
 /// Fails if the holder's renewal needs a new connection: with 20 clients allowed and 25
 /// waiters, that connection is refused, the lock's TTL runs out and the holder exits 75 with
 /// its command killed, although its lock was fine in Redis.
@@ -23,38 +68,11 @@ fn waiters_filling_maxclients_do_not_starve_the_holder() {
     let redis = or_skip!(RedisServer::builder().arg("--maxclients").arg("20").start());
     // Opened first, so that the test can still look once the server is full.
     let mut look = redis.cli();
-    let dir = tempfile::tempdir().unwrap();
-    let started = dir.path().join("started");
-    let go = dir.path().join("go");
     // The command runs until the test has seen the server full and then two more of the
     // holder's renewal intervals (1 s each) go by: the TTL (3 s) alone would not last.
-    let script = format!(
-        "touch {s}; while [ ! -e {g} ]; do sleep 0.05; done; sleep 3.5; echo finished",
-        s = started.display(),
-        g = go.display()
-    );
-    let holder = redis
-        .redlock()
-        .args(["exec", "full", "--ttl", "3s", "--", "sh", "-c", &script])
-        .spawn_proc();
-    assert!(
-        wait_for(|| started.exists(), Duration::from_secs(20)),
-        "the holder's command did not start"
-    );
-    let waiters: Vec<Proc> = (0..25)
-        .map(|_| {
-            redis
-                .redlock()
-                .args(["exec", "full", "-w", "60s", "--", "true"])
-                .spawn_proc()
-        })
-        .collect();
-    assert!(
-        wait_for(|| connected(&mut look) >= 20, Duration::from_secs(20)),
-        "the waiters did not fill the server: {} clients",
-        connected(&mut look)
-    );
-    std::fs::write(&go, "").unwrap();
+    let (holder, dir) = holder_until_go(&redis, &["exec", "full", "--ttl", "3s"], "3.5");
+    let waiters = fill_with_waiters(&redis, &mut look, "full");
+    std::fs::write(dir.path().join("go"), "").unwrap();
     let out = holder.finish(Duration::from_secs(30));
     assert_eq!(out.code(), 0, "{out}");
     assert!(out.stdout.contains("finished"), "{out}");
@@ -101,19 +119,7 @@ fn stall_a_full_server(
     look: &mut redis::Connection,
     name: &str,
 ) -> (Vec<Proc>, Vec<redis::Connection>) {
-    let waiters: Vec<Proc> = (0..25)
-        .map(|_| {
-            redis
-                .redlock()
-                .args(["exec", name, "-w", "60s", "--", "true"])
-                .spawn_proc()
-        })
-        .collect();
-    assert!(
-        wait_for(|| connected(look) >= 20, Duration::from_secs(20)),
-        "the waiters did not fill the server: {} clients",
-        connected(look)
-    );
+    let waiters = fill_with_waiters(redis, look, name);
     redis.pause();
     std::thread::sleep(Duration::from_millis(2500));
     redis.resume();
@@ -144,33 +150,12 @@ fn a_slow_reply_does_not_cost_the_holder_its_connection_on_a_full_server() {
     let redis = or_skip!(RedisServer::builder().arg("--maxclients").arg("20").start());
     // Opened first, so that the test can still look once the server is full.
     let mut look = redis.cli();
-    let dir = tempfile::tempdir().unwrap();
-    let started = dir.path().join("started");
-    let go = dir.path().join("go");
-    let script = format!(
-        "touch {s}; while [ ! -e {g} ]; do sleep 0.05; done; sleep 7; echo finished",
-        s = started.display(),
-        g = go.display()
+    let (holder, dir) = holder_until_go(
+        &redis,
+        &["-v", "exec", "full", "--ttl", "6s", "--io-timeout", "500ms"],
+        "7",
     );
-    let holder = redis
-        .redlock()
-        .args([
-            "-v",
-            "exec",
-            "full",
-            "--ttl",
-            "6s",
-            "--io-timeout",
-            "500ms",
-            "--",
-        ])
-        .args(["sh", "-c", &script])
-        .spawn_proc();
-    assert!(
-        wait_for(|| started.exists(), Duration::from_secs(20)),
-        "the holder's command did not start"
-    );
-    std::fs::write(&go, "").unwrap();
+    std::fs::write(dir.path().join("go"), "").unwrap();
     let (waiters, arrived) = stall_a_full_server(&redis, &mut look, "full");
     let out = holder.finish(Duration::from_secs(30));
     drop(arrived);

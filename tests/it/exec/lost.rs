@@ -173,7 +173,7 @@ fn a_holder_paused_past_its_ttl_stops_its_child_and_spares_the_new_holder() {
 }
 
 /// Redis frozen (SIGSTOP): renewals time out, and the child is stopped at the lock's deadline,
-/// `sent + ttl` of the last successful renewal (no drift on one server; see `exec.rs`) — not at
+/// `sent + ttl` of the last successful renewal (no drift on one server; see `exec::run`) — not at
 /// the first failed renewal (TTL/3 + the 500ms I/O timeout after it), and not later either.
 ///
 /// The test freezes Redis right after it saw a renewal land (the PTTL jumped back up), so it

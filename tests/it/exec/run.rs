@@ -1,5 +1,5 @@
 //! `redlock exec`: exit status, the child's environment, renewal, mutual exclusion, stdio, and the
-//! two ways to give the command. Signals are in `exec_signals.rs`, lock loss in `exec_lost.rs`.
+//! two ways to give the command. Signals are in `exec::signals`, lock loss in `exec::lost`.
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
@@ -269,7 +269,7 @@ fn count_increments(
         .to_string()
 }
 
-/// The same race as `exclusion.rs` (whose control shows the loops lose increments without a
+/// The same race as `safety::exclusion` (whose control shows the loops lose increments without a
 /// lock), with each increment run by `exec`.
 #[test]
 fn exec_serialises_8_loops_of_25_increments() {

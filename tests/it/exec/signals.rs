@@ -356,7 +356,7 @@ fn sigquit_is_passed_on_without_a_sigkill_later() {
 
 /// Fails (with a panic, exit 101/134) if a huge --kill-after overflows the clock. The largest
 /// one accepted (durations are at most 100 years; a longer one is a usage error, see
-/// `tests/max_runtime.rs`).
+/// `safety::max_runtime`).
 #[test]
 fn a_huge_kill_after_means_no_escalation() {
     let redis = or_skip!(RedisServer::start());
@@ -537,6 +537,26 @@ fn dropping_capabilities_is_no_change_of_credentials() {
     );
 }
 
+/// Runs `exec ARGS` (a command that writes the pid of the step it started to `$D/step`), SIGKILLs
+/// redlock once the command is ready, and returns the step's pid and whether the step ended
+/// `within` that time (one still running then is killed, not left behind).
+fn sigkill_holding_a_step(redis: &RedisServer, args: &[&str], within: Duration) -> (u32, bool) {
+    let mut holder = exec(redis).args(args).spawn_proc();
+    wait_ready(redis, &mut holder);
+    let step: u32 = std::fs::read_to_string(file(redis, "step"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    holder.signal(libc::SIGKILL);
+    let stopped = wait_for(|| dead(step), within);
+    if !stopped {
+        signal(step, libc::SIGKILL);
+    }
+    let _ = holder.finish(EVENT);
+    (step, stopped)
+}
+
 /// Found by review (issue 26): `kill -9` of redlock stops the command (its parent-death
 /// signal, or the watchdog after a switch of users), but not what the command started: a shell
 /// without a TERM trap dies at once and leaves its foreground step running, and once the lock's
@@ -548,22 +568,12 @@ fn dropping_capabilities_is_no_change_of_credentials() {
 fn when_redlock_is_sigkilled_what_the_command_started_stops_too() {
     let redis = or_skip!(RedisServer::start());
     let script = r#"sleep 30 >/dev/null 2>&1 & echo $! > "$D/step"; touch "$D/ready"; wait"#;
-    let mut holder = exec(&redis)
-        .args(["k", "--ttl", "2s", "-c", script])
-        .spawn_proc();
-    wait_ready(&redis, &mut holder);
-    let step: u32 = std::fs::read_to_string(file(&redis, "step"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    holder.signal(libc::SIGKILL);
     // Within the TTL, before anyone else may hold the lock.
-    let stopped = wait_for(|| dead(step), Duration::from_secs(2));
-    if !stopped {
-        signal(step, libc::SIGKILL);
-    }
-    let _ = holder.finish(EVENT);
+    let (step, stopped) = sigkill_holding_a_step(
+        &redis,
+        &["k", "--ttl", "2s", "-c", script],
+        Duration::from_secs(2),
+    );
     assert!(
         stopped,
         "the command's step {step} ran on after redlock was killed"
@@ -576,21 +586,11 @@ fn when_redlock_is_sigkilled_what_the_command_started_stops_too() {
 fn when_redlock_is_sigkilled_a_step_that_ignores_sigterm_is_killed_after_kill_after() {
     let redis = or_skip!(RedisServer::start());
     let script = r#"(trap '' TERM; exec sleep 30) >/dev/null 2>&1 & echo $! > "$D/step"; touch "$D/ready"; wait"#;
-    let mut holder = exec(&redis)
-        .args(["k", "--ttl", "4s", "--kill-after", "300ms", "-c", script])
-        .spawn_proc();
-    wait_ready(&redis, &mut holder);
-    let step: u32 = std::fs::read_to_string(file(&redis, "step"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    holder.signal(libc::SIGKILL);
-    let stopped = wait_for(|| dead(step), Duration::from_secs(3));
-    if !stopped {
-        signal(step, libc::SIGKILL);
-    }
-    let _ = holder.finish(EVENT);
+    let (step, stopped) = sigkill_holding_a_step(
+        &redis,
+        &["k", "--ttl", "4s", "--kill-after", "300ms", "-c", script],
+        Duration::from_secs(3),
+    );
     assert!(
         stopped,
         "the step {step}, ignoring SIGTERM, ran on after redlock was killed"

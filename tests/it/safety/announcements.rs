@@ -78,6 +78,28 @@ fn keeper_ended_quietly(pid: &mut Leader, what: &str) {
     );
 }
 
+/// Releases `k` (`token`) while every subscription to the server is killed, again and again
+/// until the release is done: no keeper can hear its announcement.
+fn release_unheard(redis: &RedisServer, token: &str) {
+    let released = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Bounded: the release below takes milliseconds.
+            let deadline = Instant::now() + SOON;
+            while !released.load(Ordering::SeqCst) && Instant::now() < deadline {
+                redis.query::<i64>(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        redis
+            .redlock()
+            .args(["release", "k", token])
+            .run()
+            .expect(0);
+        released.store(true, Ordering::SeqCst);
+    });
+}
+
 /// Fails before places were marked at their release and before the keeper's readiness meant
 /// "subscribed" (in about 2 of 90 runs a keeper missed the announcement of a release made right
 /// after acquire returned, and took its place gone for a loss: SIGTERM to a script that did
@@ -192,23 +214,7 @@ fn a_place_released_while_the_subscription_is_down_gets_no_sigterm() {
         Stdio::null(),
     );
     wait_subscribed(&[&redis], "k");
-    let released = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            // Bounded: the release below takes milliseconds.
-            let deadline = Instant::now() + SOON;
-            while !released.load(Ordering::SeqCst) && Instant::now() < deadline {
-                redis.query::<i64>(&["CLIENT", "KILL", "TYPE", "pubsub"]);
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        });
-        redis
-            .redlock()
-            .args(["release", "k", &token])
-            .run()
-            .expect(0);
-        released.store(true, Ordering::SeqCst);
-    });
+    release_unheard(&redis, &token);
     keeper_ended_quietly(&mut pid, "a killed subscription");
 }
 
@@ -442,23 +448,7 @@ fn a_restart_after_an_unheard_release_gets_no_sigterm() {
         Stdio::null(),
     );
     wait_subscribed(&[&redis], "k");
-    let released = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            // Bounded: the release below takes milliseconds.
-            let deadline = Instant::now() + SOON;
-            while !released.load(Ordering::SeqCst) && Instant::now() < deadline {
-                redis.query::<i64>(&["CLIENT", "KILL", "TYPE", "pubsub"]);
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        });
-        redis
-            .redlock()
-            .args(["release", "k", &token])
-            .run()
-            .expect(0);
-        released.store(true, Ordering::SeqCst);
-    });
+    release_unheard(&redis, &token);
     redis.kill();
     redis.restart();
     keeper_ended_quietly(&mut pid, "a restart after the release");

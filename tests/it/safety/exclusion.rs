@@ -1,6 +1,6 @@
 //! The properties a lock exists for: mutual exclusion between processes and strictly increasing
 //! fencing tokens. (A dead holder blocking others for one TTL, no more, no less, and a dead
-//! waiter not stalling the queue are in `waiting.rs`; a SIGKILLed `exec` in `exec_signals.rs`.)
+//! waiter not stalling the queue are in `waiting::queue`; a SIGKILLed `exec` in `exec::signals`.)
 
 use std::time::Duration;
 

@@ -230,7 +230,7 @@ fn connect_timeout_bounds_the_handshake() {
     assert!(out.elapsed < Duration::from_secs(4), "{out}");
 }
 
-/// A waiter rides out a frozen server (see `tests/outage.rs`), but only while its wait lasts:
+/// A waiter rides out a frozen server (see `topology::outage`), but only while its wait lasts:
 /// then it exits 69 with the timeout, not much later.
 #[test]
 fn a_server_that_freezes_while_we_wait_exits_69_when_the_wait_runs_out() {

@@ -4,7 +4,7 @@
 //!
 //! Real `redlock` processes against a real `redis-server`; the tests synchronise on the queue in
 //! Redis, on lines on stderr and on exits, never on a sleep. The terminal is a real
-//! pseudo-terminal (as in `exec_tty.rs`).
+//! pseudo-terminal (as in `exec::tty`).
 
 use std::fs::File;
 use std::io::Read;

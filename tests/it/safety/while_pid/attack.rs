@@ -406,6 +406,36 @@ fn children_of(parent: u32) -> Vec<u32> {
     found
 }
 
+/// Runs the bash `script` as the command of `exec outer --preemptible --kill-after 1s`, waits for
+/// the token the script writes to the file `{token}` stands for, preempts `outer` and returns what
+/// the preempted exec printed.
+fn preempt_exec_running(redis: &RedisServer, script: &str) -> crate::common::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let path = d.join("inner.bash");
+    let token = d.join("token");
+    std::fs::write(
+        &path,
+        script.replace("{token}", &token.display().to_string()),
+    )
+    .unwrap();
+    let outer = redis
+        .sh(&format!(
+            "exec redlock exec outer --preemptible --kill-after 1s -- bash '{}'",
+            path.display()
+        ))
+        .spawn_proc();
+    token_in(&token);
+    wait_subscribed(&[redis], "outer");
+    redis
+        .redlock()
+        .args(["exec", "outer", "--preempt", "--wait", "30s", "--", "true"])
+        .spawn_proc()
+        .finish(Duration::from_secs(30))
+        .expect(0);
+    outer.finish(Duration::from_secs(30))
+}
+
 /// Fails if a keeper started under `exec --preemptible` (or `--max-runtime`) dies with the
 /// command's leftovers: exec adopts its command's orphans (a subreaper), and the keeper of a
 /// second lock taken inside the command (`acquire inner --while-pid $$`) is one; when exec stops
@@ -418,36 +448,14 @@ fn children_of(parent: u32) -> Vec<u32> {
 #[test]
 fn a_keeper_under_a_preempted_exec_still_releases_its_lock() {
     let redis = or_skip!(RedisServer::start());
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let script = d.join("inner.bash");
-    std::fs::write(
-        &script,
-        format!(
-            "sh -c 'trap \"\" TERM; sleep 600' &
-             T=$(redlock acquire inner --while-pid $$ --ttl 1h) || exit
-             echo \"$T\" >'{token}'
-             wait
-            ",
-            token = d.join("token").display(),
-        ),
-    )
-    .unwrap();
-    let outer = redis
-        .sh(&format!(
-            "exec redlock exec outer --preemptible --kill-after 1s -- bash '{}'",
-            script.display()
-        ))
-        .spawn_proc();
-    token_in(&d.join("token"));
-    wait_subscribed(&[&redis], "outer");
-    redis
-        .redlock()
-        .args(["exec", "outer", "--preempt", "--wait", "30s", "--", "true"])
-        .spawn_proc()
-        .finish(Duration::from_secs(30))
-        .expect(0);
-    let out = outer.finish(Duration::from_secs(30));
+    let out = preempt_exec_running(
+        &redis,
+        "sh -c 'trap \"\" TERM; sleep 600' &
+         T=$(redlock acquire inner --while-pid $$ --ttl 1h) || exit
+         echo \"$T\" >'{token}'
+         wait
+        ",
+    );
     assert!(
         wait_for(
             || redis.get(&crate::common::lock_key("inner")).is_none(),
@@ -464,35 +472,13 @@ fn a_keeper_under_a_preempted_exec_still_releases_its_lock() {
 #[test]
 fn a_keeper_kept_for_exec_itself_releases_once_exec_ends() {
     let redis = or_skip!(RedisServer::start());
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let script = d.join("inner.bash");
-    std::fs::write(
-        &script,
-        format!(
-            "T=$(redlock acquire mine --while-pid $PPID --ttl 1h) || exit
-             echo \"$T\" >'{token}'
-             sleep 600
-            ",
-            token = d.join("token").display(),
-        ),
-    )
-    .unwrap();
-    let outer = redis
-        .sh(&format!(
-            "exec redlock exec outer --preemptible --kill-after 1s -- bash '{}'",
-            script.display()
-        ))
-        .spawn_proc();
-    token_in(&d.join("token"));
-    wait_subscribed(&[&redis], "outer");
-    redis
-        .redlock()
-        .args(["exec", "outer", "--preempt", "--wait", "30s", "--", "true"])
-        .spawn_proc()
-        .finish(Duration::from_secs(30))
-        .expect(0);
-    let out = outer.finish(Duration::from_secs(30));
+    let out = preempt_exec_running(
+        &redis,
+        "T=$(redlock acquire mine --while-pid $PPID --ttl 1h) || exit
+         echo \"$T\" >'{token}'
+         sleep 600
+        ",
+    );
     assert!(
         wait_for(
             || redis.get(&crate::common::lock_key("mine")).is_none(),

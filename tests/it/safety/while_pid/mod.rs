@@ -17,7 +17,9 @@ use crate::common::keeper::{
     SOON, keepers_of, overlap_check, sleeper, step, step_started, token_in, work_script,
 };
 use crate::common::proxy::Proxy;
-use crate::common::{RedisServer, Run, lock_key, meta_key, wait_for, wait_subscribed};
+use crate::common::{
+    Output, Proc, RedisServer, Run, lock_key, meta_key, wait_for, wait_subscribed,
+};
 use serde_json::Value;
 
 /// Runs `acquire` (`cmd`) to its end and returns the token. Its stderr goes nowhere: the keeper
@@ -344,6 +346,38 @@ fn a_quorum_lock_is_kept_and_released_on_every_node() {
 // running); `overlap_check` shows whether a process of the holder's work ran beside the next
 // holder (see `common::keeper::work_script`).
 
+/// Starts `work_script` with `flags` and `step`, and returns once it holds `k` and its step runs.
+fn start_work(redis: &RedisServer, d: &Path, flags: &str, step: &str) -> Proc {
+    let holder = redis.sh(&work_script(d, flags, step)).spawn_proc();
+    token_in(&d.join("token"));
+    step_started(d);
+    holder
+}
+
+/// The next holder of `k` (`exec k --wait 30s` with `flags`), running `overlap_check`.
+fn next_holder(redis: &RedisServer, d: &Path, flags: &[&str]) -> Proc {
+    redis
+        .redlock()
+        .args(["exec", "k"])
+        .args(flags)
+        .args(["--wait", "30s", "-c", &overlap_check(d)])
+        .spawn_proc()
+}
+
+/// Waits for `next` to end (exit 0) and fails with `beside` if its overlap check found a process
+/// of the holder's work still running.
+fn ran_alone(d: &Path, next: Proc, holder: &Proc, beside: &str) -> Output {
+    let out = next.finish(Duration::from_secs(30)).expect(0);
+    let result = std::fs::read_to_string(d.join("result")).unwrap();
+    assert_eq!(
+        result,
+        "free\n",
+        "{beside}\n{out}\n--- holder:\n{}",
+        holder.stderr()
+    );
+    out
+}
+
 /// Fails if the keeper releases the lock as soon as the preempted script has died: the
 /// preemptor ran beside the script's foreground step (the audit measured 3 s of two holders).
 #[test]
@@ -351,31 +385,14 @@ fn a_preemptor_runs_only_once_the_untrapped_scripts_step_has_ended() {
     let redis = or_skip!(RedisServer::start());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let holder = redis
-        .sh(&work_script(d, "--preemptible", &step(d, 5)))
-        .spawn_proc();
-    token_in(&d.join("token"));
-    step_started(d);
+    let holder = start_work(&redis, d, "--preemptible", &step(d, 5));
     wait_subscribed(&[&redis], "k");
-    let preemptor = redis
-        .redlock()
-        .args([
-            "exec",
-            "k",
-            "--preempt",
-            "--wait",
-            "30s",
-            "-c",
-            &overlap_check(d),
-        ])
-        .spawn_proc();
-    let out = preemptor.finish(Duration::from_secs(30)).expect(0);
-    let result = std::fs::read_to_string(d.join("result")).unwrap();
-    assert_eq!(
-        result,
-        "free\n",
-        "the preemptor ran beside the holder's step\n{out}\n--- holder:\n{}",
-        holder.stderr()
+    let preemptor = next_holder(&redis, d, &["--preempt"]);
+    ran_alone(
+        d,
+        preemptor,
+        &holder,
+        "the preemptor ran beside the holder's step",
     );
     let said = holder.stderr();
     assert!(
@@ -394,13 +411,8 @@ fn sigterm_to_the_keeper_releases_only_once_the_scripts_step_has_ended() {
     let redis = or_skip!(RedisServer::start());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let holder = redis.sh(&work_script(d, "", &step(d, 5))).spawn_proc();
-    token_in(&d.join("token"));
-    step_started(d);
-    let waiter = redis
-        .redlock()
-        .args(["exec", "k", "--wait", "30s", "-c", &overlap_check(d)])
-        .spawn_proc();
+    let holder = start_work(&redis, d, "", &step(d, 5));
+    let waiter = next_holder(&redis, d, &[]);
     assert!(wait_for(
         || crate::common::queue(&redis, "k").len() == 1,
         SOON
@@ -408,13 +420,11 @@ fn sigterm_to_the_keeper_releases_only_once_the_scripts_step_has_ended() {
     let keepers = keepers_of(holder.id());
     assert_eq!(keepers.len(), 1);
     crate::common::signal(keepers[0], libc::SIGTERM);
-    let out = waiter.finish(Duration::from_secs(30)).expect(0);
-    let result = std::fs::read_to_string(d.join("result")).unwrap();
-    assert_eq!(
-        result,
-        "free\n",
-        "the waiter ran beside the holder's step\n{out}\n--- holder:\n{}",
-        holder.stderr()
+    ran_alone(
+        d,
+        waiter,
+        &holder,
+        "the waiter ran beside the holder's step",
     );
     let steps = std::fs::read_to_string(d.join("steps")).unwrap();
     assert!(!steps.contains("done"), "the step was not stopped: {steps}");
@@ -429,25 +439,18 @@ fn kill_9_of_the_script_frees_the_lock_only_once_its_step_has_ended() {
     let redis = or_skip!(RedisServer::start());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mut holder = redis.sh(&work_script(d, "", &step(d, 2))).spawn_proc();
-    token_in(&d.join("token"));
-    step_started(d);
-    let waiter = redis
-        .redlock()
-        .args(["exec", "k", "--wait", "30s", "-c", &overlap_check(d)])
-        .spawn_proc();
+    let mut holder = start_work(&redis, d, "", &step(d, 2));
+    let waiter = next_holder(&redis, d, &[]);
     assert!(wait_for(
         || crate::common::queue(&redis, "k").len() == 1,
         SOON
     ));
     holder.signal(libc::SIGKILL);
-    let out = waiter.finish(Duration::from_secs(30)).expect(0);
-    let result = std::fs::read_to_string(d.join("result")).unwrap();
-    assert_eq!(
-        result,
-        "free\n",
-        "the waiter ran beside the killed script's step\n{out}\n--- holder:\n{}",
-        holder.stderr()
+    ran_alone(
+        d,
+        waiter,
+        &holder,
+        "the waiter ran beside the killed script's step",
     );
     let steps = std::fs::read_to_string(d.join("steps")).unwrap();
     assert!(steps.contains("done"), "the step was stopped: {steps}");
@@ -467,31 +470,14 @@ fn a_step_that_ignores_sigterm_gets_sigkill_after_kill_after_before_the_release(
         "trap \"\" TERM; echo started >>\"{}\"; sleep 600",
         steps.display()
     );
-    let holder = redis
-        .sh(&work_script(d, "--preemptible --kill-after 2s", &stubborn))
-        .spawn_proc();
-    token_in(&d.join("token"));
-    step_started(d);
+    let holder = start_work(&redis, d, "--preemptible --kill-after 2s", &stubborn);
     wait_subscribed(&[&redis], "k");
-    let preemptor = redis
-        .redlock()
-        .args([
-            "exec",
-            "k",
-            "--preempt",
-            "--wait",
-            "30s",
-            "-c",
-            &overlap_check(d),
-        ])
-        .spawn_proc();
-    let out = preemptor.finish(Duration::from_secs(30)).expect(0);
-    let result = std::fs::read_to_string(d.join("result")).unwrap();
-    assert_eq!(
-        result,
-        "free\n",
-        "the preemptor ran beside the holder's step\n{out}\n--- holder:\n{}",
-        holder.stderr()
+    let preemptor = next_holder(&redis, d, &["--preempt"]);
+    let out = ran_alone(
+        d,
+        preemptor,
+        &holder,
+        "the preemptor ran beside the holder's step",
     );
     // SIGTERM, then SIGKILL 2 s later: the preemptor waited at least that long.
     assert!(out.elapsed >= Duration::from_millis(1900), "{out}");
@@ -575,10 +561,7 @@ fn kill_9_of_a_script_that_does_not_lead_its_group_waits_for_the_step_it_started
     let pid: u32 = token_in(&d.join("pid")).parse().unwrap();
     step_started(d);
     outer.wait_for_stderr("does not lead its process group", SOON);
-    let waiter = redis
-        .redlock()
-        .args(["exec", "k", "--wait", "30s", "-c", &overlap_check(d)])
-        .spawn_proc();
+    let waiter = next_holder(&redis, d, &[]);
     assert!(wait_for(
         || crate::common::queue(&redis, "k").len() == 1,
         SOON
@@ -672,9 +655,7 @@ fn status_shows_a_keeper_waiting_for_leftover_work_as_draining() {
     let redis = or_skip!(RedisServer::start());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mut holder = redis.sh(&work_script(d, "", &step(d, 3))).spawn_proc();
-    token_in(&d.join("token"));
-    step_started(d);
+    let mut holder = start_work(&redis, d, "", &step(d, 3));
     holder.signal(libc::SIGKILL);
     holder.wait_for_stderr("has ended; keeping 'k' until the", SOON);
     let out = redis.redlock().args(["status", "k"]).output().unwrap();
@@ -697,11 +678,7 @@ fn a_second_sigterm_to_the_keeper_says_it_brought_the_sigkill_forward() {
         "trap \"\" TERM; echo started >>\"{}\"; sleep 600",
         d.join("steps").display()
     );
-    let mut holder = redis
-        .sh(&work_script(d, "--kill-after 60s", &stubborn))
-        .spawn_proc();
-    token_in(&d.join("token"));
-    step_started(d);
+    let mut holder = start_work(&redis, d, "--kill-after 60s", &stubborn);
     let keepers = keepers_of(holder.id());
     assert_eq!(keepers.len(), 1);
     crate::common::signal(keepers[0], libc::SIGTERM);
