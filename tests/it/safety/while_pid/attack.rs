@@ -9,28 +9,20 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::common::keeper::{SOON, keepers_of, overlap_check, step_started, token_in, work_script};
-use crate::common::{RedisServer, Run, wait_for, wait_subscribed};
+use super::{next_holder, ran_alone};
+use crate::common::keeper::{SOON, keepers_of, step_started, token_in, work_script};
+use crate::common::{Output, Proc, RedisServer, Run, wait_for, wait_subscribed};
 
-/// Preempts `k`, held by the script the caller started, and returns what the preemptor's
-/// overlap check found (`free`, or `OVERLAP` when a process of the holder's work still ran).
-fn preempt(redis: &RedisServer, d: &Path) -> (String, crate::common::Output) {
+/// Preempts `k`, held by the script the caller started (`holder`), and fails with `beside` if
+/// the preemptor's overlap check found a process of the holder's work still running.
+fn preempt(redis: &RedisServer, d: &Path, holder: &Proc, beside: &str) -> Output {
     wait_subscribed(&[redis], "k");
-    let out = redis
-        .redlock()
-        .args([
-            "exec",
-            "k",
-            "--preempt",
-            "--wait",
-            "30s",
-            "-c",
-            &overlap_check(d),
-        ])
-        .spawn_proc()
-        .finish(Duration::from_secs(30))
-        .expect(0);
-    (std::fs::read_to_string(d.join("result")).unwrap(), out)
+    ran_alone(
+        d,
+        next_holder(redis.redlock(), d, &["--preempt"]),
+        holder,
+        beside,
+    )
 }
 
 /// Fails if a step run under `timeout` (coreutils: it moves itself into a process group of its
@@ -52,12 +44,11 @@ fn a_step_under_timeout_is_waited_for_when_the_script_is_preempted() {
         .spawn_proc();
     token_in(&d.join("token"));
     step_started(d);
-    let (result, out) = preempt(&redis, d);
-    assert_eq!(
-        result,
-        "free\n",
-        "the preemptor ran beside the holder's `timeout` step\n{out}\n--- holder:\n{}",
-        holder.stderr()
+    preempt(
+        &redis,
+        d,
+        &holder,
+        "the preemptor ran beside the holder's `timeout` step",
     );
     assert!(wait_for(|| keepers_of(holder.id()).is_empty(), SOON));
 }
@@ -104,13 +95,11 @@ fn an_exit_trap_that_releases_does_not_cut_the_keepers_stop_short() {
         .spawn_proc();
     token_in(&d.join("token"));
     step_started(d);
-    let (result, out) = preempt(&redis, d);
-    assert_eq!(
-        result,
-        "free\n",
-        "the preemptor ran beside the holder's step (the trap's release ended the keeper)\n\
-         {out}\n--- holder:\n{}",
-        holder.stderr()
+    preempt(
+        &redis,
+        d,
+        &holder,
+        "the preemptor ran beside the holder's step (the trap's release ended the keeper)",
     );
     assert!(
         holder
@@ -136,26 +125,11 @@ fn on_a_quorum_an_exit_trap_that_releases_does_not_cut_the_keepers_stop_short() 
     step_started(d);
     let servers: Vec<&RedisServer> = nodes.servers().collect();
     wait_subscribed(&servers[..1], "k");
-    let out = nodes
-        .redlock()
-        .args([
-            "exec",
-            "k",
-            "--preempt",
-            "--wait",
-            "30s",
-            "-c",
-            &overlap_check(d),
-        ])
-        .spawn_proc()
-        .finish(Duration::from_secs(30))
-        .expect(0);
-    let result = std::fs::read_to_string(d.join("result")).unwrap();
-    assert_eq!(
-        result,
-        "free\n",
-        "the preemptor ran beside the holder's step on a quorum\n{out}\n--- holder:\n{}",
-        holder.stderr()
+    ran_alone(
+        d,
+        next_holder(nodes.redlock(), d, &["--preempt"]),
+        &holder,
+        "the preemptor ran beside the holder's step on a quorum",
     );
 }
 
@@ -176,27 +150,11 @@ fn a_places_exit_trap_release_does_not_cut_the_keepers_stop_short() {
     assert_eq!(keepers.len(), 1, "{}", holder.stderr());
     // SAFETY: kill(2) on the keeper's pid, which we just found.
     unsafe { libc::kill(keepers[0] as i32, libc::SIGTERM) };
-    let out = redis
-        .redlock()
-        .args([
-            "exec",
-            "k",
-            "--slots",
-            "1",
-            "--wait",
-            "30s",
-            "-c",
-            &overlap_check(d),
-        ])
-        .spawn_proc()
-        .finish(Duration::from_secs(30))
-        .expect(0);
-    assert_eq!(
-        std::fs::read_to_string(d.join("result")).unwrap(),
-        "free\n",
-        "the next holder ran beside the step (the trap's release freed the place)\n{out}\n\
-         --- holder:\n{}",
-        holder.stderr()
+    ran_alone(
+        d,
+        next_holder(redis.redlock(), d, &["--slots", "1"]),
+        &holder,
+        "the next holder ran beside the step (the trap's release freed the place)",
     );
 }
 
@@ -318,18 +276,11 @@ fn a_process_whose_main_thread_exited_is_still_work() {
         .spawn_proc();
     token_in(&d.join("token"));
     step_started(d);
-    let out = redis
-        .redlock()
-        .args(["exec", "k", "--wait", "30s", "-c", &overlap_check(d)])
-        .spawn_proc()
-        .finish(Duration::from_secs(30))
-        .expect(0);
-    let result = std::fs::read_to_string(d.join("result")).unwrap();
-    assert_eq!(
-        result,
-        "free\n",
-        "the waiter ran beside a process of the holder's work\n{out}\n--- holder:\n{}",
-        holder.stderr()
+    ran_alone(
+        d,
+        next_holder(redis.redlock(), d, &[]),
+        &holder,
+        "the waiter ran beside a process of the holder's work",
     );
 }
 

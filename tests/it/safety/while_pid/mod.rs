@@ -354,10 +354,10 @@ fn start_work(redis: &RedisServer, d: &Path, flags: &str, step: &str) -> Proc {
     holder
 }
 
-/// The next holder of `k` (`exec k --wait 30s` with `flags`), running `overlap_check`.
-fn next_holder(redis: &RedisServer, d: &Path, flags: &[&str]) -> Proc {
-    redis
-        .redlock()
+/// The next holder of `k`: `redlock` (from a `RedisServer` or `Nodes`) as `exec k FLAGS --wait
+/// 30s`, running `overlap_check`.
+fn next_holder(mut redlock: Command, d: &Path, flags: &[&str]) -> Proc {
+    redlock
         .args(["exec", "k"])
         .args(flags)
         .args(["--wait", "30s", "-c", &overlap_check(d)])
@@ -387,7 +387,7 @@ fn a_preemptor_runs_only_once_the_untrapped_scripts_step_has_ended() {
     let d = dir.path();
     let holder = start_work(&redis, d, "--preemptible", &step(d, 5));
     wait_subscribed(&[&redis], "k");
-    let preemptor = next_holder(&redis, d, &["--preempt"]);
+    let preemptor = next_holder(redis.redlock(), d, &["--preempt"]);
     ran_alone(
         d,
         preemptor,
@@ -412,7 +412,7 @@ fn sigterm_to_the_keeper_releases_only_once_the_scripts_step_has_ended() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let holder = start_work(&redis, d, "", &step(d, 5));
-    let waiter = next_holder(&redis, d, &[]);
+    let waiter = next_holder(redis.redlock(), d, &[]);
     assert!(wait_for(
         || crate::common::queue(&redis, "k").len() == 1,
         SOON
@@ -440,7 +440,7 @@ fn kill_9_of_the_script_frees_the_lock_only_once_its_step_has_ended() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let mut holder = start_work(&redis, d, "", &step(d, 2));
-    let waiter = next_holder(&redis, d, &[]);
+    let waiter = next_holder(redis.redlock(), d, &[]);
     assert!(wait_for(
         || crate::common::queue(&redis, "k").len() == 1,
         SOON
@@ -472,7 +472,7 @@ fn a_step_that_ignores_sigterm_gets_sigkill_after_kill_after_before_the_release(
     );
     let holder = start_work(&redis, d, "--preemptible --kill-after 2s", &stubborn);
     wait_subscribed(&[&redis], "k");
-    let preemptor = next_holder(&redis, d, &["--preempt"]);
+    let preemptor = next_holder(redis.redlock(), d, &["--preempt"]);
     let out = ran_alone(
         d,
         preemptor,
@@ -561,7 +561,7 @@ fn kill_9_of_a_script_that_does_not_lead_its_group_waits_for_the_step_it_started
     let pid: u32 = token_in(&d.join("pid")).parse().unwrap();
     step_started(d);
     outer.wait_for_stderr("does not lead its process group", SOON);
-    let waiter = next_holder(&redis, d, &[]);
+    let waiter = next_holder(redis.redlock(), d, &[]);
     assert!(wait_for(
         || crate::common::queue(&redis, "k").len() == 1,
         SOON
