@@ -6,6 +6,7 @@
 //! exits, never on a sleep.
 
 use std::io::Read;
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -569,18 +570,16 @@ fn watch_refuses_the_prometheus_format() {
     assert_eq!(patterns(&redis), 0, "{out}");
 }
 
-/// A watcher that falls behind (here: its stdout is a pipe nobody reads while changes pour in)
-/// drops what does not fit in its backlog and says how many it missed, rather than holding every
-/// message in memory.
-#[test]
-fn a_watcher_that_falls_behind_says_how_many_changes_it_missed() {
-    let redis = or_skip!(RedisServer::start());
+/// `redlock status --watch FLAGS k` whose stdout is a pipe that nobody reads until the test
+/// writes the file `go`, returned once it listens: the shell around it, the watcher's pid, `go`,
+/// and the dir that holds `go`.
+fn stalled_watcher(redis: &RedisServer, flags: &str) -> (Proc, u32, PathBuf, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
     let pid = dir.path().join("pid");
     // The reader drains nothing until `go` exists; the watcher's pid is written for the signal.
     let script = format!(
-        "sh -c 'echo $$ > \"$1\"; exec redlock status --watch --json k' sh '{}' \
+        "sh -c 'echo $$ > \"$1\"; exec redlock status --watch {flags} k' sh '{}' \
          | {{ while [ ! -e '{}' ]; do sleep 0.05; done; cat > /dev/null; }}",
         pid.display(),
         go.display()
@@ -593,6 +592,22 @@ fn a_watcher_that_falls_behind_says_how_many_changes_it_missed() {
     };
     assert!(wait_for(subscribed, EVENT), "{}", proc.stderr());
     proc.wait_for_stderr("listening for changes", EVENT);
+    let watcher: u32 = std::fs::read_to_string(&pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (proc, watcher, go, dir)
+}
+
+/// A watcher that falls behind (here: its stdout is a pipe nobody reads while changes pour in)
+/// drops what does not fit in its backlog and says how many it missed, rather than holding every
+/// message in memory.
+#[test]
+fn a_watcher_that_falls_behind_says_how_many_changes_it_missed() {
+    let redis = or_skip!(RedisServer::start());
+    let (mut proc, watcher, go, _dir) = stalled_watcher(&redis, "--json");
+    let channel = format!("{}:watch", lock_key("k"));
     // 4,000 changes of 1 KB: far more than a pipe holds, and than the backlog of 1,024.
     let payload = format!(
         r#"{{"event":"left","token":"0123abcd","pad":"{}"}}"#,
@@ -606,11 +621,6 @@ fn a_watcher_that_falls_behind_says_how_many_changes_it_missed() {
     pipe.query::<()>(&mut con).unwrap();
     std::fs::write(&go, "").unwrap();
     proc.wait_for_stderr("changes (the watcher fell behind)", EVENT);
-    let watcher: u32 = std::fs::read_to_string(&pid)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
     signal(watcher, libc::SIGTERM);
     let out = proc.finish(EVENT);
     let missed: u64 = out
@@ -649,28 +659,8 @@ fn a_stalled_watcher_holds_a_bounded_number_of_bytes() {
         "client-output-buffer-limit",
         "pubsub 0 0 0",
     ]);
-    let dir = tempfile::tempdir().unwrap();
-    let go = dir.path().join("go");
-    let pid = dir.path().join("pid");
-    let script = format!(
-        "sh -c 'echo $$ > \"$1\"; exec redlock status --watch k' sh '{}' \
-         | {{ while [ ! -e '{}' ]; do sleep 0.05; done; cat > /dev/null; }}",
-        pid.display(),
-        go.display()
-    );
-    let mut proc = redis.sh(&script).spawn_proc();
+    let (mut proc, watcher, go, _dir) = stalled_watcher(&redis, "");
     let channel = format!("{}:watch", lock_key("k"));
-    let subscribed = || {
-        let counts: Vec<redis::Value> = redis.query(&["PUBSUB", "NUMSUB", &channel]);
-        matches!(counts.get(1), Some(redis::Value::Int(1)))
-    };
-    assert!(wait_for(subscribed, EVENT), "{}", proc.stderr());
-    proc.wait_for_stderr("listening for changes", EVENT);
-    let watcher: u32 = std::fs::read_to_string(&pid)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
     let before = peak_rss_kib(watcher);
     let mut con = redis.cli();
     let event = |pad: usize| {

@@ -23,6 +23,22 @@ fn events(redis: &RedisServer, name: &str, kind: &str) -> usize {
     out.lines().filter(|l| l.contains(&needle)).count()
 }
 
+/// `exec k --preempt`, in `dir`, whose command appends `preemptor` to `ran`.
+fn preemptor(mut redlock: std::process::Command, dir: &std::path::Path) -> Proc {
+    redlock
+        .args([
+            "exec",
+            "k",
+            "--preempt",
+            "--",
+            "sh",
+            "-c",
+            "echo preemptor >> ran",
+        ])
+        .current_dir(dir)
+        .spawn_proc()
+}
+
 #[test]
 fn a_preemptible_holder_is_stopped_and_the_preemptor_goes_next() {
     let redis = or_skip!(RedisServer::start());
@@ -81,19 +97,7 @@ fn a_holder_that_did_not_opt_in_is_waited_for() {
         .current_dir(dir.path())
         .spawn_proc();
     assert!(wait_for(|| queue(&redis, "k").len() == 1, HANG));
-    let mut preemptor = redis
-        .redlock()
-        .args([
-            "exec",
-            "k",
-            "--preempt",
-            "--",
-            "sh",
-            "-c",
-            "echo preemptor >> ran",
-        ])
-        .current_dir(dir.path())
-        .spawn_proc();
+    let mut preemptor = preemptor(redis.redlock(), dir.path());
     preemptor.wait_for_stderr(
         "(not preemptible: it did not opt in with --preemptible)",
         HANG,
@@ -123,19 +127,7 @@ fn on_lost_ignore_lets_a_preempted_command_finish() {
         .current_dir(dir.path())
         .spawn_proc();
     assert!(wait_for(|| dir.path().join("up").exists(), HANG));
-    let mut preemptor = redis
-        .redlock()
-        .args([
-            "exec",
-            "k",
-            "--preempt",
-            "--",
-            "sh",
-            "-c",
-            "echo preemptor >> ran",
-        ])
-        .current_dir(dir.path())
-        .spawn_proc();
+    let mut preemptor = preemptor(redis.redlock(), dir.path());
     holder.wait_for_stderr("letting the command finish (--on-lost ignore)", HANG);
     preemptor.wait_for_stderr("asked to stop by ", HANG);
     std::fs::write(dir.path().join("go"), "").unwrap();
@@ -175,19 +167,7 @@ fn the_renewal_finds_a_preemption_the_holder_did_not_hear() {
         "{}",
         holder.stderr()
     );
-    let preemptor = redis
-        .redlock()
-        .args([
-            "exec",
-            "k",
-            "--preempt",
-            "--",
-            "sh",
-            "-c",
-            "echo preemptor >> ran",
-        ])
-        .current_dir(dir.path())
-        .spawn_proc();
+    let preemptor = preemptor(redis.redlock(), dir.path());
     preemptor.finish(HANG).expect(0);
     let held = holder.finish(HANG).expect(75);
     assert!(held.stderr.contains("was preempted by "), "{held}");
@@ -211,19 +191,7 @@ fn a_quorum_holder_is_preempted_too() {
         "{}",
         holder.stderr()
     );
-    let preemptor = nodes
-        .redlock()
-        .args([
-            "exec",
-            "k",
-            "--preempt",
-            "--",
-            "sh",
-            "-c",
-            "echo preemptor >> ran",
-        ])
-        .current_dir(dir)
-        .spawn_proc();
+    let preemptor = preemptor(nodes.redlock(), dir);
     preemptor.finish(HANG).expect(0);
     let held = holder.finish(HANG).expect(75);
     assert!(held.stderr.contains("was preempted by "), "{held}");
