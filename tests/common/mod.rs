@@ -3,7 +3,11 @@
 //! [`RedisServer`] starts its own server on a free loopback port with no persistence in a temp
 //! dir, waits until that very server answers PING, and kills it on drop (printing its log when the
 //! test panicked, so every failure shows what the server saw). Without `redis-server` on PATH a
-//! test is skipped with a note, unless `REDLOCK_REQUIRE_REDIS=1` (CI), which makes it fail.
+//! test is skipped with a note, unless `REDLOCK_REQUIRE_REDIS=1` (CI), which makes it fail: every
+//! fixture returns `None` then, and a test starts with `let redis = or_skip!(RedisServer::start());`.
+//!
+//! Shared by the two crates that run servers: `tests/it` (every feature's tests) and
+//! `tests/chaos.rs` (the fault campaign); both declare it with `#[macro_use]`, for `or_skip!`.
 //!
 //! Commands built here start from a clean environment: every `REDLOCK_*` variable and
 //! `REDIS_URL` are removed, so a developer's shell settings never leak into a test, and they
@@ -16,7 +20,7 @@
 //! or a black hole between redlock and a server; [`nodes::Nodes`] is a group of servers for the
 //! Redlock quorum mode.
 
-#![allow(dead_code)] // each test crate uses its own subset
+#![allow(dead_code)] // each of the two test crates uses its own subset
 
 /// The fixture `$start` returns (`Some`), or the end of the test, skipped, when it returns `None`:
 /// every fixture that needs `redis-server` returns `None` without one (after a note on stderr,
@@ -496,7 +500,6 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
     }
 
-    /// The number of keys in the database.
     /// How many clients are blocked (in BLPOP: parked waiters) on this server.
     pub fn blocked_clients(&self) -> i64 {
         let info: String = self.query(&["INFO", "clients"]);
@@ -567,6 +570,15 @@ impl RedisServer {
     /// Total calls of EVAL and EVALSHA so far (each is one lock operation).
     pub fn script_calls(&self) -> u64 {
         self.calls("eval") + self.calls("evalsha")
+    }
+
+    /// Adds the ACL user `name` (password `password`) with every key and command but no pub/sub
+    /// channel (Redis 7's default for a new user), and returns the URL that logs in as it.
+    pub fn user_without_channels(&self, name: &str, password: &str) -> String {
+        let pass = format!(">{password}");
+        let rules = ["on", &pass, "~*", "+@all", "resetchannels"];
+        self.query::<()>(&[&["ACL", "SETUSER", name][..], &rules].concat());
+        format!("redis://{name}:{password}@127.0.0.1:{}", self.port())
     }
 
     /// Freezes the server (SIGSTOP): it keeps accepting TCP connections but never answers.

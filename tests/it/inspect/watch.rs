@@ -450,17 +450,7 @@ fn a_cluster_is_watched_from_one_node() {
 #[test]
 fn a_refused_subscription_is_an_error() {
     let redis = or_skip!(RedisServer::start());
-    redis.query::<()>(&[
-        "ACL",
-        "SETUSER",
-        "nosub",
-        "on",
-        ">nosubpw",
-        "~*",
-        "+@all",
-        "resetchannels",
-    ]);
-    let url = format!("redis://nosub:nosubpw@127.0.0.1:{}", redis.port());
+    let url = redis.user_without_channels("nosub", "nosubpw");
     let out = redlock()
         .args(["--url", &url, "status", "--watch", "--json"])
         .run()

@@ -310,17 +310,7 @@ fn extend_never_revives_an_expired_lock() {
 #[test]
 fn force_release_and_exec_work_without_channel_permissions() {
     let redis = or_skip!(RedisServer::start());
-    redis.query::<()>(&[
-        "ACL",
-        "SETUSER",
-        "locker",
-        "on",
-        ">lockerpw",
-        "~*",
-        "+@all",
-        "resetchannels",
-    ]);
-    let url = format!("redis://locker:lockerpw@127.0.0.1:{}", redis.port());
+    let url = redis.user_without_channels("locker", "lockerpw");
     redlock()
         .args(["--url", &url, "acquire", "k", "-n"])
         .run()

@@ -173,17 +173,7 @@ fn acquire_returns_once_the_keeper_listens() {
 #[test]
 fn a_user_without_channels_releases_its_place_without_a_sigterm() {
     let redis = or_skip!(RedisServer::start());
-    redis.query::<()>(&[
-        "ACL",
-        "SETUSER",
-        "u",
-        "on",
-        ">pw",
-        "~*",
-        "+@all",
-        "resetchannels",
-    ]);
-    let url = format!("redis://u:pw@127.0.0.1:{}", redis.port());
+    let url = redis.user_without_channels("u", "pw");
     let with_user = || {
         let mut cmd = crate::common::redlock();
         cmd.env("REDLOCK_URL", &url);

@@ -165,17 +165,7 @@ fn a_signal_ends_the_wait_with_nothing_left_behind() {
 #[test]
 fn without_the_channel_the_wait_reads_the_lock_at_its_expiry() {
     let redis = or_skip!(RedisServer::start());
-    redis.query::<()>(&[
-        "ACL",
-        "SETUSER",
-        "nosub",
-        "on",
-        ">pw",
-        "~*",
-        "+@all",
-        "resetchannels",
-    ]);
-    let url = format!("redis://nosub:pw@127.0.0.1:{}", redis.port());
+    let url = redis.user_without_channels("nosub", "pw");
     redlock()
         .args(["--url", &url, "acquire", "k", "--ttl", "1500ms"])
         .run()
