@@ -4,7 +4,8 @@
 //! dir, waits until that very server answers PING, and kills it on drop (printing its log when the
 //! test panicked, so every failure shows what the server saw). Without `redis-server` on PATH a
 //! test is skipped with a note, unless `REDLOCK_REQUIRE_REDIS=1` (CI), which makes it fail: every
-//! fixture returns `None` then, and a test starts with `let redis = or_skip!(RedisServer::start());`.
+//! fixture returns `None` then, and a test starts with
+//! `let redis = or_skip!(RedisServer::start());`.
 //!
 //! Shared by the two crates that run servers: `tests/it` (every feature's tests) and
 //! `tests/chaos.rs` (the fault campaign); both declare it with `#[macro_use]`, for `or_skip!`.

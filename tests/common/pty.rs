@@ -1,4 +1,5 @@
-//! A pseudo-terminal for tests that run redlock on a terminal (`exec::tty`, `waiting::status`, `inspect::watch`).
+//! A pseudo-terminal for tests that run redlock on a terminal (`exec::tty`, `waiting::status`,
+//! `inspect::watch`).
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

@@ -1,15 +1,14 @@
 //! The integration tests: one crate, one folder per feature, each file a module (so a test's
 //! name is its path: `cargo test --test it exec::signals::`, `cargo test --test it topology::`).
 //!
-//! | folder | what it tests |
-//! |---|---|
-//! | `cli` | bad input and exit 2, `-q`, shell completion |
-//! | `lock` | the one-shot commands: `acquire`, `release`/`extend`, slots, pools, shared locks |
-//! | `exec` | the supervisor: the command's run, its signals, a lost lock, connections, a terminal |
-//! | `waiting` | the queue of a busy lock, what a waiter says, `redlock wait` |
-//! | `inspect` | `status` (and `--watch`, Prometheus), `log`, `exec --report`, on a cluster too |
-//! | `topology` | reaching Redis: URLs, TLS, outages, server conditions, quorum, cluster, sentinel |
-//! | `safety` | exclusion, fences, forced releases, secrets, hostile data, the keeper, preemption, time limits, test hygiene |
+//! - `cli`: bad input and exit 2, `-q`, shell completion;
+//! - `lock`: the one-shot commands: `acquire`, `release`/`extend`, slots, pools, shared locks;
+//! - `exec`: the supervisor: the command's run, its signals, a lost lock, connections, a terminal;
+//! - `waiting`: the queue of a busy lock, what a waiter says, `redlock wait`;
+//! - `inspect`: `status` (and `--watch`, Prometheus), `log`, `exec --report`, on a cluster too;
+//! - `topology`: reaching Redis: URLs, TLS, outages, server conditions, quorum, cluster, sentinel;
+//! - `safety`: exclusion, fences, forced releases, secrets, hostile data, the keeper
+//!   (`--while-pid`), preemption, time limits, and tests that leave nothing behind.
 //!
 //! Support: `tests/common` (shared with the chaos campaign, `tests/chaos.rs`) and `support`
 //! (only this crate). The other test crates are `chaos`, `generated` (completions and man
