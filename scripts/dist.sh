@@ -216,8 +216,9 @@ done
 # time by hand against the same binary, alone and in this very command; the test suite runs it
 # against the dynamic binary.)
 REDLOCK_TEST_BIN=$(realpath "$installed") REDLOCK_REQUIRE_REDIS=1 \
-  cargo test --locked --quiet --test tls --test exec --test while_pid --test while_pid_review \
-    --test announcements --test max_runtime --test preempt_review -- \
+  cargo test --locked --quiet --test it -- topology::tls:: exec::run:: safety::while_pid:: \
+    safety::announcements:: safety::max_runtime:: safety::preempt:: \
+    --skip safety::while_pid::attack:: \
     --skip an_acquire_killed_while_waiting_for_the_keeper_leaves_no_keeper 2>&1 |
   grep -E '^test result|FAILED|panicked' >&2
 say "checked"

@@ -17,6 +17,7 @@
 //! upper bound on an event, never a sleep that something must finish within.
 
 mod chaos_support;
+#[macro_use]
 mod common;
 
 use std::path::Path;
@@ -150,12 +151,8 @@ fn quorum_waiters_keep_their_turns_after_the_holder_is_killed() {
     const LOOPS: u32 = 5;
     const ROUNDS: usize = 6;
     let _serial = serial();
-    let Some(nodes) = Nodes::start(5) else {
-        return;
-    };
-    let Some(store) = Store::start() else {
-        return;
-    };
+    let nodes = or_skip!(Nodes::start(5));
+    let store = or_skip!(Store::start());
     let dir = nodes.dir().to_path_buf();
     let clock = Clock::get();
     let opts = [
@@ -239,9 +236,7 @@ fn quorum_waiters_keep_their_turns_after_the_holder_is_killed() {
 #[test]
 fn a_quorum_release_wakes_the_queue_nodes_waiter_when_the_holder_had_no_grant_there() {
     let _serial = serial();
-    let Some(nodes) = Nodes::start(5) else {
-        return;
-    };
+    let nodes = or_skip!(Nodes::start(5));
     nodes.hold_foreign(0, "k");
     let holder = nodes
         .redlock()
@@ -700,9 +695,7 @@ fn the_checker_flags_a_run_without_locking() {
         workers: 3,
         ..Campaign::from_env(3, Some(CI_SEED))
     };
-    let Some(report) = campaign(1, &c) else {
-        return;
-    };
+    let report = or_skip!(campaign(1, &c));
     assert_report(&report, &c);
     assert!(
         report.violations.iter().any(|v| v.starts_with("overlap")),

@@ -3,7 +3,12 @@
 //! [`RedisServer`] starts its own server on a free loopback port with no persistence in a temp
 //! dir, waits until that very server answers PING, and kills it on drop (printing its log when the
 //! test panicked, so every failure shows what the server saw). Without `redis-server` on PATH a
-//! test is skipped with a note, unless `REDLOCK_REQUIRE_REDIS=1` (CI), which makes it fail.
+//! test is skipped with a note, unless `REDLOCK_REQUIRE_REDIS=1` (CI), which makes it fail: every
+//! fixture returns `None` then, and a test starts with
+//! `let redis = or_skip!(RedisServer::start());`.
+//!
+//! Shared by the two crates that run servers: `tests/it` (every feature's tests) and
+//! `tests/chaos.rs` (the fault campaign); both declare it with `#[macro_use]`, for `or_skip!`.
 //!
 //! Commands built here start from a clean environment: every `REDLOCK_*` variable and
 //! `REDIS_URL` are removed, so a developer's shell settings never leak into a test, and they
@@ -16,7 +21,21 @@
 //! or a black hole between redlock and a server; [`nodes::Nodes`] is a group of servers for the
 //! Redlock quorum mode.
 
-#![allow(dead_code)] // each test crate uses its own subset
+#![allow(dead_code)] // each of the two test crates uses its own subset
+
+/// The fixture `$start` returns (`Some`), or the end of the test, skipped, when it returns `None`:
+/// every fixture that needs `redis-server` returns `None` without one (after a note on stderr,
+/// see [`Builder::start`]) and panics instead under `REDLOCK_REQUIRE_REDIS=1`.
+///
+/// `let redis = or_skip!(RedisServer::start());`
+macro_rules! or_skip {
+    ($start:expr) => {
+        match $start {
+            Some(fixture) => fixture,
+            None => return,
+        }
+    };
+}
 
 pub mod keeper;
 pub mod nodes;
@@ -82,7 +101,7 @@ pub fn closed_port() -> u16 {
     // SAFETY: plain socket calls on a zeroed sockaddr_in of the size we pass; the descriptor is
     // leaked on purpose to keep the port reserved.
     unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
         assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
         let mut addr: libc::sockaddr_in = std::mem::zeroed();
         addr.sin_family = libc::AF_INET as libc::sa_family_t;
@@ -482,7 +501,6 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("{args:?} failed: {e}"))
     }
 
-    /// The number of keys in the database.
     /// How many clients are blocked (in BLPOP: parked waiters) on this server.
     pub fn blocked_clients(&self) -> i64 {
         let info: String = self.query(&["INFO", "clients"]);
@@ -500,7 +518,7 @@ impl RedisServer {
     /// Every key but the locks' histories, sorted (with SCAN, so that it works where KEYS is
     /// disabled). A history (`PREFIX{NAME}:log`) is kept on purpose after every acquisition, like
     /// the record in `:meta`, and expires with it; the tests that list keys check what the
-    /// protocol leaves (a lock, a queue, a waiter's traces), and tests/history.rs checks the
+    /// protocol leaves (a lock, a queue, a waiter's traces), and `inspect::history` checks the
     /// history. [`keys_and_histories`](Self::keys_and_histories) lists everything.
     pub fn keys(&self) -> Vec<String> {
         let mut keys = self.keys_and_histories();
@@ -553,6 +571,15 @@ impl RedisServer {
     /// Total calls of EVAL and EVALSHA so far (each is one lock operation).
     pub fn script_calls(&self) -> u64 {
         self.calls("eval") + self.calls("evalsha")
+    }
+
+    /// Adds the ACL user `name` (password `password`) with every key and command but no pub/sub
+    /// channel (Redis 7's default for a new user), and returns the URL that logs in as it.
+    pub fn user_without_channels(&self, name: &str, password: &str) -> String {
+        let pass = format!(">{password}");
+        let rules = ["on", &pass, "~*", "+@all", "resetchannels"];
+        self.query::<()>(&[&["ACL", "SETUSER", name][..], &rules].concat());
+        format!("redis://{name}:{password}@127.0.0.1:{}", self.port())
     }
 
     /// Freezes the server (SIGSTOP): it keeps accepting TCP connections but never answers.

@@ -1,0 +1,6 @@
+//! Waiting for a busy lock: the queue (`queue`), what a waiting command says (`status`), and
+//! `redlock wait`, which waits for a lock to be free without taking it (`wait_free`).
+
+mod queue;
+mod status;
+mod wait_free;
