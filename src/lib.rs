@@ -3,7 +3,7 @@
 //! The binary (`main.rs`) parses the command line, calls [`run`] and reports the outcome with
 //! [`report_error`] or [`usage_error`]. The modules are private: the crate's interface is the
 //! command line, and its tests run the binary (plus unit tests inside the modules). `cli` is
-//! public for the binary, `exit` for `tests/usage.rs`, which checks the exit table's length.
+//! public for the binary, `exit` for `tests/it/cli/usage.rs`, which checks the exit table's length.
 //!
 //! # Layers
 //!
