@@ -69,15 +69,16 @@ use crate::cli::{ExecArgs, OnLost};
 use crate::commands::{GaveUp, take_lock};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure};
+use crate::events::{self, Event};
 use crate::exit;
 use crate::lock::{self, Befell, Keys, Lock, Preemption, Releaser, Verdict, human_ms};
 use crate::messages;
 use crate::notify;
 use crate::owner;
+use crate::park;
 use crate::signals::{self, Signal};
 use crate::spawn::{self, Child, SpawnError};
 use crate::store::{Store, loss_reason};
-use crate::wait::{self, Event};
 
 /// The longest the loop sleeps without looking at the child (a safety net under SIGCHLD).
 const POLL_CAP: Duration = Duration::from_secs(1);
@@ -103,9 +104,9 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
     let mut facts = Facts::new();
     if let Some(report) = &report {
         // A stop signal while waiting for the lock ends the process from the signal thread
-        // (see `wait.rs`): the report's line is written there.
+        // (see `park.rs`): the report's line is written there.
         let (report, key, started) = (report.try_clone()?, args.key.clone(), facts.started);
-        wait::before_exit(Some(Box::new(move |sig, code| {
+        park::before_exit(Some(Box::new(move |sig, code| {
             let mut facts = Facts::new();
             facts.started = started;
             facts.signal = Some(sig);
@@ -113,7 +114,7 @@ pub fn run(config: &Config, args: &ExecArgs) -> Result<u8> {
         })));
     }
     let result = supervise(config, args, &mut facts);
-    wait::before_exit(None);
+    park::before_exit(None);
     if let Some(report) = report {
         let code = match &result {
             Ok(code) => *code,
@@ -135,7 +136,7 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
     let (tx, rx) = mpsc::channel::<Event>();
     let mut watched = signals::FORWARD.to_vec();
     watched.push(SIGCHLD);
-    let handled = signals::deliver(&watched, tx.clone(), wait::signal_event)?;
+    let handled = signals::deliver(&watched, tx.clone(), park::signal_event)?;
 
     crate::commands::check_lock_args(config, &args.lock)?;
     crate::commands::warn_short_ttl(config, args.lock.ttl);
@@ -495,7 +496,7 @@ fn exit_status(child_code: u8, lost: bool, on_lost: OnLost) -> u8 {
 fn pending_stop(rx: &Receiver<Event>, tx: &Sender<Event>) -> Option<i32> {
     let mut stop = None;
     for event in rx.try_iter().collect::<Vec<_>>() {
-        match wait::stop_signal(&event) {
+        match events::stop_signal(&event) {
             Some(sig) if stop.is_none() => stop = Some(sig),
             _ => {
                 let _ = tx.send(event);

@@ -115,6 +115,7 @@ use crate::backend;
 use crate::cli::{AcquireArgs, PidOnLost};
 use crate::config::Config;
 use crate::error::{Kind, exit_code, failure, usage};
+use crate::events::Event;
 use crate::exit;
 use crate::lock::{self, Befell, Keys, Lock, Preemption, Releaser, Slot, Verdict, human_ms};
 use crate::messages;
@@ -122,7 +123,6 @@ use crate::notify;
 use crate::signals::{self, Signal};
 use crate::store::{Store, loss_reason};
 use crate::tell;
-use crate::wait::Event;
 use crate::work::{self, Stop, Work};
 
 /// The keeper's `argv[0]`, by which `main` knows it (`ps` shows `redlock-keeper --pid PID -- KEY`).

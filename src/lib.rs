@@ -21,11 +21,13 @@
 //! 5. `lock`: the lock model and the one-server protocol, one script call per operation
 //! 6. `slots`: locks with more than one holder (`--slots`, `--pool`, `--shared`) on one server
 //! 7. `store`, `history`: the `Store` trait and its one-server implementation; a lock's history
-//! 8. `quorum`: a quorum of independent masters, the same trait over N servers
+//! 8. `quorum`, `events`, `follow`, `renew`: a quorum of independent masters, the same trait
+//!    over N servers; what every holder loop shares (its events, one pub/sub follower, one
+//!    renewal)
 //! 9. `acquire`, `backend`: taking a lock and waiting over any store; picking the store
-//! 10. `metrics`, `owner`, `output`, `wait`: `status` as Prometheus metrics; who we are; what
+//! 10. `metrics`, `owner`, `output`, `park`: `status` as Prometheus metrics; who we are; what
 //!     goes to stdout; parking a waiter on signals
-//! 11. `notify`, `complete`, `watch`, `free`: hearing that our lock was taken; completing lock
+//! 11. `notify`, `complete`, `watch`, `wait`: hearing that our lock was taken; completing lock
 //!     names in a shell; following locks as they change (`status --watch`); waiting until a lock
 //!     is free (`wait`)
 //! 12. `keeper`: the detached process that keeps an `acquire --while-pid` lock alive while a pid
@@ -53,9 +55,10 @@ mod commands;
 mod complete;
 mod config;
 mod error;
+mod events;
 mod exec;
 pub mod exit;
-mod free;
+mod follow;
 mod history;
 mod keeper;
 mod lock;
@@ -64,6 +67,7 @@ mod metrics;
 mod notify;
 mod output;
 mod owner;
+mod park;
 mod printable;
 mod quorum;
 mod redact;
@@ -95,7 +99,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Extend(args) => commands::extend(&config, args),
         Command::Status(args) => commands::status(&config, args),
         Command::Log(args) => commands::log(&config, args),
-        Command::Wait(args) => free::run(&config, args),
+        Command::Wait(args) => wait::run(&config, args),
         Command::Exec(args) => exec::run(&config, args),
     }
 }

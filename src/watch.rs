@@ -4,7 +4,7 @@
 //! `PREFIX{NAME}:watch` in the same atomic step as the change (see `src/scripts/`). A thread of
 //! its own ([`listen`]) subscribes to the named locks' channels, or with no KEY to the pattern
 //! `PREFIX{*}:watch` (the prefix glob-escaped), so that locks created later show up too. It
-//! subscribes where `exec`'s notifications are heard ([`client::subscriber`]): the server,
+//! subscribes where `exec`'s notifications are heard ([`crate::client::subscriber`]): the server,
 //! Sentinel's master (asked again on every reconnect), a quorum's queue node (the first URL), or
 //! one node of a Cluster (which passes a PUBLISH on to every node). Its reads time out every
 //! [`PING_EVERY`] of silence, and a PING then proves the server alive within `--io-timeout`; a
@@ -37,6 +37,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{IsTerminal, Write as _};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
@@ -47,10 +48,11 @@ use serde_json::{Map, Value};
 
 use crate::backend;
 use crate::cli::{StatusArgs, StatusFormat};
-use crate::client;
 use crate::config::Config;
 use crate::error::{Kind, failure, kind_of, redis_kind, usage};
+use crate::events::Backoff;
 use crate::exit;
+use crate::follow::{self, Lost, Plan};
 use crate::lock::{self, Ended, Keys, State, fingerprint, human_ms, rfc3339};
 use crate::messages;
 use crate::printable::{printable, shown};
@@ -977,189 +979,121 @@ fn listen(
     tx: Sender<Msg>,
     backlog: Arc<Backlog>,
 ) -> Result<()> {
-    let config = config.clone();
-    let spawned = std::thread::Builder::new()
-        .name("watch".into())
-        .spawn(move || {
-            let mut pause = RETRY;
-            loop {
-                let (e, listened) = match subscribe(&config, &subscription, &tx, &backlog) {
-                    Ok(()) => return,
-                    Err(failed) => failed,
-                };
-                if listened {
-                    pause = RETRY;
-                }
-                // Refused (an ACL user without the channel) or not understood: trying again
-                // cannot help.
-                if !matches!(kind_of(&e), Kind::Unavailable | Kind::Io) {
-                    let _ = tx.send(Msg::Refused(e));
-                    return;
-                }
-                if tx.send(Msg::Deaf(format!("{e:#}"), pause)).is_err() {
-                    return;
-                }
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(RETRY_CAP);
-            }
-        });
-    // Without it the watch would show nothing.
-    spawned
-        .map(drop)
-        .map_err(|e| failure(Kind::Io, format!("cannot start the listening thread: {e}")))
-}
-
-/// Subscribes once and passes on what arrives: `Ok` when nobody listens any more, else the
-/// error and whether the subscription had been made.
-fn subscribe(
-    config: &Config,
-    subscription: &Subscription,
-    tx: &Sender<Msg>,
-    backlog: &Backlog,
-) -> Result<(), (anyhow::Error, bool)> {
-    let failed = |e: anyhow::Error| (e, false);
-    let mut con = client::subscriber(config).map_err(failed)?;
-    let channels = match subscription {
-        Subscription::Channels(channels) => channels.clone(),
+    let (channels, pattern) = match subscription {
+        Subscription::Channels(channels) => (channels, None),
         // The pattern hears every lock; the channel is how the scripts know that someone does
         // (nothing is published on it). Subscribed first: a message the pattern hears could
         // arrive before a later command's confirmation, and be taken for it.
-        Subscription::Pattern(_) => vec![lock::watch_all_channel(&config.prefix)],
+        Subscription::Pattern(pattern) => {
+            (vec![lock::watch_all_channel(&config.prefix)], Some(pattern))
+        }
     };
-    // (command name, command, confirmations, what a refusal names)
-    let mut commands = vec![(
-        "SUBSCRIBE",
-        redis::cmd("SUBSCRIBE").arg(&channels).clone(),
-        channels.len(),
-        channels.join(", "),
-    )];
-    if let Subscription::Pattern(pattern) = subscription {
-        commands.push((
-            "PSUBSCRIBE",
-            redis::cmd("PSUBSCRIBE").arg(pattern).clone(),
-            1,
-            pattern.clone(),
-        ));
-    }
-    for (name, command, count, what) in &commands {
-        let unanswered = |e: redis::RedisError| {
-            failed(if e.is_timeout() {
-                failure(
-                    Kind::Unavailable,
-                    format!(
-                        "the server did not answer {name} within --io-timeout ({})",
-                        human_ms(config.io_timeout)
-                    ),
-                )
-            } else {
-                e.into()
-            })
-        };
-        confirm(&mut con, command, *count, what)
-            .map_err(unanswered)?
-            .map_err(failed)?;
-    }
-    if tx.send(Msg::Listening).is_err() {
-        return Ok(());
-    }
-    relay(config, con, tx, backlog)
+    let plan = Plan {
+        thread: "watch",
+        channels,
+        pattern,
+        ping: Some(PING_EVERY),
+        backoff: Backoff::new(RETRY, RETRY_CAP),
+        reset: true,
+    };
+    let relay = Relay {
+        io_timeout: config.io_timeout,
+        tx,
+        backlog,
+    };
+    // Without it the watch would show nothing.
+    follow::follow(config, plan, relay)
+        .map_err(|e| failure(Kind::Io, format!("cannot start the listening thread: {e}")))
 }
 
-/// Sends one (P)SUBSCRIBE and reads its confirmations: the outer error, the connection failed;
-/// the inner one, the server refused (`to`: the channels or pattern, for the message: an ACL
-/// user needs a grant for each).
-fn confirm(
-    con: &mut redis::Connection,
-    command: &redis::Cmd,
-    count: usize,
-    to: &str,
-) -> redis::RedisResult<Result<()>> {
-    if let Err((e, why)) = client::confirm_subscription(con, command, count)? {
-        let what = match e.code() {
-            // The password changed (or was set) since the watch started.
-            Some("NOAUTH" | "WRONGPASS") => {
-                format!("authentication failed for the subscription: {why}")
-            }
-            _ => format!(
-                "the server refused the subscription to {}: {why}",
-                printable(to)
-            ),
-        };
-        return Ok(Err(failure(redis_kind(&e), what)));
-    }
-    Ok(Ok(()))
+/// The listener's side: passes on what arrives, bounded by the [`Backlog`].
+struct Relay {
+    io_timeout: Duration,
+    tx: Sender<Msg>,
+    backlog: Arc<Backlog>,
 }
 
-/// Passes on what arrives on the subscribed `con`, pinging it after a quiet [`PING_EVERY`]:
-/// `Ok` when nobody listens any more, else why the subscription was lost.
-fn relay(
-    config: &Config,
-    mut con: redis::Connection,
-    tx: &Sender<Msg>,
-    backlog: &Backlog,
-) -> Result<(), (anyhow::Error, bool)> {
-    let lost = |e: redis::RedisError| (anyhow::Error::from(e), true);
-    let mut pubsub = con.as_pubsub();
-    pubsub.set_read_timeout(Some(PING_EVERY)).map_err(lost)?;
-    loop {
-        match pubsub.get_message() {
-            Ok(msg) if msg.get_payload_bytes().len() > PAYLOAD_MAX => {
-                backlog.oversized.fetch_add(1, Ordering::AcqRel);
-            }
-            Ok(msg)
-                if backlog.pending.load(Ordering::Acquire) >= BACKLOG
-                    || backlog.bytes.load(Ordering::Acquire) + msg.get_payload_bytes().len()
-                        > BACKLOG_BYTES =>
+impl follow::Listener for Relay {
+    fn subscribed(&mut self) -> ControlFlow<()> {
+        follow::passed(self.tx.send(Msg::Listening))
+    }
+
+    fn message(&mut self, msg: &redis::Msg) -> ControlFlow<()> {
+        let backlog = &self.backlog;
+        let len = msg.get_payload_bytes().len();
+        if len > PAYLOAD_MAX {
+            backlog.oversized.fetch_add(1, Ordering::AcqRel);
+        } else if backlog.pending.load(Ordering::Acquire) >= BACKLOG
+            || backlog.bytes.load(Ordering::Acquire) + len > BACKLOG_BYTES
+        {
+            // The main thread is behind (a flood, or a stdout nobody reads): dropped and
+            // counted, rather than held in memory without bound.
+            backlog.missed.fetch_add(1, Ordering::AcqRel);
+        } else {
+            let payload = msg.get_payload_bytes().to_vec();
+            backlog.pending.fetch_add(1, Ordering::AcqRel);
+            backlog.bytes.fetch_add(payload.len(), Ordering::AcqRel);
+            let event = Msg::Event {
+                channel: msg.get_channel_name().to_string(),
+                payload,
+            };
+            return follow::passed(self.tx.send(event));
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn lost(&mut self, lost: Lost, pause: Duration) -> ControlFlow<()> {
+        let e = self.why(lost);
+        // Refused (an ACL user without the channel) or not understood: trying again cannot
+        // help.
+        if !matches!(kind_of(&e), Kind::Unavailable | Kind::Io) {
+            let _ = self.tx.send(Msg::Refused(e));
+            return ControlFlow::Break(());
+        }
+        follow::passed(self.tx.send(Msg::Deaf(format!("{e:#}"), pause)))
+    }
+}
+
+impl Relay {
+    /// Why the subscription failed or was lost, in the words of `status --watch`.
+    fn why(&self, lost: Lost) -> anyhow::Error {
+        let unavailable = |what: String| failure(Kind::Unavailable, what);
+        match lost {
+            Lost::Unanswered { command, error } if error.is_timeout() => unavailable(format!(
+                "the server did not answer {command} within --io-timeout ({})",
+                human_ms(self.io_timeout)
+            )),
+            Lost::Refused { error, why, .. }
+                if matches!(error.code(), Some("NOAUTH" | "WRONGPASS")) =>
             {
-                // The main thread is behind (a flood, or a stdout nobody reads): dropped and
-                // counted, rather than held in memory without bound.
-                backlog.missed.fetch_add(1, Ordering::AcqRel);
+                // The password changed (or was set) since the watch started.
+                failure(
+                    redis_kind(&error),
+                    format!("authentication failed for the subscription: {why}"),
+                )
             }
-            Ok(msg) => {
-                let payload = msg.get_payload_bytes().to_vec();
-                backlog.pending.fetch_add(1, Ordering::AcqRel);
-                backlog.bytes.fetch_add(payload.len(), Ordering::AcqRel);
-                let event = Msg::Event {
-                    channel: msg.get_channel_name().to_string(),
-                    payload,
-                };
-                if tx.send(event).is_err() {
-                    return Ok(());
-                }
-            }
-            Err(e) if e.is_timeout() => {
-                // Quiet is normal; a server that does not answer a PING is not there.
-                pubsub
-                    .set_read_timeout(Some(config.io_timeout))
-                    .map_err(lost)?;
-                pubsub.ping::<redis::Value>().map_err(|e| {
-                    (
-                        failure(Kind::Unavailable, unanswered_ping(config, &e)),
-                        true,
-                    )
-                })?;
-                pubsub.set_read_timeout(Some(PING_EVERY)).map_err(lost)?;
-            }
-            Err(e) => {
-                return Err((
-                    failure(
-                        Kind::Unavailable,
-                        format!("subscription lost: {}", crate::error::redis_text(&e)),
-                    ),
-                    true,
-                ));
-            }
+            Lost::Dropped(e) => unavailable(format!(
+                "subscription lost: {}",
+                crate::error::redis_text(&e)
+            )),
+            Lost::Silent(e) => unavailable(unanswered_ping(self.io_timeout, &e)),
+            other => other.into_error(|to, why| {
+                format!(
+                    "the server refused the subscription to {}: {why}",
+                    printable(to)
+                )
+            }),
         }
     }
 }
 
 /// Why the PING of a quiet subscription failed, in words: a timeout is said as one (the OS's
 /// text for it, "Resource temporarily unavailable (os error 11)", tells a user nothing).
-fn unanswered_ping(config: &Config, e: &redis::RedisError) -> String {
+fn unanswered_ping(io_timeout: Duration, e: &redis::RedisError) -> String {
     if e.is_timeout() {
         format!(
             "the server did not answer a PING within --io-timeout ({})",
-            human_ms(config.io_timeout)
+            human_ms(io_timeout)
         )
     } else {
         format!("no answer to PING: {}", crate::error::redis_text(e))
