@@ -120,6 +120,7 @@ use crate::exit;
 use crate::lock::{self, Befell, Keys, Lock, Preemption, Releaser, Slot, Verdict, human_ms};
 use crate::messages;
 use crate::notify;
+use crate::renew::{Renewal, Renewed};
 use crate::signals::{self, Signal};
 use crate::store::{Store, loss_reason};
 use crate::tell;
@@ -767,11 +768,9 @@ fn prepare<'a>(
         config,
         on_lost: args.on_lost,
         pid,
-        deadline: lock.valid_until(lock.sent),
-        next_renewal: lock.sent + lock.renewal_interval(),
+        renewal: Renewal::new(&lock),
         lock,
         store: Some(store),
-        last_error: None,
         preempted: false,
         preemptible: args.lock.preemptible,
         next_scan: Some(Instant::now() + work::SCAN_EVERY),
@@ -851,10 +850,8 @@ struct Keeper<'a> {
     /// `None` after a connection failed and could not be recovered: opened again at the next
     /// renewal.
     store: Option<Box<dyn Store>>,
-    /// The lock is surely ours until then (monotonic clock).
-    deadline: Instant,
-    next_renewal: Instant,
-    last_error: Option<String>,
+    /// When the next renewal is due, and until when the lock is surely ours.
+    renewal: Renewal,
     /// A `--preempt` waiter asked for the lock, and PID was acted on.
     preempted: bool,
     /// Taken `--preemptible`: only then is an announced preemption ours to act on.
@@ -882,6 +879,20 @@ struct Keeper<'a> {
     stopping: bool,
 }
 
+/// The store, opened again if the last connection failed.
+fn connected<'s>(
+    store: &'s mut Option<Box<dyn Store>>,
+    config: &Config,
+    lock: &Lock,
+) -> Result<&'s mut dyn Store> {
+    if store.is_none() {
+        let mut opened = backend::open(config)?;
+        opened.track_restarts(&lock.run_ids);
+        *store = Some(opened);
+    }
+    Ok(store.as_mut().expect("opened above").as_mut())
+}
+
 /// The keeper waits for PID's work to end, then releases the lock.
 struct Drain {
     /// The SIGTERM that made the keeper stop it, if one did.
@@ -899,14 +910,10 @@ impl Keeper<'_> {
     fn run(mut self, rx: &Receiver<Wake>) -> u8 {
         let end = loop {
             let now = Instant::now();
-            if now >= self.deadline {
-                let why = match &self.last_error {
-                    Some(e) => format!("no renewal succeeded before the lock's TTL ran out ({e})"),
-                    None => "no renewal succeeded before the lock's TTL ran out".to_string(),
-                };
-                break End::Lost(why);
+            if now >= self.renewal.deadline {
+                break End::Lost(self.renewal.ran_out());
             }
-            if now >= self.next_renewal {
+            if now >= self.renewal.next {
                 match self.renew() {
                     Some(end) => break end,
                     None => continue,
@@ -937,7 +944,7 @@ impl Keeper<'_> {
             ]
             .into_iter()
             .flatten()
-            .fold(self.next_renewal.min(self.deadline), Instant::min);
+            .fold(self.renewal.next.min(self.renewal.deadline), Instant::min);
             match rx.recv_timeout(wake.saturating_duration_since(now)) {
                 Ok(wake) => {
                     if let Some(end) = self.handle(wake) {
@@ -1005,7 +1012,7 @@ impl Keeper<'_> {
     /// mark away; only a lock still ours (the word was false) keeps the keeper going.
     fn owner_said_released(&mut self) -> Option<End> {
         match self.renew() {
-            None if self.last_error.is_none() => {
+            None if self.renewal.last_error.is_none() => {
                 self.owner_said.store(false, Ordering::SeqCst);
                 messages::log(self.config, || {
                     "a word on this host that the owner released the lock is not borne out: the \
@@ -1019,70 +1026,52 @@ impl Keeper<'_> {
     }
 
     /// The store, opened again if the last connection failed.
-    fn store(&mut self) -> Result<&mut Box<dyn Store>> {
-        if self.store.is_none() {
-            let mut store = backend::open(self.config)?;
-            store.track_restarts(&self.lock.run_ids);
-            self.store = Some(store);
-        }
-        Ok(self.store.as_mut().expect("opened above"))
+    fn store(&mut self) -> Result<&mut dyn Store> {
+        connected(&mut self.store, self.config, &self.lock)
     }
 
     /// Renews the lock once; `Some` when it turned out not to be ours any more.
     fn renew(&mut self) -> Option<End> {
-        let interval = self.lock.renewal_interval();
-        let sent = Instant::now();
-        let (keys, token, ttl) = (
-            self.lock.keys.clone(),
-            self.lock.token.clone(),
-            self.lock.ttl,
-        );
-        let (place, draining) = (self.lock.slot.is_some(), self.stopping);
-        let verdict = self
-            .store()
-            .and_then(|store| store.extend(&keys, &token, ttl, place, draining));
-        match verdict {
-            Ok(Verdict::Done(_)) => {
-                self.renewed(sent, interval);
-                None
+        let renewed = match connected(&mut self.store, self.config, &self.lock) {
+            Ok(store) => self.renewal.renew(store, self.stopping),
+            Err(error) => {
+                self.renewal.retry_soon();
+                Renewed::Failed {
+                    error,
+                    recovered: false,
+                }
             }
-            Ok(Verdict::Preempted(preemption)) => {
+        };
+        match renewed {
+            Renewed::Ours { sent, asked } => {
+                self.renewed(sent);
                 // Still ours, and renewed until PID has ended.
-                self.renewed(sent, interval);
-                if !self.preempted {
+                if let Some(preemption) = asked
+                    && !self.preempted
+                {
                     self.preempt(&preemption);
                 }
                 None
             }
             // Its mark says the owner released it (an announcement we missed).
-            Ok(Verdict::Released) => Some(End::Released),
+            Renewed::Gone(Verdict::Released) => Some(End::Released),
             // Anything else is a loss, however it came (a restart, a flush, an eviction, a
             // forced release): PID must hear of it.
-            Ok(other) => {
+            Renewed::Gone(other) => {
                 let store = self.store.as_mut().expect("it answered");
                 Some(End::Lost(loss_reason(store.as_mut(), &self.lock, &other)))
             }
-            Err(e) => {
+            Renewed::Failed { error, recovered } => {
                 // A fresh connection next time: this one may still have a reply on its way.
-                if let Some(store) = self.store.as_mut()
-                    && store.recover().is_err()
-                {
+                if !recovered {
                     self.store = None;
                 }
-                if self.last_error.is_none() {
-                    messages::notice(
-                        self.config,
-                        format_args!(
-                            "renewing '{}' for pid {} failed: {e:#}; retrying while the lock \
-                             lasts ({} left)",
-                            self.lock.keys.name,
-                            self.pid.pid,
-                            human_ms(self.deadline.saturating_duration_since(Instant::now()))
-                        ),
-                    );
+                let why = format!("{error:#}");
+                if self.renewal.last_error.is_none() {
+                    let whom = format!(" for pid {}", self.pid.pid);
+                    self.renewal.say_failed(self.config, &whom, &why);
                 }
-                self.last_error = Some(format!("{e:#}"));
-                self.next_renewal = Instant::now() + (interval / 3).max(Duration::from_millis(1));
+                self.renewal.failed(why);
                 None
             }
         }
@@ -1099,29 +1088,19 @@ impl Keeper<'_> {
             return;
         }
         self.stopping = true;
-        let interval = self.lock.renewal_interval();
-        let sent = Instant::now();
-        let (keys, token, ttl) = (
-            self.lock.keys.clone(),
-            self.lock.token.clone(),
-            self.lock.ttl,
-        );
-        let place = self.lock.slot.is_some();
-        if let Ok(Verdict::Done(_) | Verdict::Preempted(_)) = self
-            .store()
-            .and_then(|store| store.extend(&keys, &token, ttl, place, true))
+        let Ok(store) = connected(&mut self.store, self.config, &self.lock) else {
+            return;
+        };
+        if let (sent, Ok(Verdict::Done(_) | Verdict::Preempted(_))) = self.renewal.send(store, true)
         {
-            self.renewed(sent, interval);
+            self.renewed(sent);
         }
     }
 
-    fn renewed(&mut self, sent: Instant, interval: Duration) {
-        if sent < self.deadline {
-            self.deadline = self.deadline.max(self.lock.valid_until(sent));
-        }
-        self.last_error = None;
-        // From when this one was sent, so that slow renewals do not push the next ones later.
-        self.next_renewal = sent + interval;
+    /// The renewal sent at `sent` succeeded.
+    fn renewed(&mut self, sent: Instant) {
+        self.renewal.renewed(sent);
+        self.renewal.last_error = None;
     }
 
     /// What `--on-lost` does to PID and its work, said; and does it (SIGTERM: SIGKILL follows

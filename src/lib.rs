@@ -71,6 +71,7 @@ mod park;
 mod printable;
 mod quorum;
 mod redact;
+mod renew;
 mod scripts;
 mod signals;
 mod slots;
