@@ -46,7 +46,7 @@
 //!   checked it meanwhile), or the release found another token or no key (a command shorter than
 //!   a renewal interval is checked by nothing else), or failed. Then redlock says so on stderr whatever
 //!   `-q` says (an alert, see [`messages`]), and exits 75 (`--on-lost ignore`
-//!   keeps a success: see [`exit_status`]).
+//!   keeps a success: see [`end::exit_status`]).
 //!
 //! `--report` notes what happened as the steps go ([`Facts`]) and writes one JSON line at the
 //! end, whatever the outcome ([`Report`]); never the token, only its fingerprint.
