@@ -80,7 +80,8 @@
 //!   mark gone with a restart, the deadline passed in a stall) is that release's, a quiet end.
 //!   The keeper's own release (PID and its work ended) finds an owner's release it had not heard
 //!   of by the same mark (answered [`Verdict::Released`], a quiet end), and leaves no mark of its
-//!   own ([`crate::lock::Releaser::keeper`]: nobody is left to read one; a kept place's marker goes too).
+//!   own ([`crate::lock::Releaser::keeper`]: nobody is left to read one; a kept place's marker
+//!   goes too).
 //! - Once the keeper has started to stop PID's work while the lock is ours (a preemption, its
 //!   SIGTERM), the owner's release does not hand the lock on: before any signal the keeper records
 //!   in Redis that it stops the work ([`Keeper::mark_stopping`]: a plain lock's meta, on every

@@ -21,10 +21,10 @@
 //! 5. `lock`: the lock model and the one-server protocol, one script call per operation
 //! 6. `slots`: locks with more than one holder (`--slots`, `--pool`, `--shared`) on one server
 //! 7. `store`, `history`: the `Store` trait and its one-server implementation; a lock's history
-//! 8. `quorum`, `events`, `follow`, `renew`: a quorum of independent masters, the same trait
-//!    over N servers; what every holder loop shares (its events, one pub/sub follower, one
-//!    renewal)
-//! 9. `acquire`, `backend`: taking a lock and waiting over any store; picking the store
+//! 8. `quorum`, `events`: a quorum of independent masters, the same trait over N servers; the
+//!    events every holder loop reacts to, and its backoff
+//! 9. `acquire`, `backend`, `follow`, `renew`: taking a lock and waiting over any store; picking
+//!    the store; the one pub/sub follower and the one renewal every holder loop shares
 //! 10. `metrics`, `owner`, `output`, `park`: `status` as Prometheus metrics; who we are; what
 //!     goes to stdout; parking a waiter on signals
 //! 11. `notify`, `complete`, `watch`, `wait`: hearing that our lock was taken; completing lock
