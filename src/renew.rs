@@ -151,3 +151,47 @@ impl Renewed {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::Keys;
+
+    fn lock(ttl: Duration, sent: Instant) -> Lock {
+        Lock {
+            keys: Keys::new("redlock:", "k").unwrap(),
+            token: "t".into(),
+            fence: 1,
+            acquired_ms: 0,
+            ttl,
+            sent,
+            drift: Duration::ZERO,
+            run_ids: Vec::new(),
+            slot: None,
+        }
+    }
+
+    /// Fails if a renewal sent past the deadline moves it (the lock counted as lost by then), or
+    /// one sent in time does not; or if the first renewal is not due at TTL/3.
+    #[test]
+    fn only_a_renewal_sent_in_time_moves_the_deadline() {
+        let ttl = Duration::from_secs(30);
+        let taken = Instant::now();
+        let mut renewal = Renewal::new(&lock(ttl, taken));
+        assert_eq!(renewal.next, taken + ttl / 3);
+        assert_eq!(renewal.deadline, taken + ttl);
+        assert!(renewal.failed("timed out".into()));
+        assert!(!renewal.failed("timed out again".into()));
+        assert_eq!(
+            renewal.ran_out(),
+            "no renewal succeeded before the lock's TTL ran out (timed out again)"
+        );
+        let late = taken + ttl + Duration::from_millis(1);
+        assert!(!renewal.renewed(late));
+        assert_eq!(renewal.deadline, taken + ttl);
+        let in_time = taken + Duration::from_secs(10);
+        assert!(renewal.renewed(in_time));
+        assert_eq!(renewal.deadline, in_time + ttl);
+        assert_eq!(renewal.last_error, None);
+    }
+}
