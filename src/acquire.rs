@@ -154,7 +154,8 @@ pub trait Park {
 }
 
 /// The first pause before a waiter (of `acquire` or `wait`) that lost Redis tries again; it
-/// doubles up to [`OUTAGE_RETRY_CAP`], so a short outage costs little and a long one few connection attempts.
+/// doubles up to [`OUTAGE_RETRY_CAP`], so a short outage costs little and a long one few
+/// connection attempts.
 pub const OUTAGE_RETRY: Duration = Duration::from_millis(100);
 pub const OUTAGE_RETRY_CAP: Duration = Duration::from_secs(2);
 

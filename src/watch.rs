@@ -21,11 +21,12 @@
 //! At most [`BACKLOG`] messages and [`BACKLOG_BYTES`] of them wait between the threads (past
 //! that they are dropped, counted and the count told once a refresh): a stdout nobody reads
 //! stops the main thread, never the listener. A message over [`PAYLOAD_MAX`] is no event of
-//! redlock's and is dropped as it arrives (counted and told the same way). A holder only heard of (an `acquired`) is remembered until a
-//! read confirms it, for [`UNCONFIRMED_READS`] reads at most and [`UNCONFIRMED_MAX`] of them at
-//! once, and is never reported expired without Redis's word. Published strings are cut to
-//! [`FIELD_MAX`](event::FIELD_MAX) characters, times clamped to years 1970 to 9999 and added without overflow. On
-//! a terminal a change re-reads the locks at most every [`COALESCE`].
+//! redlock's and is dropped as it arrives (counted and told the same way). A holder only heard
+//! of (an `acquired`) is remembered until a read confirms it, for [`UNCONFIRMED_READS`] reads at
+//! most and [`UNCONFIRMED_MAX`] of them at once, and is never reported expired without Redis's
+//! word. Published strings are cut to [`FIELD_MAX`](event::FIELD_MAX) characters, times clamped
+//! to years 1970 to 9999 and added without overflow (see `watch/event.rs`). On a terminal a
+//! change re-reads the locks at most every [`COALESCE`].
 //!
 //! Three outputs ([`Mode`]): on a terminal, the status table redrawn in place on the alternate
 //! screen with the latest changes below it (the terminal is restored on every way out); with
