@@ -51,6 +51,11 @@
 //! `--report` notes what happened as the steps go ([`Facts`]) and writes one JSON line at the
 //! end, whatever the outcome ([`Report`]); never the token, only its fingerprint.
 //!
+//! Its parts, each with one reason to change: `exec/command.rs` (the command's words, its start
+//! with the lock's variables, its status), `exec/end.rs` (the release and the exit status),
+//! `exec/facts.rs` (what `--report` says), `exec/leftovers.rs` (what a stopped command left
+//! running). The renewal is the one all holders share (`renew.rs`).
+//!
 //! Layer 14 of the list in `lib.rs`.
 
 mod command;

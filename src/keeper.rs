@@ -98,6 +98,10 @@
 //! server that keeps the lock's channel. On a quorum (several --url) that is the first URL only:
 //! a release announced nowhere else is found by the next renewal instead, within TTL/3.
 //!
+//! Its parts: `keeper/stop.rs` (acting on PID's work and waiting for it to end) and
+//! `keeper/end.rs` (the loss, the abandon, the release). The renewal is the one all holders
+//! share (`renew.rs`).
+//!
 //! Layer 12 of the list in `lib.rs`.
 
 use std::io::{Read, Write};
