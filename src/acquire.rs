@@ -23,7 +23,7 @@
 //!   than [`FIRST_REPORT`] costs no extra round trip. A line is said when the waiter wakes up
 //!   anyway (at most [`BLOCK_CAP`] apart), unless [`Park::redraw`] asks for it on time (a
 //!   terminal): then the park is cut into ticks that Redis ends itself (BLPOP's own timeout, see
-//!   `wait.rs`), so the connection stays usable and a push cannot be lost between two ticks.
+//!   `park.rs`), so the connection stays usable and a push cannot be lost between two ticks.
 //! - A waiter that loses Redis (refused, reset, timed out) keeps waiting while its wait lasts: it
 //!   looks again with backoff and then goes on with the same token, so its queue entry keeps its
 //!   place if its lease is still live (or nobody looked at the queue meanwhile); otherwise it
@@ -40,6 +40,7 @@ use anyhow::{Context, Result};
 
 use crate::client::Redis;
 use crate::error::{Failure, Kind, failure, kind_of};
+use crate::events::Backoff;
 use crate::lock::{
     Attempt, BLOCK_CAP, Keys, Lock, Mode, Owner, QuorumVerdict, Releaser, Request, State,
 };
@@ -116,7 +117,7 @@ pub struct Waiting<'a> {
 /// and costs no extra round trip.
 pub const FIRST_REPORT: Duration = Duration::from_secs(1);
 
-/// Blocking on a wake list while staying responsive to signals; see `wait.rs`.
+/// Blocking on a wake list while staying responsive to signals; see `park.rs`.
 pub trait Park {
     /// Blocks on the wake list of `token` in the queue of `keys` until it gets a push, `timeout`
     /// passes, or a stop signal arrives. May replace `redis` with a fresh connection.
@@ -152,8 +153,9 @@ pub trait Park {
     fn end_report(&mut self, _keys: &Keys, _acquired: Option<Duration>) {}
 }
 
-/// The first pause before a waiter that lost Redis tries again; it doubles up to
-/// [`OUTAGE_RETRY_CAP`], so a short outage costs little and a long one few connection attempts.
+/// The first pause before a waiter (of `acquire` or `wait`) that lost Redis tries again; it
+/// doubles up to [`OUTAGE_RETRY_CAP`], so a short outage costs little and a long one few
+/// connection attempts.
 pub const OUTAGE_RETRY: Duration = Duration::from_millis(100);
 pub const OUTAGE_RETRY_CAP: Duration = Duration::from_secs(2);
 
@@ -327,7 +329,7 @@ impl Waiter<'_> {
                     return Err(e);
                 }
             };
-            self.outage.pause = OUTAGE_RETRY;
+            self.outage.backoff.reset();
             let (pttl_ms, seen) = match attempt {
                 Attempt::Granted(lock) => {
                     self.queued = false;
@@ -539,14 +541,14 @@ impl Waiter<'_> {
     }
 }
 
-/// A waiter's view of a Redis outage.
-struct Outage {
-    /// The notice was printed (once per wait).
-    told: bool,
+/// A waiter's view of a Redis outage (`redlock wait`'s too).
+pub struct Outage {
+    /// The notice was printed.
+    pub told: bool,
     /// Redis has not answered since the outage began.
-    down: bool,
-    /// The next pause before looking again; back to [`OUTAGE_RETRY`] after an answered attempt.
-    pause: Duration,
+    pub down: bool,
+    /// The pauses before looking again; back to the first after an answered attempt.
+    pub backoff: Backoff,
 }
 
 impl Default for Outage {
@@ -554,7 +556,7 @@ impl Default for Outage {
         Outage {
             told: false,
             down: false,
-            pause: OUTAGE_RETRY,
+            backoff: Backoff::new(OUTAGE_RETRY, OUTAGE_RETRY_CAP),
         }
     }
 }
@@ -591,10 +593,9 @@ fn ride_out(
             park.outage(keys, &error, deadline.is_none());
             outage.told = true;
         }
-        if let Parked::Interrupted(sig) = park.sleep(outage.pause.min(left))? {
+        if let Parked::Interrupted(sig) = park.sleep(outage.backoff.pause().min(left))? {
             return Ok(Some(sig));
         }
-        outage.pause = (outage.pause * 2).min(OUTAGE_RETRY_CAP);
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(ran_out(keys, error));
         }

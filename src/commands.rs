@@ -19,6 +19,7 @@ use crate::cli::{
 };
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
+use crate::events::Event;
 use crate::exit;
 use crate::history::{self, Entry, Range};
 use crate::keeper;
@@ -26,9 +27,9 @@ use crate::lock::{self, IfHeld, Keys, Lock, Mode, QuorumVerdict, Releaser, State
 use crate::messages;
 use crate::output;
 use crate::owner;
+use crate::park::{self, Parker};
 use crate::signals;
 use crate::store::Store;
-use crate::wait::{self, Event, Parker};
 
 /// A TTL under this is allowed but warned about: a lock that short can expire before its holder
 /// has used it (a round trip and a process start take milliseconds, a loaded machine far more),
@@ -285,7 +286,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     let owner = owner::owner(pid, args.lock.note.as_deref(), || owner::command_line(pid));
     let (tx, rx) = mpsc::channel();
     if args.lock.wait() != Wait::No {
-        signals::deliver(signals::STOP, tx, wait::signal_event)?;
+        signals::deliver(signals::STOP, tx, park::signal_event)?;
     }
     let mut store = backend::open(config)?;
     let kept = args.while_pid.is_some();

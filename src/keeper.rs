@@ -80,7 +80,8 @@
 //!   mark gone with a restart, the deadline passed in a stall) is that release's, a quiet end.
 //!   The keeper's own release (PID and its work ended) finds an owner's release it had not heard
 //!   of by the same mark (answered [`Verdict::Released`], a quiet end), and leaves no mark of its
-//!   own ([`Releaser::keeper`]: nobody is left to read one; a kept place's marker goes too).
+//!   own ([`crate::lock::Releaser::keeper`]: nobody is left to read one; a kept place's marker
+//!   goes too).
 //! - Once the keeper has started to stop PID's work while the lock is ours (a preemption, its
 //!   SIGTERM), the owner's release does not hand the lock on: before any signal the keeper records
 //!   in Redis that it stops the work ([`Keeper::mark_stopping`]: a plain lock's meta, on every
@@ -97,6 +98,10 @@
 //! server that keeps the lock's channel. On a quorum (several --url) that is the first URL only:
 //! a release announced nowhere else is found by the next renewal instead, within TTL/3.
 //!
+//! Its parts: `keeper/stop.rs` (acting on PID's work and waiting for it to end) and
+//! `keeper/end.rs` (the loss, the abandon, the release). The renewal is the one all holders
+//! share (`renew.rs`).
+//!
 //! Layer 12 of the list in `lib.rs`.
 
 use std::io::{Read, Write};
@@ -106,7 +111,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -115,16 +120,22 @@ use crate::backend;
 use crate::cli::{AcquireArgs, PidOnLost};
 use crate::config::Config;
 use crate::error::{Kind, exit_code, failure, usage};
+use crate::events::Event;
 use crate::exit;
-use crate::lock::{self, Befell, Keys, Lock, Preemption, Releaser, Slot, Verdict};
+use crate::lock::{self, Keys, Lock, Slot, Verdict};
 use crate::messages;
 use crate::notify;
 use crate::output::human_ms;
+use crate::renew::{Renewal, Renewed};
 use crate::signals::{self, Signal};
 use crate::store::{Store, loss_reason};
 use crate::tell;
-use crate::wait::Event;
-use crate::work::{self, Stop, Work};
+use crate::work::{self, Work};
+
+mod end;
+mod stop;
+
+use stop::Drain;
 
 /// The keeper's `argv[0]`, by which `main` knows it (`ps` shows `redlock-keeper --pid PID -- KEY`).
 pub const ARGV0: &str = work::KEEPER_ARGV0;
@@ -135,11 +146,6 @@ const READY_GRACE: Duration = Duration::from_secs(5);
 
 /// The byte the keeper sends once it runs (anything else is the exit status of its error).
 const RUNNING: u8 = 0;
-
-/// How often the keeper looks whether PID's work has ended, while it waits for that: first,
-/// then at most (doubling in between). A look is one `kill(-pgid, 0)` once the group is empty.
-const FIRST_LOOK: Duration = Duration::from_millis(20);
-const LAST_LOOK: Duration = Duration::from_millis(250);
 
 /// Warns (one line, on acquire's stderr) when the keeper cannot know all the work `pid` starts:
 /// `pid` does not lead its process group, so its descendants are what scans of /proc find.
@@ -571,15 +577,6 @@ fn stderr_may_stay(pid: i32) -> bool {
         .is_ok_and(|theirs| theirs.dev() == ours.st_dev && theirs.ino() == ours.st_ino)
 }
 
-/// "1 process", "2 processes".
-fn processes(n: usize) -> String {
-    if n == 1 {
-        "1 process".to_string()
-    } else {
-        format!("{n} processes")
-    }
-}
-
 /// Once PID has ended, the keeper lets go of a pipe or FIFO it kept on its stderr (PID's own, see
 /// [`stderr_may_stay`]: /dev/null in its place) when one of the processes left (`left`) reads
 /// it: that reader (`SCRIPT 2>&1 | tee` under job control puts `tee` in PID's group) waits for
@@ -768,11 +765,9 @@ fn prepare<'a>(
         config,
         on_lost: args.on_lost,
         pid,
-        deadline: lock.valid_until(lock.sent),
-        next_renewal: lock.sent + lock.renewal_interval(),
+        renewal: Renewal::new(&lock),
         lock,
         store: Some(store),
-        last_error: None,
         preempted: false,
         preemptible: args.lock.preemptible,
         next_scan: Some(Instant::now() + work::SCAN_EVERY),
@@ -852,10 +847,8 @@ struct Keeper<'a> {
     /// `None` after a connection failed and could not be recovered: opened again at the next
     /// renewal.
     store: Option<Box<dyn Store>>,
-    /// The lock is surely ours until then (monotonic clock).
-    deadline: Instant,
-    next_renewal: Instant,
-    last_error: Option<String>,
+    /// When the next renewal is due, and until when the lock is surely ours.
+    renewal: Renewal,
     /// A `--preempt` waiter asked for the lock, and PID was acted on.
     preempted: bool,
     /// Taken `--preemptible`: only then is an announced preemption ours to act on.
@@ -883,16 +876,18 @@ struct Keeper<'a> {
     stopping: bool,
 }
 
-/// The keeper waits for PID's work to end, then releases the lock.
-struct Drain {
-    /// The SIGTERM that made the keeper stop it, if one did.
-    signal: Option<Signal>,
-    next_look: Instant,
-    look: Duration,
-    /// The processes left when PID ended were said.
-    said: bool,
-    /// The keeper let go of the pipe on its stderr, which a process left of the work read.
-    let_go: bool,
+/// The store, opened again if the last connection failed.
+fn connected<'s>(
+    store: &'s mut Option<Box<dyn Store>>,
+    config: &Config,
+    lock: &Lock,
+) -> Result<&'s mut dyn Store> {
+    if store.is_none() {
+        let mut opened = backend::open(config)?;
+        opened.track_restarts(&lock.run_ids);
+        *store = Some(opened);
+    }
+    Ok(store.as_mut().expect("opened above").as_mut())
 }
 
 impl Keeper<'_> {
@@ -900,14 +895,10 @@ impl Keeper<'_> {
     fn run(mut self, rx: &Receiver<Wake>) -> u8 {
         let end = loop {
             let now = Instant::now();
-            if now >= self.deadline {
-                let why = match &self.last_error {
-                    Some(e) => format!("no renewal succeeded before the lock's TTL ran out ({e})"),
-                    None => "no renewal succeeded before the lock's TTL ran out".to_string(),
-                };
-                break End::Lost(why);
+            if now >= self.renewal.deadline {
+                break End::Lost(self.renewal.ran_out());
             }
-            if now >= self.next_renewal {
+            if now >= self.renewal.next {
                 match self.renew() {
                     Some(end) => break end,
                     None => continue,
@@ -938,7 +929,7 @@ impl Keeper<'_> {
             ]
             .into_iter()
             .flatten()
-            .fold(self.next_renewal.min(self.deadline), Instant::min);
+            .fold(self.renewal.next.min(self.renewal.deadline), Instant::min);
             match rx.recv_timeout(wake.saturating_duration_since(now)) {
                 Ok(wake) => {
                     if let Some(end) = self.handle(wake) {
@@ -1006,7 +997,7 @@ impl Keeper<'_> {
     /// mark away; only a lock still ours (the word was false) keeps the keeper going.
     fn owner_said_released(&mut self) -> Option<End> {
         match self.renew() {
-            None if self.last_error.is_none() => {
+            None if self.renewal.last_error.is_none() => {
                 self.owner_said.store(false, Ordering::SeqCst);
                 messages::log(self.config, || {
                     "a word on this host that the owner released the lock is not borne out: the \
@@ -1020,70 +1011,52 @@ impl Keeper<'_> {
     }
 
     /// The store, opened again if the last connection failed.
-    fn store(&mut self) -> Result<&mut Box<dyn Store>> {
-        if self.store.is_none() {
-            let mut store = backend::open(self.config)?;
-            store.track_restarts(&self.lock.run_ids);
-            self.store = Some(store);
-        }
-        Ok(self.store.as_mut().expect("opened above"))
+    fn store(&mut self) -> Result<&mut dyn Store> {
+        connected(&mut self.store, self.config, &self.lock)
     }
 
     /// Renews the lock once; `Some` when it turned out not to be ours any more.
     fn renew(&mut self) -> Option<End> {
-        let interval = self.lock.renewal_interval();
-        let sent = Instant::now();
-        let (keys, token, ttl) = (
-            self.lock.keys.clone(),
-            self.lock.token.clone(),
-            self.lock.ttl,
-        );
-        let (place, draining) = (self.lock.slot.is_some(), self.stopping);
-        let verdict = self
-            .store()
-            .and_then(|store| store.extend(&keys, &token, ttl, place, draining));
-        match verdict {
-            Ok(Verdict::Done(_)) => {
-                self.renewed(sent, interval);
-                None
+        let renewed = match connected(&mut self.store, self.config, &self.lock) {
+            Ok(store) => self.renewal.renew(store, self.stopping),
+            Err(error) => {
+                self.renewal.retry_soon();
+                Renewed::Failed {
+                    error,
+                    recovered: false,
+                }
             }
-            Ok(Verdict::Preempted(preemption)) => {
+        };
+        match renewed {
+            Renewed::Ours { sent, asked } => {
+                self.renewed(sent);
                 // Still ours, and renewed until PID has ended.
-                self.renewed(sent, interval);
-                if !self.preempted {
+                if let Some(preemption) = asked
+                    && !self.preempted
+                {
                     self.preempt(&preemption);
                 }
                 None
             }
             // Its mark says the owner released it (an announcement we missed).
-            Ok(Verdict::Released) => Some(End::Released),
+            Renewed::Gone(Verdict::Released) => Some(End::Released),
             // Anything else is a loss, however it came (a restart, a flush, an eviction, a
             // forced release): PID must hear of it.
-            Ok(other) => {
+            Renewed::Gone(other) => {
                 let store = self.store.as_mut().expect("it answered");
                 Some(End::Lost(loss_reason(store.as_mut(), &self.lock, &other)))
             }
-            Err(e) => {
+            Renewed::Failed { error, recovered } => {
                 // A fresh connection next time: this one may still have a reply on its way.
-                if let Some(store) = self.store.as_mut()
-                    && store.recover().is_err()
-                {
+                if !recovered {
                     self.store = None;
                 }
-                if self.last_error.is_none() {
-                    messages::notice(
-                        self.config,
-                        format_args!(
-                            "renewing '{}' for pid {} failed: {e:#}; retrying while the lock \
-                             lasts ({} left)",
-                            self.lock.keys.name,
-                            self.pid.pid,
-                            human_ms(self.deadline.saturating_duration_since(Instant::now()))
-                        ),
-                    );
+                let why = format!("{error:#}");
+                if self.renewal.last_error.is_none() {
+                    let whom = format!(" for pid {}", self.pid.pid);
+                    self.renewal.say_failed(self.config, &whom, &why);
                 }
-                self.last_error = Some(format!("{e:#}"));
-                self.next_renewal = Instant::now() + (interval / 3).max(Duration::from_millis(1));
+                self.renewal.failed(why);
                 None
             }
         }
@@ -1100,314 +1073,19 @@ impl Keeper<'_> {
             return;
         }
         self.stopping = true;
-        let interval = self.lock.renewal_interval();
-        let sent = Instant::now();
-        let (keys, token, ttl) = (
-            self.lock.keys.clone(),
-            self.lock.token.clone(),
-            self.lock.ttl,
-        );
-        let place = self.lock.slot.is_some();
-        if let Ok(Verdict::Done(_) | Verdict::Preempted(_)) = self
-            .store()
-            .and_then(|store| store.extend(&keys, &token, ttl, place, true))
-        {
-            self.renewed(sent, interval);
-        }
-    }
-
-    fn renewed(&mut self, sent: Instant, interval: Duration) {
-        if sent < self.deadline {
-            self.deadline = self.deadline.max(self.lock.valid_until(sent));
-        }
-        self.last_error = None;
-        // From when this one was sent, so that slow renewals do not push the next ones later.
-        self.next_renewal = sent + interval;
-    }
-
-    /// What `--on-lost` does to PID and its work, said; and does it (SIGTERM: SIGKILL follows
-    /// after `--kill-after`, see [`Keeper::escalate`]), once: told already, it says so.
-    fn stop_work(&mut self) -> String {
-        if self.told {
-            return format!("pid {} was told already", self.pid.pid);
-        }
-        let pid = self.pid.pid;
-        let stop = match self.on_lost {
-            PidOnLost::Term => Stop::Term,
-            PidOnLost::Kill => Stop::Kill,
-            PidOnLost::Ignore => {
-                return format!("pid {pid} runs on (--on-lost ignore), with what it started");
-            }
-        };
-        self.told = true;
-        if self.pid.ended() && self.work.living().is_empty() {
-            return format!("pid {pid} and its work have ended");
-        }
-        self.signal_work(stop);
-        if stop == Stop::Term {
-            self.kill_at = Instant::now().checked_add(self.kill_after);
-        }
-        let signal = signals::name(match stop {
-            Stop::Term => libc::SIGTERM,
-            Stop::Kill => libc::SIGKILL,
-        });
-        let found = processes(self.work.known());
-        if self.work.is_group() {
-            format!(
-                "sending {signal} to pid {pid}, its process group and its descendants ({found} \
-                 found)"
-            )
-        } else {
-            format!("sending {signal} to pid {pid} and its descendants ({found} found)")
-        }
-    }
-
-    /// Sends `stop` to PID's work: its group, or its descendants and PID itself (through its
-    /// pidfd: never to a later holder of its pid).
-    fn signal_work(&mut self, stop: Stop) {
-        // Descendants first, while PID's children can still be traced to it.
-        self.work.signal(stop);
-        if !self.work.is_group() {
-            let _ = self.pid.signal(match stop {
-                Stop::Term => libc::SIGTERM,
-                Stop::Kill => libc::SIGKILL,
-            });
-        }
-    }
-
-    /// `--kill-after` after the keeper's SIGTERM (or a second SIGTERM to the keeper, `hurried`):
-    /// what still runs of the work gets SIGKILL.
-    fn escalate(&mut self) {
-        self.kill_at = None;
-        let left = self.work.living();
-        if left.is_empty() && self.pid.ended() {
+        let Ok(store) = connected(&mut self.store, self.config, &self.lock) else {
             return;
-        }
-        self.signal_work(Stop::Kill);
-        let why = if self.hurried {
-            "the keeper got a second SIGTERM".to_string()
-        } else {
-            format!(
-                "pid {} or its work still ran {} after SIGTERM (--kill-after)",
-                self.pid.pid,
-                human_ms(self.kill_after)
-            )
         };
-        messages::alert(format_args!("{why}: sending SIGKILL (pids {left:?})"));
-    }
-
-    /// PID has ended, or the keeper stops it (`signal`: the SIGTERM that made it): `Some` (the
-    /// release) once PID's work has ended too. Until then the lock stays ours, renewed, and the
-    /// loop looks again, less and less often.
-    fn drain(&mut self, signal: Option<Signal>) -> Option<End> {
-        let now = Instant::now();
-        let ended = self.pid.ended();
-        let left = self.work.living();
-        let drain = self.draining.get_or_insert(Drain {
-            signal,
-            next_look: now,
-            look: FIRST_LOOK,
-            said: false,
-            let_go: false,
-        });
-        if signal.is_some() {
-            drain.signal = signal;
-        }
-        if ended && left.is_empty() {
-            return Some(End::Release(drain.signal));
-        }
-        if ended && !drain.let_go {
-            drain.let_go = let_go_of_stderr_read_by(&left);
-        }
-        if ended && !drain.said && !self.told {
-            drain.said = true;
-            let what = if self.work.is_group() {
-                "its process group and descendants"
-            } else {
-                "its descendants"
-            };
-            messages::notice(
-                self.config,
-                format_args!(
-                    "pid {} has ended; keeping '{}' until the {} left of {what} {} ended (pids \
-                     {left:?})",
-                    self.pid.pid,
-                    self.lock.keys.name,
-                    processes(left.len()),
-                    if left.len() == 1 { "has" } else { "have" }
-                ),
-            );
-        }
-        drain.next_look = now + drain.look;
-        drain.look = (drain.look * 2).min(LAST_LOOK);
-        None
-    }
-
-    /// SIGTERM came: PID and its work are stopped as `--on-lost` says, and the lock released
-    /// once they have ended. With `--on-lost ignore` (PID is never stopped) it is released at
-    /// once, and PID runs on without it; a second SIGTERM sends SIGKILL at once.
-    fn terminated(&mut self, s: Signal) -> Option<End> {
-        if self.on_lost == PidOnLost::Ignore {
-            return Some(End::Release(Some(s)));
-        }
-        if self.draining.as_ref().is_some_and(|d| d.signal.is_some()) {
-            self.kill_at = Some(Instant::now());
-            self.hurried = true;
-            return None;
-        }
-        self.mark_stopping();
-        let action = self.stop_work();
-        messages::alert(format_args!(
-            "the keeper of '{}' got {}: {action}; releasing the lock once they have ended",
-            self.lock.keys.name,
-            signals::name(s.signo)
-        ));
-        self.drain(Some(s))
-    }
-
-    /// After a loss, the work the keeper sent SIGTERM gets its SIGKILL after `--kill-after` if it
-    /// still runs, as it would have with the lock kept.
-    fn finish_stopping(&mut self) {
-        let mut look = FIRST_LOOK;
-        while let Some(at) = self.kill_at {
-            if self.pid.ended() && self.work.living().is_empty() {
-                return;
-            }
-            let now = Instant::now();
-            if now >= at {
-                self.escalate();
-                return;
-            }
-            std::thread::sleep(look.min(at - now));
-            look = (look * 2).min(LAST_LOOK);
-        }
-    }
-
-    /// A `--preempt` waiter asked for the lock: PID and its work are acted on as on a loss, once;
-    /// the lock stays ours, renewed, until they have ended.
-    fn preempt(&mut self, preemption: &Preemption) {
-        if self.preempted {
-            return;
-        }
-        self.preempted = true;
-        self.mark_stopping();
-        let action = self.stop_work();
-        messages::alert(format_args!(
-            "'{}' was {} after {}; {action}, then releasing the lock to them once they have ended",
-            self.lock.keys.name,
-            preemption.reason(),
-            human_ms(self.lock.sent.elapsed()),
-        ));
-    }
-
-    /// The lock is lost: PID is acted on (unless it was already, preempted), the loss said and
-    /// told to the lock's history.
-    fn lose(&mut self, why: &str) -> u8 {
-        let action = self.stop_work();
-        messages::alert(format_args!(
-            "lost the lock '{}' at {} after holding it {} for pid {}: {why}; {action}",
-            self.lock.keys.name,
-            humantime::format_rfc3339_seconds(SystemTime::now()),
-            human_ms(self.lock.sent.elapsed()),
-            self.pid.pid,
-        ));
-        self.tell_lost(why);
-        self.finish_stopping();
-        exit::LOCK_LOST
-    }
-
-    /// Tells the lock's history and watchers (`lost.lua`, on the queue node of a quorum). Best
-    /// effort: the loss was said on stderr already.
-    fn tell_lost(&mut self, why: &str) {
-        let lock = self.lock.clone();
-        if let Ok(store) = self.store()
-            && let Some(redis) = store.parking()
+        if let (sent, Ok(Verdict::Done(_) | Verdict::Preempted(_))) = self.renewal.send(store, true)
         {
-            let _ = lock::report(
-                redis,
-                &lock.keys,
-                &lock.token,
-                lock.fence,
-                Befell::Lost,
-                why,
-            );
+            self.renewed(sent);
         }
     }
 
-    /// acquire never said that it printed the token (it was killed, or could not print it):
-    /// nobody has the token, so the lock is given back at once.
-    fn abandon(mut self) -> u8 {
-        messages::log(self.config, || {
-            format!(
-                "acquire did not hand the token of '{}' on: the keeper releases it",
-                self.lock.keys.name
-            )
-        });
-        let by = Releaser::keeper(&self.lock);
-        let keys = self.lock.keys.clone();
-        match self.store().and_then(|s| s.release(&keys, &by)) {
-            Ok(_) => exit::OK,
-            Err(e) => exit_code(&e),
-        }
-    }
-
-    /// PID ended, or SIGTERM came (`signal`): releases the lock, as its keeper (no mark is
-    /// left; an owner's release that came first, unheard, is found by its mark).
-    fn release(&mut self, signal: Option<Signal>) -> u8 {
-        let by = Releaser::keeper(&self.lock);
-        let keys = self.lock.keys.clone();
-        let released = self
-            .store()
-            .and_then(|s| s.release(&keys, &by))
-            .or_else(|first| {
-                // The connection may have gone stale during a long hold: once more on a fresh one.
-                self.store = None;
-                self.store()
-                    .and_then(|s| s.release(&keys, &by))
-                    .map_err(|_| first)
-            });
-        let (name, pid) = (&self.lock.keys.name, self.pid.pid);
-        let code = match released {
-            Ok(Verdict::Done(_)) => exit::OK,
-            // Its owner released it first (PID's end came before the announcement).
-            Ok(Verdict::Released) => {
-                messages::log(self.config, || {
-                    format!("'{name}' was released by its owner; the keeper of pid {pid} ends")
-                });
-                return exit::OK;
-            }
-            Ok(other) => {
-                let store = self.store.as_mut().expect("it answered");
-                let why = loss_reason(store.as_mut(), &self.lock, &other);
-                messages::notice(
-                    self.config,
-                    format_args!("'{name}' was no longer ours at release: {why}"),
-                );
-                exit::LOCK_LOST
-            }
-            Err(e) => {
-                messages::alert(format_args!(
-                    "cannot release '{name}' ({e:#}); it expires within {}",
-                    human_ms(self.lock.ttl)
-                ));
-                exit_code(&e)
-            }
-        };
-        match signal {
-            // PID runs on without the lock: the user chose so.
-            Some(s) if self.on_lost == PidOnLost::Ignore => messages::alert(format_args!(
-                "the keeper of '{name}' got {}: released the lock; pid {pid} runs on without it, \
-                 with what it started (--on-lost ignore)",
-                signals::name(s.signo)
-            )),
-            Some(_) => messages::log(self.config, || {
-                format!("pid {pid} and its work were stopped: released '{name}'")
-            }),
-            None => messages::log(self.config, || {
-                format!("pid {pid} and its work have ended: released '{name}'")
-            }),
-        }
-        code
+    /// The renewal sent at `sent` succeeded.
+    fn renewed(&mut self, sent: Instant) {
+        self.renewal.renewed(sent);
+        self.renewal.last_error = None;
     }
 }
 

@@ -22,11 +22,13 @@
 //!    locks with more than one holder (`--slots`, `--pool`, `--shared`)
 //! 6. `output`: what goes to stdout, and the words for a lock's state, durations and times
 //! 7. `store`, `history`: the `Store` trait and its one-server implementation; a lock's history
-//! 8. `quorum`: a quorum of independent masters, the same trait over N servers
-//! 9. `acquire`, `backend`: taking a lock and waiting over any store; picking the store
-//! 10. `metrics`, `owner`, `wait`: `status` as Prometheus metrics; who we are; parking a
+//! 8. `quorum`, `events`: a quorum of independent masters, the same trait over N servers; the
+//!    events every holder loop reacts to, and its backoff
+//! 9. `acquire`, `backend`, `follow`, `renew`: taking a lock and waiting over any store; picking
+//!    the store; the one pub/sub follower and the one renewal every holder loop shares
+//! 10. `metrics`, `owner`, `park`: `status` as Prometheus metrics; who we are; parking a
 //!     waiter on signals
-//! 11. `notify`, `complete`, `watch`, `free`: hearing that our lock was taken; completing lock
+//! 11. `notify`, `complete`, `watch`, `wait`: hearing that our lock was taken; completing lock
 //!     names in a shell; following locks as they change (`status --watch`); waiting until a lock
 //!     is free (`wait`)
 //! 12. `keeper`: the detached process that keeps an `acquire --while-pid` lock alive while a pid
@@ -54,9 +56,10 @@ mod commands;
 mod complete;
 mod config;
 mod error;
+mod events;
 mod exec;
 pub mod exit;
-mod free;
+mod follow;
 mod history;
 mod keeper;
 mod lock;
@@ -65,9 +68,11 @@ mod metrics;
 mod notify;
 mod output;
 mod owner;
+mod park;
 mod printable;
 mod quorum;
 mod redact;
+mod renew;
 mod scripts;
 mod signals;
 mod spawn;
@@ -95,7 +100,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Extend(args) => commands::extend(&config, args),
         Command::Status(args) => commands::status(&config, args),
         Command::Log(args) => commands::log(&config, args),
-        Command::Wait(args) => free::run(&config, args),
+        Command::Wait(args) => wait::run(&config, args),
         Command::Exec(args) => exec::run(&config, args),
     }
 }

@@ -29,19 +29,18 @@
 //!
 //! Layer 11 of the list in `lib.rs`.
 
+use std::ops::ControlFlow;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Duration;
 
-use anyhow::Result;
-
-use crate::client;
 use crate::config::Config;
-use crate::error::{Kind, failure, kind_of, redis_kind};
+use crate::error::{Kind, kind_of};
+use crate::events::{Backoff, Event};
+use crate::follow::{self, Lost, Plan};
 use crate::lock::{Forced, Keys, Preemption, State};
 use crate::messages;
 use crate::output::forced_reason;
 use crate::store::Store;
-use crate::wait::Event;
 
 /// The first pause before subscribing again after losing the subscription; doubles up to
 /// [`RESUBSCRIBE_CAP`].
@@ -83,39 +82,27 @@ pub fn listen(
     tx: Sender<Event>,
     preemptible: bool,
 ) -> Subscribed {
-    let (shared, channel) = (config.clone(), keys.events());
-    let (keys, token) = (keys.clone(), token.to_string());
     let (said, subscribed) = mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("notify".into())
-        .spawn(move || {
-            let config = shared;
-            let mut listener = Listener {
-                config: &config,
-                keys: &keys,
-                token: &token,
-                tx: &tx,
-                reader: None,
-                said: Some(said),
-            };
-            let mut pause = RESUBSCRIBE;
-            loop {
-                match listener.subscribe(&channel, preemptible) {
-                    Ok(Ended::Stopped) => return,
-                    Ok(Ended::Dropped(e)) | Err(e) => {
-                        messages::log(&config, || format!("not listening on {channel}: {e:#}"));
-                        // Refused (an ACL user without the channel: Redis 7 gives new users
-                        // none) or not understood: trying again cannot help.
-                        if kind_of(&e) != Kind::Unavailable {
-                            return;
-                        }
-                    }
-                }
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(RESUBSCRIBE_CAP);
-            }
-        });
-    if let Err(e) = spawned {
+    let plan = Plan {
+        thread: "notify",
+        channels: vec![keys.events()],
+        pattern: None,
+        // A quiet channel is the normal case: wait for as long as it takes. A frozen server or a
+        // dead link leave us blocked here harmlessly; the renewal notices those.
+        ping: None,
+        backoff: Backoff::new(RESUBSCRIBE, RESUBSCRIBE_CAP),
+        reset: false,
+    };
+    let listener = Listener {
+        config: config.clone(),
+        keys: keys.clone(),
+        token: token.to_string(),
+        tx,
+        preemptible,
+        reader: None,
+        said: Some(said),
+    };
+    if let Err(e) = follow::follow(config, plan, listener) {
         // The renewal still finds a loss.
         messages::log(config, || {
             format!("cannot start the notification thread: {e}")
@@ -124,19 +111,14 @@ pub fn listen(
     Subscribed(subscribed)
 }
 
-enum Ended {
-    /// `tx` is closed: nobody needs us any more.
-    Stopped,
-    /// The subscription was made and then lost.
-    Dropped(anyhow::Error),
-}
-
 /// The notification thread's state.
-struct Listener<'a> {
-    config: &'a Config,
-    keys: &'a Keys,
-    token: &'a str,
-    tx: &'a Sender<Event>,
+struct Listener {
+    config: Config,
+    keys: Keys,
+    token: String,
+    tx: Sender<Event>,
+    /// Taken `--preemptible`: a request to stop is looked for at each subscription.
+    preemptible: bool,
     /// The connection that checks announcements, opened at the first one; `None` again after
     /// it failed.
     reader: Option<Box<dyn Store>>,
@@ -144,66 +126,65 @@ struct Listener<'a> {
     said: Option<Sender<()>>,
 }
 
-impl Listener<'_> {
-    /// Subscribes to `channel` and passes on what arrives, until the connection fails.
-    fn subscribe(&mut self, channel: &str, preemptible: bool) -> Result<Ended> {
-        let mut con = client::subscriber(self.config)?;
-        if let Err((e, why)) =
-            client::confirm_subscription(&mut con, redis::cmd("SUBSCRIBE").arg(channel), 1)?
-        {
-            return Err(failure(
-                redis_kind(&e),
-                format!("the server refused SUBSCRIBE: {why}"),
-            ));
-        }
+impl follow::Listener for Listener {
+    fn subscribed(&mut self) -> ControlFlow<()> {
         if let Some(said) = self.said.take() {
             let _ = said.send(());
         }
-        if preemptible && let Some(state) = self.read() {
+        if self.preemptible
+            && let Some(state) = self.read()
+        {
             // A request made before we listened was announced to nobody.
             let asked = Event::Preempted {
-                token: self.token.to_string(),
+                token: self.token.clone(),
                 preemption: Preemption {
                     by: String::new(),
                     at_ms: 0,
                 },
             };
-            if let Ok(event) = borne_out(&state, asked)
-                && self.tx.send(event).is_err()
-            {
-                return Ok(Ended::Stopped);
+            if let Ok(event) = borne_out(&state, asked) {
+                return follow::passed(self.tx.send(event));
             }
         }
-        let mut pubsub = con.as_pubsub();
-        // A quiet channel is the normal case: wait for as long as it takes. A frozen server or a
-        // dead link leave us blocked here harmlessly; the renewal notices those.
-        pubsub.set_read_timeout(None)?;
-        loop {
-            let msg = match pubsub.get_message() {
-                Ok(msg) => msg,
-                Err(e) => return Ok(Ended::Dropped(e.into())),
-            };
-            let Some(event) = parse(msg.get_payload_bytes()) else {
-                continue;
-            };
-            if token_of(&event) != Some(self.token) {
-                continue;
-            }
-            let Some(event) = self.confirm(event) else {
-                messages::log(self.config, || {
-                    format!(
-                        "an announcement on {channel} about our token is not borne out by the \
-                         lock's keys: ignored"
-                    )
-                });
-                continue;
-            };
-            if self.tx.send(event).is_err() {
-                return Ok(Ended::Stopped);
-            }
-        }
+        ControlFlow::Continue(())
     }
 
+    fn message(&mut self, msg: &redis::Msg) -> ControlFlow<()> {
+        let Some(event) = parse(msg.get_payload_bytes()) else {
+            return ControlFlow::Continue(());
+        };
+        if token_of(&event) != Some(self.token.as_str()) {
+            return ControlFlow::Continue(());
+        }
+        let Some(event) = self.confirm(event) else {
+            messages::log(&self.config, || {
+                format!(
+                    "an announcement on {} about our token is not borne out by the lock's keys: \
+                     ignored",
+                    self.keys.events()
+                )
+            });
+            return ControlFlow::Continue(());
+        };
+        follow::passed(self.tx.send(event))
+    }
+
+    fn lost(&mut self, lost: Lost, _: Duration) -> ControlFlow<()> {
+        let e = lost.into_error(|_, why| format!("the server refused SUBSCRIBE: {why}"));
+        let channel = self.keys.events();
+        messages::log(&self.config, || {
+            format!("not listening on {channel}: {e:#}")
+        });
+        // Refused (an ACL user without the channel: Redis 7 gives new users none) or not
+        // understood: trying again cannot help.
+        if kind_of(&e) != Kind::Unavailable {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+impl Listener {
     /// `event` if a read of the lock bears it out. On a quorum, a release reaches the nodes one
     /// after the other (the announcing one first): a read that finds the token still on too many
     /// of them is made again a few times, shortly (within about a second), before the
@@ -226,9 +207,9 @@ impl Listener<'_> {
     /// The lock as it is now (one read), or `None` when it cannot be read.
     fn read(&mut self) -> Option<State> {
         if self.reader.is_none() {
-            self.reader = crate::backend::open(self.config).ok();
+            self.reader = crate::backend::open(&self.config).ok();
         }
-        let state = self.reader.as_mut()?.inspect(self.keys);
+        let state = self.reader.as_mut()?.inspect(&self.keys);
         if state.is_err() {
             self.reader = None;
         }

@@ -1,447 +1,276 @@
-//! Waiting for a lock without polling and without going deaf to signals.
+//! `redlock wait KEY`: blocks until a lock is free, without taking it or joining its queue
+//! ("start the smoke tests once the running deploy is done").
 //!
-//! A waiter blocks on its wake list with BLPOP on its one connection (see the protocol notes in
-//! `acquire.rs`). A blocked read cannot be cut short by a signal (the signals are taken by the
-//! signal thread only, see `signals.rs`), so the signal thread ends a wait itself: while the
-//! main thread is parked, a stop signal makes the signal thread leave the queue on a connection of
-//! its own and exit with 128+N. A mutex around the parked state makes this exclusive with the main
-//! thread going on after its BLPOP: either the signal thread ends a wait in which nothing is held,
-//! or the main thread sees the signal on the event channel before it takes the lock.
+//! Woken by the lock's changes, not by polling: a thread of its own subscribes to the lock's
+//! channel `PREFIX{NAME}:watch` (every lock script publishes its change there while someone
+//! listens, see `event` in `common.lua`) where `exec`'s notifications are heard
+//! ([`crate::client::subscriber`]), and the main thread reads the lock once the subscription is
+//! confirmed, then again after each message: a release between the subscription and the first
+//! read is seen by that read. A holder that dies publishes nothing (its key just expires), so the
+//! lock is also read again when its TTL has run out. Free means nobody holds the lock and it is
+//! not being handed over (a release that hands it to a queued waiter does not end the wait); on a
+//! quorum, a majority free.
 //!
-//! The caller's own clock decides when a wait is over: Redis checks BLPOP timeouts only on its
-//! housekeeping tick (every 100 ms by default), which would make a waiter late for a dead holder's
-//! expiry. So the socket's read timeout is the wait, the BLPOP's own timeout is a little longer,
-//! and a read that times out is followed by a fresh connection (the old one still has the BLPOP).
-//! A tick that only paces the waiter's status lines is the other way round: the server ends it
-//! (nil), so the connection stays in use and a push cannot land on a connection we dropped.
+//! If the subscription cannot be made (an ACL user without the channel) or is lost, the wait goes
+//! on with reads at the lock's expiry and every [`UNHEARD_READ`]: slower to notice a release,
+//! never wrong. On a quorum the subscription is on the first URL's node: a release that did not
+//! touch it (its holder's majority did not include it) is seen at those reads. A Redis that
+//! stops answering (a restart, a failover), or a quorum too few of whose nodes answer, does not
+//! end the wait: it reads again with backoff and fails (69) only when `--wait` runs out. A stop
+//! signal ends the wait (128+N); nothing is written to Redis either way.
 //!
-//! The status lines themselves ([`status_text`]): on a terminal one line redrawn about once a
-//! second (in ticks), elsewhere one at the first wake-up after a second of waiting (within
-//! `BLOCK_CAP`) and then one a minute, and a last line when the lock is taken; `-q` silences them
-//! (see `messages::progress`).
-//!
-//! Layer 10 of the list in `lib.rs`.
+//! Layer 11 of the list in `lib.rs`.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::ops::ControlFlow;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::acquire::{Park, Parked, Waiting};
-use crate::client::Redis;
+use crate::acquire::Outage;
+use crate::backend;
+use crate::cli::WaitArgs;
 use crate::config::Config;
+use crate::error::{Kind, failure, kind_of};
+use crate::events::Backoff;
 use crate::exit;
-use crate::lock::{Keys, QuorumVerdict};
+use crate::follow::{self, Lost, Plan};
+use crate::lock::{Keys, QuorumVerdict, State};
 use crate::messages;
 use crate::signals::{self, Signal};
+use crate::store::Store;
 
-/// Everything a waiting or supervising redlock reacts to, on one channel.
-#[derive(Debug)]
-pub enum Event {
+/// The longest the wait goes without reading the lock while it hears nothing (a subscription
+/// lost without a word, or none at all).
+const UNHEARD_READ: Duration = Duration::from_secs(30);
+/// Past a lock's expiry, how long to wait before reading it (its key is gone by then).
+const EXPIRY_MARGIN: Duration = Duration::from_millis(20);
+/// The first pause before subscribing again after losing the subscription; doubles up to
+/// [`RESUBSCRIBE_CAP`].
+const RESUBSCRIBE: Duration = Duration::from_millis(100);
+const RESUBSCRIBE_CAP: Duration = Duration::from_secs(5);
+
+enum Msg {
+    /// The subscription is in place (again): read the lock, something may have been missed.
+    Subscribed,
+    /// It could not be made (or was lost): why; the wait goes on with reads at intervals.
+    Unheard(String),
+    /// The lock changed.
+    Changed,
     Signal(Signal),
-    /// `exec`: a renewal sent at this instant succeeded.
-    Renewed(Instant),
-    /// `exec`: a renewal could not reach Redis; the lock holds until its deadline.
-    RenewFailed(String),
-    /// `exec`: a renewal found another token or no key: the lock is gone.
-    Lost(String),
-    /// `exec`: the lock of `token` was taken away from its holder, for `why` (see `notify.rs`).
-    TakenAway {
-        token: String,
-        why: String,
-    },
-    /// The holder with `token` was asked to stop by a `--preempt` waiter (see `notify.rs`).
-    Preempted {
-        token: String,
-        preemption: crate::lock::Preemption,
-    },
-    /// The holder with `token` released the lock (told only for a kept lock or a place: see
-    /// `notify.rs`).
-    Released {
-        token: String,
-    },
 }
 
-/// What the signal thread needs to end a wait: where to leave which queue.
-struct ParkedOn {
-    config: Config,
-    keys: Keys,
-    token: String,
-}
-
-/// Set while the main thread is blocked in BLPOP; see the module comment.
-static PARKED: Mutex<Option<ParkedOn>> = Mutex::new(None);
-
-/// A stop signal that arrived while the main thread was not parked (0: none). Set under the
-/// `PARKED` mutex, so that `park` cannot miss it between looking at the event channel (which the
-/// signal thread feeds only after `end_parked_wait` returns) and blocking.
-static STOP_PENDING: AtomicI32 = AtomicI32::new(0);
-
-/// What to do after a stop signal ended a parked wait, just before [`end_parked_wait`] exits:
-/// given the signal and the exit status (`exec --report` writes its line).
-type BeforeExit = Box<dyn FnOnce(i32, u8) + Send>;
-static BEFORE_EXIT: Mutex<Option<BeforeExit>> = Mutex::new(None);
-
-/// Sets (or, with `None`, clears) what runs before a stop signal ends a parked wait.
-pub fn before_exit(f: Option<BeforeExit>) {
-    *BEFORE_EXIT.lock().unwrap_or_else(|e| e.into_inner()) = f;
-}
-
-/// The event for a signal, made on the signal thread (pass it to `signals::deliver`). A stop
-/// signal that finds the main thread parked ends the wait right there: see [`end_parked_wait`].
-pub fn signal_event(signal: Signal) -> Event {
-    end_parked_wait(&signal);
-    Event::Signal(signal)
-}
-
-/// If the main thread is parked and `signal` stops a wait, leaves the queue and exits with
-/// 128+N: nothing is held. Otherwise returns, and the signal goes on as an event.
-fn end_parked_wait(signal: &Signal) {
-    if !signals::STOP.contains(&signal.signo) {
-        return;
-    }
-    let parked = PARKED.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(on) = parked.as_ref() else {
-        STOP_PENDING.store(signal.signo, Ordering::SeqCst);
-        return;
+pub fn run(config: &Config, args: &WaitArgs) -> Result<u8> {
+    let keys = Keys::new(&config.prefix, &args.key)?;
+    let deadline = args.wait.and_then(|d| Instant::now().checked_add(d));
+    let (tx, rx) = mpsc::channel();
+    signals::deliver(signals::STOP, tx.clone(), Msg::Signal)?;
+    let store = backend::open(config)?;
+    listen(config, keys.watch(), tx);
+    let mut waiter = Waiter {
+        config,
+        keys,
+        deadline,
+        rx,
+        store,
+        heard: false,
+        outage: Outage::default(),
     };
-    // Holding the mutex: the main thread cannot leave its BLPOP to take the lock meanwhile.
-    let left = crate::backend::open(&on.config).and_then(|mut s| s.leave(&on.keys, &on.token));
-    messages::notice(
-        &on.config,
-        format_args!(
-            "{} while waiting for '{}'; gave up",
-            signals::name(signal.signo),
-            on.keys.name
-        ),
-    );
-    if let Err(e) = left {
-        // The lease runs out by itself; the queue goes on without us.
-        messages::alert(format_args!(
-            "cannot leave the queue of '{}': {e:#}",
-            on.keys.name
-        ));
+    // The first read waits for the subscription (or its failure), so that a release between the
+    // read and the subscription cannot be missed; `--io-timeout` at most.
+    let first_wait = deadline.map_or(config.io_timeout, |d| {
+        config
+            .io_timeout
+            .min(d.saturating_duration_since(Instant::now()))
+    });
+    match waiter.rx.recv_timeout(first_wait) {
+        Ok(Msg::Subscribed) => waiter.heard = true,
+        Ok(Msg::Signal(s)) => return Ok(waiter.stopped(s)),
+        Ok(Msg::Unheard(why)) => waiter.unheard(&why),
+        Ok(Msg::Changed) | Err(_) => {}
     }
-    let code = exit::signal(signal.signo);
-    let last = BEFORE_EXIT.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(f) = last {
-        f(signal.signo, code);
-    }
-    std::process::exit(i32::from(code));
-}
-
-/// Parks the main thread for [`crate::acquire::acquire`]; stop signals are those in
-/// `signals::STOP`.
-pub struct Parker<'a> {
-    config: &'a Config,
-    events: &'a Receiver<Event>,
-    /// stderr is a terminal: the status line is redrawn in place.
-    terminal: bool,
-}
-
-impl<'a> Parker<'a> {
-    /// `events` must receive the signals, made by [`signal_event`].
-    pub fn new(config: &'a Config, events: &'a Receiver<Event>) -> Self {
-        Parker {
-            config,
-            events,
-            terminal: messages::stderr_is_terminal(),
-        }
-    }
-}
-
-/// How often a waiter on a terminal redraws its status line.
-pub const REDRAW_EVERY: Duration = Duration::from_secs(1);
-/// How often a waiter whose stderr is not a terminal (a CI log) prints a status line.
-pub const LOG_EVERY: Duration = Duration::from_secs(60);
-
-/// "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m 12s;
-/// 2 ahead of you; waited 41s". Durations in whole seconds: the line is redrawn every second.
-pub fn status_text(w: &Waiting) -> String {
-    let mut s = format!("waiting for '{}'", w.keys.name);
-    if let Some(state) = w.state {
-        s.push_str(": ");
-        match &state.holder {
-            _ if !state.held() => s.push_str("free"),
-            // A lock with more than one holder: how many, and the first of them.
-            _ if state.slots.is_some() => s.push_str(&state.describe_holders()),
-            Some(h) => {
-                s.push_str(&format!("held by {}", h.who()));
-                if !h.note.is_empty() {
-                    s.push_str(&format!(" running '{}'", crate::printable::shown(&h.note)));
-                }
-                if let Some(d) = state.held_for() {
-                    s.push_str(&format!(" for {}", secs(d)));
-                }
-                if let Some(p) = &h.preempted {
-                    s.push_str(&format!(
-                        " (asked to stop by {}: it stops, then hands the lock on)",
-                        p.by
-                    ));
-                } else if w.preempt && !h.preemptible {
-                    s.push_str(" (not preemptible: it did not opt in with --preemptible)");
-                }
-            }
-            None if state.handing_over() => s.push_str("being handed over to the next waiter"),
-            None => s.push_str("held by an unknown client (no redlock record)"),
-        }
-        if state.quorum_verdict() == Some(QuorumVerdict::Unknown) {
-            s.push_str(" (no quorum)");
-        }
-    }
-    match w.ahead {
-        Some(0) => s.push_str("; next in line"),
-        Some(n) => s.push_str(&format!("; {n} ahead of you")),
-        None => {}
-    }
-    s.push_str(&format!("; waited {}", secs(w.waited)));
-    s
-}
-
-/// A duration in whole seconds, for humans: `3m 12s`.
-fn secs(d: Duration) -> String {
-    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
-}
-
-/// The signal number if `event` is a signal that stops a wait.
-pub fn stop_signal(event: &Event) -> Option<i32> {
-    match event {
-        Event::Signal(s) if signals::STOP.contains(&s.signo) => Some(s.signo),
-        _ => None,
-    }
-}
-
-impl Park for Parker<'_> {
-    fn park(
-        &mut self,
-        redis: &mut Redis,
-        keys: &Keys,
-        token: &str,
-        timeout: Duration,
-        tick: bool,
-    ) -> Result<Parked> {
-        {
-            let mut parked = PARKED.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(sig) = self.interrupted() {
-                return Ok(Parked::Interrupted(sig));
-            }
-            match STOP_PENDING.load(Ordering::SeqCst) {
-                0 => {}
-                sig => return Ok(Parked::Interrupted(sig)),
-            }
-            *parked = Some(ParkedOn {
-                config: self.config.clone(),
-                keys: keys.clone(),
-                token: token.to_string(),
-            });
-        }
-        let popped = blpop(redis, &keys.wake(token), timeout, tick);
-        *PARKED.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        match popped {
-            Ok(true) => Ok(Parked::Woken),
-            Ok(false) if tick => Ok(Parked::Ticked),
-            Ok(false) => Ok(Parked::TimedOut),
-            Err(_) => {
-                // Our timeout (the BLPOP is still pending on this connection), a stop and continue
-                // (Ctrl-Z, fg: the read fails with EINTR), or a dropped connection: go on with a
-                // fresh one if Redis still answers. The caller's next attempt reads the real
-                // state; a reservation made for us meanwhile is in the lock key.
-                // A quorum goes on without its queue node: the next attempt counts the others.
-                match redis.reconnect() {
-                    Err(_) if redis.is_quorum_node() => Ok(Parked::TimedOut),
-                    other => other.map(|()| Parked::TimedOut),
-                }
-            }
-        }
-    }
-
-    fn sleep(&mut self, timeout: Duration) -> Result<Parked> {
-        let until = Instant::now() + timeout;
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(Parked::TimedOut);
-            }
-            match self.events.recv_timeout(left) {
-                Ok(e) => {
-                    if let Some(sig) = stop_signal(&e) {
-                        return Ok(Parked::Interrupted(sig));
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => return Ok(Parked::TimedOut),
-                // No signal thread: nothing can interrupt us, so just wait.
-                Err(RecvTimeoutError::Disconnected) => {
-                    std::thread::sleep(left);
-                    return Ok(Parked::TimedOut);
-                }
-            }
-        }
-    }
-
-    fn interrupted(&mut self) -> Option<i32> {
-        self.events.try_iter().find_map(|e| stop_signal(&e))
-    }
-
-    fn report_every(&self) -> Option<Duration> {
-        match (self.config.quiet, self.terminal) {
-            (true, _) => None,
-            (false, true) => Some(REDRAW_EVERY),
-            (false, false) => Some(LOG_EVERY),
-        }
-    }
-
-    fn redraw(&self) -> bool {
-        self.terminal
-    }
-
-    fn report(&mut self, waiting: &Waiting) {
-        messages::progress(self.config, &status_text(waiting), self.terminal);
-    }
-
-    fn end_report(&mut self, keys: &Keys, acquired: Option<Duration>) {
-        // A terminal's line is cleared (the next line starts clean); a log says how it ended.
-        match acquired {
-            _ if self.terminal => messages::clear_progress(),
-            Some(d) => messages::progress(
-                self.config,
-                &format!("acquired '{}' after {}", keys.name, secs(d)),
-                false,
-            ),
-            None => {}
-        }
-    }
-
-    fn outage(&mut self, keys: &Keys, error: &anyhow::Error, forever: bool) {
-        let until = if forever {
-            "until Redis answers again (no --wait limit)"
-        } else {
-            "until the wait runs out"
+    loop {
+        let state = match waiter.read() {
+            ControlFlow::Continue(Some(state)) => state,
+            ControlFlow::Continue(None) => continue,
+            ControlFlow::Break(end) => return end,
         };
-        // The server answered before: the hint for a wrong URL would mislead.
-        let error = format!("{error:#}").replace(crate::client::START_HINT, "");
+        let now = Instant::now();
+        if free(&state) {
+            messages::log(config, || format!("'{}' is free", waiter.keys.name));
+            return Ok(exit::OK);
+        }
+        let mut wake = now + UNHEARD_READ;
+        if let Ok(ms) = u64::try_from(state.pttl_ms) {
+            wake = wake.min(now + Duration::from_millis(ms) + EXPIRY_MARGIN);
+        }
+        if let Some(d) = deadline {
+            if now >= d {
+                messages::notice(
+                    config,
+                    format_args!("'{}' is still busy: {}", waiter.keys.name, state.describe()),
+                );
+                return Ok(args.conflict_exit_code);
+            }
+            wake = wake.min(d);
+        }
+        if let Some(s) = waiter.until(now, wake) {
+            return Ok(waiter.stopped(s));
+        }
+    }
+}
+
+/// One `redlock wait`, between its reads of the lock.
+struct Waiter<'a> {
+    config: &'a Config,
+    keys: Keys,
+    deadline: Option<Instant>,
+    rx: Receiver<Msg>,
+    store: Box<dyn Store>,
+    /// The subscription is in place: the lock's changes are heard.
+    heard: bool,
+    outage: Outage,
+}
+
+impl Waiter<'_> {
+    /// Reads the lock: `Some` state, `None` to read again after an outage's pause, or the end
+    /// of the wait (a signal, or the outage outlasted it). Redis gone (a restart, a failover) or
+    /// no quorum: the wait goes on, reading again with backoff, until it runs out; then that is
+    /// the error.
+    fn read(&mut self) -> ControlFlow<Result<u8>, Option<State>> {
+        let keys = &self.keys;
+        let read = self
+            .store
+            .inspect(keys)
+            .and_then(|state| match state.quorum_verdict() {
+                Some(QuorumVerdict::Unknown) => Err(failure(
+                    Kind::Unavailable,
+                    format!("no quorum for '{}': too few servers answered", keys.name),
+                )),
+                _ => Ok(state),
+            });
+        let now = Instant::now();
+        let e = match read {
+            Ok(state) => {
+                self.outage = Outage::default();
+                return ControlFlow::Continue(Some(state));
+            }
+            Err(e) if kind_of(&e) == Kind::Unavailable => e,
+            Err(e) => return ControlFlow::Break(Err(e)),
+        };
+        if self.deadline.is_some_and(|d| now >= d) {
+            return ControlFlow::Break(Err(e));
+        }
+        if !self.outage.told {
+            let forever = if self.deadline.is_none() {
+                " (until Redis answers)"
+            } else {
+                ""
+            };
+            messages::notice(
+                self.config,
+                format_args!("{e:#}; trying again while the wait lasts{forever}"),
+            );
+            self.outage.told = true;
+        }
+        let pause = self.outage.backoff.pause();
+        let pause = self
+            .deadline
+            .map_or(pause, |d| pause.min(d.saturating_duration_since(now)));
+        if let Ok(Msg::Signal(s)) = self.rx.recv_timeout(pause) {
+            return ControlFlow::Break(Ok(self.stopped(s)));
+        }
+        let _ = self.store.recover();
+        ControlFlow::Continue(None)
+    }
+
+    /// Waits from `now` until `wake` or the lock's next change; `Some` stop signal if one came.
+    /// Whatever arrives, the lock is read again; what piled up meanwhile is read with it.
+    fn until(&mut self, now: Instant, wake: Instant) -> Option<Signal> {
+        match self.rx.recv_timeout(wake.saturating_duration_since(now)) {
+            Ok(Msg::Signal(s)) => return Some(s),
+            Ok(Msg::Unheard(why)) if self.heard => {
+                self.heard = false;
+                self.unheard(&why);
+            }
+            Ok(Msg::Subscribed) => self.heard = true,
+            Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => std::thread::sleep(wake - now),
+        }
+        self.rx.try_iter().find_map(|msg| match msg {
+            Msg::Signal(s) => Some(s),
+            _ => None,
+        })
+    }
+
+    fn stopped(&self, s: Signal) -> u8 {
         messages::notice(
             self.config,
-            format_args!("waiting for '{}': {error}; retrying {until}", keys.name),
+            format_args!(
+                "{} while waiting for '{}' to be free; gave up",
+                signals::name(s.signo),
+                self.keys.name
+            ),
         );
+        exit::signal(s.signo)
+    }
+
+    fn unheard(&self, why: &str) {
+        messages::log(self.config, || {
+            format!(
+                "not hearing the changes of '{}' ({why}): reading it at its expiry and every {}s",
+                self.keys.name,
+                UNHEARD_READ.as_secs()
+            )
+        });
     }
 }
 
-/// One BLPOP on `key` that ends after `timeout` by our clock: the read timeout is the wait, and
-/// the server-side timeout is later so that the server never ends it first. A `tick` is the other
-/// way round: the server ends it (nil) and the connection stays usable.
-fn blpop(redis: &mut Redis, key: &str, timeout: Duration, tick: bool) -> Result<bool> {
-    let wait = timeout.max(Duration::from_millis(1));
-    let (read, server) = if tick {
-        (wait + SERVER_SLACK, wait)
-    } else {
-        (wait, wait + SERVER_SLACK)
+/// Nobody holds the lock and it is not being handed over; on a quorum, a majority free.
+fn free(state: &State) -> bool {
+    match state.quorum_verdict() {
+        Some(verdict) => verdict == QuorumVerdict::Free,
+        None => !state.held(),
+    }
+}
+
+/// Passes on the lock's changes as they come ([`Msg::Changed`]), from `channel` on a thread of
+/// its own, until the receiver is gone. A refusal (ACL) is told once and ends the thread.
+fn listen(config: &Config, channel: String, tx: Sender<Msg>) {
+    let plan = Plan {
+        thread: "changes",
+        channels: vec![channel],
+        pattern: None,
+        // A quiet lock is the normal case: block for as long as it takes (the main thread reads
+        // the lock at its expiry and every UNHEARD_READ whatever happens here).
+        ping: None,
+        backoff: Backoff::new(RESUBSCRIBE, RESUBSCRIBE_CAP),
+        reset: false,
     };
-    let server_secs = server.as_secs_f64();
-    redis.set_read_timeout(read)?;
-    let popped: Option<(String, String)> = redis.call_waiting("wait", |c| {
-        redis::cmd("BLPOP").arg(key).arg(server_secs).query(c)
-    })?;
-    redis.restore_read_timeout()?;
-    Ok(popped.is_some())
+    if let Err(e) = follow::follow(config, plan, Changes(tx)) {
+        // The reads at the lock's expiry and every UNHEARD_READ still see it free.
+        messages::log(config, || format!("cannot start the listening thread: {e}"));
+    }
 }
 
-/// How much later than our own timer the server's BLPOP timeout is set.
-const SERVER_SLACK: Duration = Duration::from_secs(1);
+/// What the follower of `wait` hears, passed on to its main thread.
+struct Changes(Sender<Msg>);
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::lock::{Holder, State};
-
-    fn state(token: Option<&str>, holder: Option<Holder>) -> State {
-        State {
-            keys: Keys::new("redlock:", "deploy").unwrap(),
-            token: token.map(str::to_string),
-            pttl_ms: 5000,
-            now_ms: 1_000_000 + 192_000,
-            fence: 3,
-            holder,
-            last: None,
-            waiters: 3,
-            queue: Vec::new(),
-            stale: None,
-            forced: None,
-            quorum: None,
-            counters: Default::default(),
-            slots: None,
-        }
+impl follow::Listener for Changes {
+    fn subscribed(&mut self) -> ControlFlow<()> {
+        follow::passed(self.0.send(Msg::Subscribed))
     }
 
-    /// The status line names the holder, what it runs and for how long, our place, our wait.
-    #[test]
-    fn status_text_says_who_holds_it_and_our_place() {
-        let keys = Keys::new("redlock:", "deploy").unwrap();
-        let holder = Holder {
-            token: "t".into(),
-            host: "runner-3".into(),
-            pid: "812".into(),
-            user: "ci".into(),
-            note: "./deploy.sh".into(),
-            acquired_ms: Some(1_000_000),
-            ..Holder::default()
-        };
-        let held = state(Some("t"), Some(holder));
-        let w = |state, ahead| Waiting {
-            keys: &keys,
-            state,
-            ahead,
-            waited: Duration::from_millis(41_900),
-            preempt: false,
-        };
-        assert_eq!(
-            status_text(&w(Some(&held), Some(2))),
-            "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m \
-             12s; 2 ahead of you; waited 41s"
-        );
-        assert_eq!(
-            status_text(&w(Some(&held), Some(0))),
-            "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m \
-             12s; next in line; waited 41s"
-        );
-        let over = state(Some("~t"), None);
-        assert_eq!(
-            status_text(&w(Some(&over), None)),
-            "waiting for 'deploy': being handed over to the next waiter; waited 41s"
-        );
-        assert_eq!(
-            status_text(&w(None, None)),
-            "waiting for 'deploy'; waited 41s"
-        );
-        let free = state(None, None);
-        assert_eq!(
-            status_text(&w(Some(&free), Some(1))),
-            "waiting for 'deploy': free; 1 ahead of you; waited 41s"
-        );
-        // A preemptor hears who declined; every waiter hears of a preemption under way.
-        let preempting = Waiting {
-            preempt: true,
-            ..w(Some(&held), Some(0))
-        };
-        assert_eq!(
-            status_text(&preempting),
-            "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m \
-             12s (not preemptible: it did not opt in with --preemptible); next in line; waited 41s"
-        );
-        let mut asked = held.clone();
-        if let Some(h) = asked.holder.as_mut() {
-            h.preemptible = true;
-            h.preempted = Some(crate::lock::Preemption {
-                by: "ops@web (pid 9)".into(),
-                at_ms: 1_000_000,
-            });
+    fn message(&mut self, _: &redis::Msg) -> ControlFlow<()> {
+        follow::passed(self.0.send(Msg::Changed))
+    }
+
+    fn lost(&mut self, lost: Lost, _: Duration) -> ControlFlow<()> {
+        let e = lost.into_error(|to, why| format!("the server refused SUBSCRIBE {to}: {why}"));
+        let refused = kind_of(&e) != Kind::Unavailable;
+        if self.0.send(Msg::Unheard(format!("{e:#}"))).is_err() || refused {
+            return ControlFlow::Break(());
         }
-        assert_eq!(
-            status_text(&w(Some(&asked), Some(1))),
-            "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m \
-             12s (asked to stop by ops@web (pid 9): it stops, then hands the lock on); 1 ahead \
-             of you; waited 41s"
-        );
+        ControlFlow::Continue(())
     }
 }

@@ -4,7 +4,7 @@
 //! `PREFIX{NAME}:watch` in the same atomic step as the change (see `src/scripts/`). A thread of
 //! its own ([`listen`]) subscribes to the named locks' channels, or with no KEY to the pattern
 //! `PREFIX{*}:watch` (the prefix glob-escaped), so that locks created later show up too. It
-//! subscribes where `exec`'s notifications are heard ([`client::subscriber`]): the server,
+//! subscribes where `exec`'s notifications are heard ([`crate::client::subscriber`]): the server,
 //! Sentinel's master (asked again on every reconnect), a quorum's queue node (the first URL), or
 //! one node of a Cluster (which passes a PUBLISH on to every node). Its reads time out every
 //! [`PING_EVERY`] of silence, and a PING then proves the server alive within `--io-timeout`; a
@@ -21,11 +21,12 @@
 //! At most [`BACKLOG`] messages and [`BACKLOG_BYTES`] of them wait between the threads (past
 //! that they are dropped, counted and the count told once a refresh): a stdout nobody reads
 //! stops the main thread, never the listener. A message over [`PAYLOAD_MAX`] is no event of
-//! redlock's and is dropped as it arrives (counted and told the same way). A holder only heard of (an `acquired`) is remembered until a
-//! read confirms it, for [`UNCONFIRMED_READS`] reads at most and [`UNCONFIRMED_MAX`] of them at
-//! once, and is never reported expired without Redis's word. Published strings are cut to
-//! [`FIELD_MAX`] characters, times clamped to years 1970 to 9999 and added without overflow. On
-//! a terminal a change re-reads the locks at most every [`COALESCE`].
+//! redlock's and is dropped as it arrives (counted and told the same way). A holder only heard
+//! of (an `acquired`) is remembered until a read confirms it, for [`UNCONFIRMED_READS`] reads at
+//! most and [`UNCONFIRMED_MAX`] of them at once, and is never reported expired without Redis's
+//! word. Published strings are cut to [`FIELD_MAX`](event::FIELD_MAX) characters, times clamped
+//! to years 1970 to 9999 and added without overflow (see `watch/event.rs`). On a terminal a
+//! change re-reads the locks at most every [`COALESCE`].
 //!
 //! Three outputs ([`Mode`]): on a terminal, the status table redrawn in place on the alternate
 //! screen with the latest changes below it (the terminal is restored on every way out); with
@@ -37,6 +38,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{IsTerminal, Write as _};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
@@ -47,17 +49,21 @@ use serde_json::{Map, Value};
 
 use crate::backend;
 use crate::cli::{StatusArgs, StatusFormat};
-use crate::client;
 use crate::config::Config;
 use crate::error::{Kind, failure, kind_of, redis_kind, usage};
+use crate::events::Backoff;
 use crate::exit;
+use crate::follow::{self, Lost, Plan};
 use crate::lock::{self, Ended, Keys, State, fingerprint};
 use crate::messages;
 use crate::output::{human_ms, rfc3339};
-use crate::printable::{printable, shown};
-use crate::redact::redact;
+use crate::printable::printable;
 use crate::signals::{self, Signal};
 use crate::store::Store;
+
+mod event;
+
+use event::{clamp_time, describe, expiry, integer, parse_event};
 
 /// How often the watched locks are read again.
 const REFRESH: Duration = Duration::from_secs(1);
@@ -91,12 +97,6 @@ const BACKLOG_BYTES: usize = 4 << 20;
 const PAYLOAD_MAX: usize = 64 << 10;
 /// On a terminal, a change re-reads the locks at most this often.
 const COALESCE: Duration = Duration::from_millis(250);
-/// The longest string kept from a published event (in characters).
-const FIELD_MAX: usize = 512;
-/// The most fields a published event may have (one with more is ignored).
-const FIELDS_MAX: usize = 32;
-/// The last millisecond of year 9999: published times are clamped to 0..=this.
-const TIME_MAX: i64 = 253_402_300_799_999;
 
 /// What the main loop waits for.
 enum Msg {
@@ -793,18 +793,6 @@ impl Watcher<'_> {
 }
 
 /// A published time in milliseconds, clamped to 0 ..= the end of year 9999 (anyone may publish
-/// any number; arithmetic on it must neither overflow nor wrap).
-fn clamp_time(ms: i64) -> i64 {
-    ms.clamp(0, TIME_MAX)
-}
-
-/// When a hold taken at `at` with `ttl` ends: `None` without either or with a negative TTL (no
-/// expiry), saturating rather than overflowing.
-fn expiry(at: Option<i64>, ttl: Option<i64>) -> Option<i64> {
-    let (at, ttl) = at.zip(ttl)?;
-    (ttl >= 0).then(|| clamp_time(at.saturating_add(ttl)))
-}
-
 /// The server-independent clock, for the view's header and the connection lines.
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -849,127 +837,6 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-/// A published message as an event of `lock`: a JSON object with a string `event`, each string
-/// escaped for the terminal (and the note redacted), values other than strings, numbers and
-/// booleans left out, and `lock` and `time` (RFC 3339, from `at_ms`) added. `None` for anything
-/// else.
-fn parse_event(lock: &str, payload: &[u8]) -> Option<Map<String, Value>> {
-    let Ok(Value::Object(raw)) = serde_json::from_slice::<Value>(payload) else {
-        return None;
-    };
-    raw.get("event").and_then(Value::as_str)?;
-    if raw.len() > FIELDS_MAX {
-        return None;
-    }
-    let mut event = Map::new();
-    for (key, value) in raw {
-        let value = match value {
-            Value::String(s) if key == "note" => {
-                Value::String(printable(&redact(cut(&s))).into_owned())
-            }
-            Value::String(s) => Value::String(printable(cut(&s)).into_owned()),
-            v @ (Value::Number(_) | Value::Bool(_)) => v,
-            _ => continue,
-        };
-        if key == "lock" || key == "time" {
-            continue;
-        }
-        event.insert(printable(cut(&key)).into_owned(), value);
-    }
-    let at = event
-        .get("at_ms")
-        .and_then(Value::as_i64)
-        .map_or_else(now_ms, clamp_time);
-    event.insert("lock".into(), lock.into());
-    event.insert("time".into(), rfc3339(at).into());
-    Some(event)
-}
-
-/// At most [`FIELD_MAX`] characters of `s`.
-fn cut(s: &str) -> &str {
-    s.char_indices().nth(FIELD_MAX).map_or(s, |(i, _)| &s[..i])
-}
-
-/// A JSON number as an integer (Lua's cjson may write a large one in floating point).
-fn integer(v: Option<&Value>) -> Option<i64> {
-    let v = v?;
-    v.as_i64()
-        .or_else(|| v.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
-}
-
-/// One change as a line for humans: `TIME LOCK EVENT details`.
-fn describe(event: &Map<String, Value>) -> String {
-    // Each field cut to what a line shows (the event keeps FIELD_MAX characters for --json).
-    let text = |k: &str| match event.get(k) {
-        Some(Value::String(s)) => shown(s).into_owned(),
-        Some(Value::Number(n)) => n.to_string(),
-        Some(Value::Bool(b)) => b.to_string(),
-        _ => String::new(),
-    };
-    let ms =
-        |k: &str| integer(event.get(k)).map(|ms| human_ms(Duration::from_millis(ms.max(0) as u64)));
-    let who = || format!("{}@{} (pid {})", text("user"), text("host"), text("pid"));
-    let note = || match text("note") {
-        n if n.is_empty() => String::new(),
-        n => format!(", note: {n}"),
-    };
-    let kind = text("event");
-    let token = text("token");
-    let details = match kind.as_str() {
-        "acquired" => format!(
-            "by {}, fence {}, token {token}…, waited {}, ttl {}{}",
-            who(),
-            text("fence"),
-            ms("waited_ms").unwrap_or_else(|| "?".into()),
-            ms("ttl_ms").unwrap_or_else(|| "?".into()),
-            note()
-        ),
-        "queued" => format!(
-            "{}, token {token}…, {}{}",
-            who(),
-            match integer(event.get("deadline_ms")) {
-                Some(at) => format!("gives up at {}", rfc3339(at)),
-                None => "waits forever".to_string(),
-            },
-            note()
-        ),
-        "left" => format!("token {token}… left the queue"),
-        "released" => format!(
-            "token {token}…, fence {}, held {}{}",
-            text("fence"),
-            ms("held_ms").unwrap_or_else(|| "?".into()),
-            match event.get("status") {
-                Some(Value::Number(n)) => format!(", command exited with {n}"),
-                _ => String::new(),
-            }
-        ),
-        "expired" => format!(
-            "{}, fence {}, token {token}…, after {} (never released)",
-            who(),
-            text("fence"),
-            ms("held_ms").unwrap_or_else(|| "?".into())
-        ),
-        "forced" => format!(
-            "by {}: took it from {}, fence {}, token {token}…",
-            text("by"),
-            who(),
-            text("fence")
-        ),
-        "superseded" => format!(
-            "token {token}… left the queue, superseded by {}",
-            text("by")
-        ),
-        "preempted" => format!("token {token}… asked to stop by {} (--preempt)", text("by")),
-        "lost" | "overran" | "timeout" => format!(
-            "token {token}…, fence {}: {}",
-            text("fence"),
-            text("reason")
-        ),
-        _ => format!("token {token}…"),
-    };
-    format!("{} {} {kind} {details}", text("time"), text("lock"))
-}
-
 /// Subscribes on a thread of its own and passes on every message, subscribing again (with
 /// backoff) when the subscription fails or falls silent, until `tx` is closed.
 fn listen(
@@ -978,189 +845,121 @@ fn listen(
     tx: Sender<Msg>,
     backlog: Arc<Backlog>,
 ) -> Result<()> {
-    let config = config.clone();
-    let spawned = std::thread::Builder::new()
-        .name("watch".into())
-        .spawn(move || {
-            let mut pause = RETRY;
-            loop {
-                let (e, listened) = match subscribe(&config, &subscription, &tx, &backlog) {
-                    Ok(()) => return,
-                    Err(failed) => failed,
-                };
-                if listened {
-                    pause = RETRY;
-                }
-                // Refused (an ACL user without the channel) or not understood: trying again
-                // cannot help.
-                if !matches!(kind_of(&e), Kind::Unavailable | Kind::Io) {
-                    let _ = tx.send(Msg::Refused(e));
-                    return;
-                }
-                if tx.send(Msg::Deaf(format!("{e:#}"), pause)).is_err() {
-                    return;
-                }
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(RETRY_CAP);
-            }
-        });
-    // Without it the watch would show nothing.
-    spawned
-        .map(drop)
-        .map_err(|e| failure(Kind::Io, format!("cannot start the listening thread: {e}")))
-}
-
-/// Subscribes once and passes on what arrives: `Ok` when nobody listens any more, else the
-/// error and whether the subscription had been made.
-fn subscribe(
-    config: &Config,
-    subscription: &Subscription,
-    tx: &Sender<Msg>,
-    backlog: &Backlog,
-) -> Result<(), (anyhow::Error, bool)> {
-    let failed = |e: anyhow::Error| (e, false);
-    let mut con = client::subscriber(config).map_err(failed)?;
-    let channels = match subscription {
-        Subscription::Channels(channels) => channels.clone(),
+    let (channels, pattern) = match subscription {
+        Subscription::Channels(channels) => (channels, None),
         // The pattern hears every lock; the channel is how the scripts know that someone does
         // (nothing is published on it). Subscribed first: a message the pattern hears could
         // arrive before a later command's confirmation, and be taken for it.
-        Subscription::Pattern(_) => vec![lock::watch_all_channel(&config.prefix)],
+        Subscription::Pattern(pattern) => {
+            (vec![lock::watch_all_channel(&config.prefix)], Some(pattern))
+        }
     };
-    // (command name, command, confirmations, what a refusal names)
-    let mut commands = vec![(
-        "SUBSCRIBE",
-        redis::cmd("SUBSCRIBE").arg(&channels).clone(),
-        channels.len(),
-        channels.join(", "),
-    )];
-    if let Subscription::Pattern(pattern) = subscription {
-        commands.push((
-            "PSUBSCRIBE",
-            redis::cmd("PSUBSCRIBE").arg(pattern).clone(),
-            1,
-            pattern.clone(),
-        ));
-    }
-    for (name, command, count, what) in &commands {
-        let unanswered = |e: redis::RedisError| {
-            failed(if e.is_timeout() {
-                failure(
-                    Kind::Unavailable,
-                    format!(
-                        "the server did not answer {name} within --io-timeout ({})",
-                        human_ms(config.io_timeout)
-                    ),
-                )
-            } else {
-                e.into()
-            })
-        };
-        confirm(&mut con, command, *count, what)
-            .map_err(unanswered)?
-            .map_err(failed)?;
-    }
-    if tx.send(Msg::Listening).is_err() {
-        return Ok(());
-    }
-    relay(config, con, tx, backlog)
+    let plan = Plan {
+        thread: "watch",
+        channels,
+        pattern,
+        ping: Some(PING_EVERY),
+        backoff: Backoff::new(RETRY, RETRY_CAP),
+        reset: true,
+    };
+    let relay = Relay {
+        io_timeout: config.io_timeout,
+        tx,
+        backlog,
+    };
+    // Without it the watch would show nothing.
+    follow::follow(config, plan, relay)
+        .map_err(|e| failure(Kind::Io, format!("cannot start the listening thread: {e}")))
 }
 
-/// Sends one (P)SUBSCRIBE and reads its confirmations: the outer error, the connection failed;
-/// the inner one, the server refused (`to`: the channels or pattern, for the message: an ACL
-/// user needs a grant for each).
-fn confirm(
-    con: &mut redis::Connection,
-    command: &redis::Cmd,
-    count: usize,
-    to: &str,
-) -> redis::RedisResult<Result<()>> {
-    if let Err((e, why)) = client::confirm_subscription(con, command, count)? {
-        let what = match e.code() {
-            // The password changed (or was set) since the watch started.
-            Some("NOAUTH" | "WRONGPASS") => {
-                format!("authentication failed for the subscription: {why}")
-            }
-            _ => format!(
-                "the server refused the subscription to {}: {why}",
-                printable(to)
-            ),
-        };
-        return Ok(Err(failure(redis_kind(&e), what)));
-    }
-    Ok(Ok(()))
+/// The listener's side: passes on what arrives, bounded by the [`Backlog`].
+struct Relay {
+    io_timeout: Duration,
+    tx: Sender<Msg>,
+    backlog: Arc<Backlog>,
 }
 
-/// Passes on what arrives on the subscribed `con`, pinging it after a quiet [`PING_EVERY`]:
-/// `Ok` when nobody listens any more, else why the subscription was lost.
-fn relay(
-    config: &Config,
-    mut con: redis::Connection,
-    tx: &Sender<Msg>,
-    backlog: &Backlog,
-) -> Result<(), (anyhow::Error, bool)> {
-    let lost = |e: redis::RedisError| (anyhow::Error::from(e), true);
-    let mut pubsub = con.as_pubsub();
-    pubsub.set_read_timeout(Some(PING_EVERY)).map_err(lost)?;
-    loop {
-        match pubsub.get_message() {
-            Ok(msg) if msg.get_payload_bytes().len() > PAYLOAD_MAX => {
-                backlog.oversized.fetch_add(1, Ordering::AcqRel);
-            }
-            Ok(msg)
-                if backlog.pending.load(Ordering::Acquire) >= BACKLOG
-                    || backlog.bytes.load(Ordering::Acquire) + msg.get_payload_bytes().len()
-                        > BACKLOG_BYTES =>
+impl follow::Listener for Relay {
+    fn subscribed(&mut self) -> ControlFlow<()> {
+        follow::passed(self.tx.send(Msg::Listening))
+    }
+
+    fn message(&mut self, msg: &redis::Msg) -> ControlFlow<()> {
+        let backlog = &self.backlog;
+        let len = msg.get_payload_bytes().len();
+        if len > PAYLOAD_MAX {
+            backlog.oversized.fetch_add(1, Ordering::AcqRel);
+        } else if backlog.pending.load(Ordering::Acquire) >= BACKLOG
+            || backlog.bytes.load(Ordering::Acquire) + len > BACKLOG_BYTES
+        {
+            // The main thread is behind (a flood, or a stdout nobody reads): dropped and
+            // counted, rather than held in memory without bound.
+            backlog.missed.fetch_add(1, Ordering::AcqRel);
+        } else {
+            let payload = msg.get_payload_bytes().to_vec();
+            backlog.pending.fetch_add(1, Ordering::AcqRel);
+            backlog.bytes.fetch_add(payload.len(), Ordering::AcqRel);
+            let event = Msg::Event {
+                channel: msg.get_channel_name().to_string(),
+                payload,
+            };
+            return follow::passed(self.tx.send(event));
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn lost(&mut self, lost: Lost, pause: Duration) -> ControlFlow<()> {
+        let e = self.why(lost);
+        // Refused (an ACL user without the channel) or not understood: trying again cannot
+        // help.
+        if !matches!(kind_of(&e), Kind::Unavailable | Kind::Io) {
+            let _ = self.tx.send(Msg::Refused(e));
+            return ControlFlow::Break(());
+        }
+        follow::passed(self.tx.send(Msg::Deaf(format!("{e:#}"), pause)))
+    }
+}
+
+impl Relay {
+    /// Why the subscription failed or was lost, in the words of `status --watch`.
+    fn why(&self, lost: Lost) -> anyhow::Error {
+        let unavailable = |what: String| failure(Kind::Unavailable, what);
+        match lost {
+            Lost::Unanswered { command, error } if error.is_timeout() => unavailable(format!(
+                "the server did not answer {command} within --io-timeout ({})",
+                human_ms(self.io_timeout)
+            )),
+            Lost::Refused { error, why, .. }
+                if matches!(error.code(), Some("NOAUTH" | "WRONGPASS")) =>
             {
-                // The main thread is behind (a flood, or a stdout nobody reads): dropped and
-                // counted, rather than held in memory without bound.
-                backlog.missed.fetch_add(1, Ordering::AcqRel);
+                // The password changed (or was set) since the watch started.
+                failure(
+                    redis_kind(&error),
+                    format!("authentication failed for the subscription: {why}"),
+                )
             }
-            Ok(msg) => {
-                let payload = msg.get_payload_bytes().to_vec();
-                backlog.pending.fetch_add(1, Ordering::AcqRel);
-                backlog.bytes.fetch_add(payload.len(), Ordering::AcqRel);
-                let event = Msg::Event {
-                    channel: msg.get_channel_name().to_string(),
-                    payload,
-                };
-                if tx.send(event).is_err() {
-                    return Ok(());
-                }
-            }
-            Err(e) if e.is_timeout() => {
-                // Quiet is normal; a server that does not answer a PING is not there.
-                pubsub
-                    .set_read_timeout(Some(config.io_timeout))
-                    .map_err(lost)?;
-                pubsub.ping::<redis::Value>().map_err(|e| {
-                    (
-                        failure(Kind::Unavailable, unanswered_ping(config, &e)),
-                        true,
-                    )
-                })?;
-                pubsub.set_read_timeout(Some(PING_EVERY)).map_err(lost)?;
-            }
-            Err(e) => {
-                return Err((
-                    failure(
-                        Kind::Unavailable,
-                        format!("subscription lost: {}", crate::error::redis_text(&e)),
-                    ),
-                    true,
-                ));
-            }
+            Lost::Dropped(e) => unavailable(format!(
+                "subscription lost: {}",
+                crate::error::redis_text(&e)
+            )),
+            Lost::Silent(e) => unavailable(unanswered_ping(self.io_timeout, &e)),
+            other => other.into_error(|to, why| {
+                format!(
+                    "the server refused the subscription to {}: {why}",
+                    printable(to)
+                )
+            }),
         }
     }
 }
 
 /// Why the PING of a quiet subscription failed, in words: a timeout is said as one (the OS's
 /// text for it, "Resource temporarily unavailable (os error 11)", tells a user nothing).
-fn unanswered_ping(config: &Config, e: &redis::RedisError) -> String {
+fn unanswered_ping(io_timeout: Duration, e: &redis::RedisError) -> String {
     if e.is_timeout() {
         format!(
             "the server did not answer a PING within --io-timeout ({})",
-            human_ms(config.io_timeout)
+            human_ms(io_timeout)
         )
     } else {
         format!("no answer to PING: {}", crate::error::redis_text(e))
@@ -1186,6 +985,7 @@ fn frame(text: &str, rows: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use event::TIME_MAX;
 
     #[test]
     fn channels_and_patterns_name_locks_under_the_prefix_only() {
@@ -1205,63 +1005,6 @@ mod tests {
         assert_eq!(lock_of("redlock:", "redlock:{deploy}:events"), None);
         assert_eq!(lock_of("redlock:", "other:{deploy}:watch"), None);
         assert_eq!(lock_of("redlock:", "redlock:{\u{1b}x}:watch"), None);
-    }
-
-    #[test]
-    fn events_are_escaped_and_get_a_lock_and_a_time() {
-        let payload = br#"{"event":"acquired","at_ms":1764597600000,"token":"0123abcd",
-            "fence":"18446744073709551617","user":"ev\u001b[2Jil","host":"h","pid":"7",
-            "note":"deploy password=hunter2","waited_ms":0,"ttl_ms":30000,"nested":{"a":1},
-            "lock":"spoofed"}"#;
-        let event = parse_event("deploy", payload).unwrap();
-        assert_eq!(event["lock"], "deploy");
-        assert_eq!(event["time"], "2025-12-01T14:00:00Z");
-        assert_eq!(event["user"], "ev\\u{1b}[2Jil");
-        assert_eq!(event["fence"], "18446744073709551617");
-        assert!(!event["note"].as_str().unwrap().contains("hunter2"));
-        assert!(!event.contains_key("nested"));
-        let line = describe(&event);
-        assert!(
-            line.starts_with("2025-12-01T14:00:00Z deploy acquired by ev\\u{1b}[2Jil@h (pid 7), fence 18446744073709551617"),
-            "{line}"
-        );
-        assert_eq!(parse_event("deploy", b"forced:0123abcd"), None);
-        assert_eq!(parse_event("deploy", br#"{"token":"x"}"#), None);
-        assert_eq!(parse_event("deploy", br#"[1]"#), None);
-    }
-
-    #[test]
-    fn published_numbers_neither_overflow_nor_wrap() {
-        assert_eq!(expiry(Some(i64::MAX), Some(i64::MAX)), Some(TIME_MAX));
-        assert_eq!(expiry(Some(i64::MIN), Some(i64::MIN)), None);
-        assert_eq!(expiry(Some(i64::MIN), Some(1)), Some(0));
-        assert_eq!(expiry(Some(1_000), Some(500)), Some(1_500));
-        assert_eq!(expiry(Some(1_000), None), None);
-        assert_eq!(clamp_time(i64::MIN), 0);
-        for at in [i64::MAX, i64::MIN] {
-            let payload = format!(
-                r#"{{"event":"queued","at_ms":{at},"deadline_ms":{at},"ttl_ms":{at},"held_ms":{at}}}"#
-            );
-            let event = parse_event("k", payload.as_bytes()).unwrap();
-            assert!(!event["time"].as_str().unwrap().is_empty(), "{event:?}");
-            let _ = describe(&event);
-        }
-    }
-
-    #[test]
-    fn published_strings_and_objects_are_bounded() {
-        let long = "x".repeat(10 * FIELD_MAX);
-        let payload = format!(r#"{{"event":"acquired","user":"{long}","note":"{long}"}}"#);
-        let event = parse_event("k", payload.as_bytes()).unwrap();
-        assert_eq!(event["user"].as_str().unwrap().chars().count(), FIELD_MAX);
-        assert!(event["note"].as_str().unwrap().chars().count() <= FIELD_MAX);
-        assert_eq!(
-            cut("é".repeat(FIELD_MAX + 1).as_str()).chars().count(),
-            FIELD_MAX
-        );
-        let many: Vec<String> = (0..=FIELDS_MAX).map(|i| format!(r#""f{i}":1"#)).collect();
-        let payload = format!(r#"{{"event":"acquired",{}}}"#, many.join(","));
-        assert_eq!(parse_event("k", payload.as_bytes()), None);
     }
 
     #[test]
