@@ -10,11 +10,11 @@
 //! Bottom first. A module uses only modules of lower layers (`tests/layers.rs` checks it, reading
 //! this list):
 //!
-//! 0. `exit`, `printable`, `redact`, `scripts`, `signals`, `spawn`, `tell`, `work`, `os`:
-//!    tables, pure text helpers, the Lua scripts, and the wrappers of the OS (signal delivery,
-//!    starting the command, the word a release sends its keeper, the processes a `--while-pid`
-//!    pid started, the safe wrappers of the remaining OS calls)
-//! 1. `cli`, `error`: the command line's definition; the error kinds and their exit codes
+//! 0. `exit`, `printable`, `redact`, `scripts`, `tell`, `os`: tables, pure text helpers, the Lua
+//!    scripts, the word a release sends its keeper, and the safe wrappers of the OS calls
+//! 1. `cli`, `error`, `signals`, `spawn`, `work`: the command line's definition; the error kinds
+//!    and their exit codes; the wrappers of the OS above `os` (signal delivery, starting the
+//!    command, the processes a `--while-pid` pid started)
 //! 2. `config`: flags and environment resolved and validated
 //! 3. `messages`: every line for humans on stderr, and what `-q` silences
 //! 4. `client`: a connection to one server (timeouts, TLS, auth, Redis errors mapped to ours)

@@ -19,7 +19,7 @@
 //! in the child (it shares our memory until it execs); the child resets the handled signals and
 //! SIGPIPE to their defaults and unblocks everything, as `std` does for its children.
 //!
-//! Layer 0 of the list in `lib.rs`.
+//! Layer 1 of the list in `lib.rs`.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
