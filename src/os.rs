@@ -23,6 +23,12 @@ use std::time::Duration;
 use rustix::event::{PollFd, PollFlags, poll};
 use rustix::process::{Pid, Signal};
 
+/// `raw` as a pid: `None` for 0 and below (rustix's `Pid` is a positive number; a negative one
+/// would name a process group).
+fn pid_of(raw: i32) -> Option<Pid> {
+    if raw > 0 { Pid::from_raw(raw) } else { None }
+}
+
 /// Our pid.
 pub fn pid() -> i32 {
     rustix::process::getpid().as_raw_nonzero().get()
@@ -48,10 +54,10 @@ pub fn uid() -> u32 {
     rustix::process::getuid().as_raw()
 }
 
-/// Sends `signo` to process `pid`, best effort (a signal without a name, or pid 0, sends
-/// nothing).
+/// Sends `signo` to process `pid`, best effort (a signal without a name, or a pid not above 0,
+/// sends nothing).
 pub fn signal(pid: i32, signo: i32) {
-    if let (Some(pid), Some(sig)) = (Pid::from_raw(pid), Signal::from_named_raw(signo)) {
+    if let (Some(pid), Some(sig)) = (pid_of(pid), Signal::from_named_raw(signo)) {
         let _ = rustix::process::kill_process(pid, sig);
     }
 }
@@ -59,7 +65,7 @@ pub fn signal(pid: i32, signo: i32) {
 /// Whether process `pid` exists (`kill(pid, 0)` succeeds, or is refused with EPERM: it is
 /// someone else's).
 pub fn exists(pid: i32) -> bool {
-    Pid::from_raw(pid).is_some_and(|p| {
+    pid_of(pid).is_some_and(|p| {
         let tried = rustix::process::test_kill_process(p);
         tried.is_ok() || tried == Err(rustix::io::Errno::PERM)
     })
@@ -67,7 +73,7 @@ pub fn exists(pid: i32) -> bool {
 
 /// Whether we may signal process `pid` (`kill(pid, 0)` is not refused with EPERM).
 pub fn may_signal(pid: i32) -> bool {
-    Pid::from_raw(pid)
+    pid_of(pid)
         .is_none_or(|p| rustix::process::test_kill_process(p) != Err(rustix::io::Errno::PERM))
 }
 
@@ -82,8 +88,7 @@ pub fn wait_child(pid: Option<i32>, block: bool) -> io::Result<Option<(i32, i32)
     };
     let waited = match pid {
         Some(pid) => {
-            let pid =
-                Pid::from_raw(pid).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+            let pid = pid_of(pid).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
             rustix::process::waitpid(Some(pid), options)
         }
         None => rustix::process::wait(options),
@@ -110,7 +115,7 @@ impl PidFd {
     /// Opens a pidfd for `pid` (close-on-exec). The raw OS error says why not: ESRCH (no such
     /// process), ENOSYS (Linux before 5.3), EINVAL or ENOENT (not a process).
     pub fn open(pid: i32) -> io::Result<PidFd> {
-        let pid = Pid::from_raw(pid).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let pid = pid_of(pid).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
         let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())?;
         Ok(PidFd(fd))
     }

@@ -401,11 +401,16 @@ fn told_all_is_well(read: BorrowedFd<'_>) -> bool {
 /// is left. In the watchdog's process: async-signal-safe calls only.
 fn stop_command(orders: &Orders, pidfd: Option<BorrowedFd<'_>>) {
     use rustix::process::{Signal, kill_process, kill_process_group, pidfd_send_signal};
-    let group = rustix::process::Pid::from_raw(orders.group);
+    let positive = |raw: libc::pid_t| {
+        (raw > 0)
+            .then(|| rustix::process::Pid::from_raw(raw))
+            .flatten()
+    };
+    let group = positive(orders.group);
     if let Some(group) = group {
         let _ = kill_process_group(group, Signal::TERM);
     }
-    match (pidfd, rustix::process::Pid::from_raw(orders.child)) {
+    match (pidfd, positive(orders.child)) {
         (Some(fd), _) => drop(pidfd_send_signal(fd, Signal::TERM)),
         (None, Some(child)) => drop(kill_process(child, Signal::TERM)),
         (None, None) => {}
