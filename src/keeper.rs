@@ -1,9 +1,9 @@
 //! `acquire --while-pid PID`: the keeper, a detached process that keeps the lock alive while PID
-//! and the work it started run, and releases it once they have all ended; and [`start`], which
-//! `acquire` calls to leave one running.
+//! and the work it started run, and releases it once they have all ended. (`acquire` starts it
+//! with [`start`](crate::brief::start), in `brief.rs`.)
 //!
 //! Why a re-exec: `acquire` runs its own binary again (`/proc/self/exe`: the very file, even if
-//! it was replaced or deleted since) with `argv[0]` [`ARGV0`], rather than forking
+//! it was replaced or deleted since) with `argv[0]` [`ARGV0`](crate::brief::ARGV0), rather than forking
 //! itself: acquire has threads (the signal thread), and the child of a fork without exec may only
 //! call async-signal-safe functions, which a Redis client is not. The keeper's brief comes on a
 //! pipe on its stdin ([`Brief`]): acquire's own command line, so that the keeper makes the same
@@ -139,7 +139,7 @@ fn processes(n: usize) -> String {
 }
 
 /// Once PID has ended, the keeper lets go of a pipe or FIFO it kept on its stderr (PID's own, see
-/// [`stderr_may_stay`](crate::brief::stderr_may_stay): /dev/null in its place) when one of the processes left (`left`) reads
+/// `brief::stderr_may_stay`: /dev/null in its place) when one of the processes left (`left`) reads
 /// it: that reader (`SCRIPT 2>&1 | tee` under job control puts `tee` in PID's group) waits for
 /// the pipe's end, and the keeper would wait for the reader, for ever. A pipe read by someone
 /// outside the work (a CI log, a test harness) is kept for the keeper's later warnings. Returns

@@ -4,7 +4,9 @@
 //! to be set in the child between fork and exec. `std::process::Command` can do that with
 //! `pre_exec`, but then it falls back from `posix_spawn` to a full `fork`, which copies redlock's
 //! page tables and costs a few hundred microseconds per run (measured: +25% on a spawn of
-//! `/bin/true`). So this module does what glibc's `posix_spawn` does: `clone(CLONE_VM |
+//! `/bin/true`; on a whole `redlock exec k -- true`, release build, hyperfine -N, 20 interleaved
+//! rounds of 100: 4.04 ms median with `Command` + `pre_exec` against 3.83 ms here, faster in
+//! every round, 0.2 ms less system time). So this module does what glibc's `posix_spawn` does: `clone(CLONE_VM |
 //! CLONE_VFORK)` on a small separate stack, where the child only makes async-signal-safe calls
 //! (reset signal handlers and mask, `prctl`, `execve`) while the parent's thread waits for the
 //! exec. Everything the child needs (paths, argument and environment arrays) is built before.
