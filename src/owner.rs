@@ -116,7 +116,7 @@ impl Here {
 }
 
 /// Whether a keeper for `pid` runs here: a process whose command line starts
-/// `redlock-keeper --pid PID --` (see `keeper::start`).
+/// `redlock-keeper --pid PID --` (see `brief::start`).
 fn keeper_runs_for(pid: i32) -> bool {
     let wanted = format!("{}\0--pid\0{pid}\0--\0", crate::work::KEEPER_ARGV0);
     let Ok(dir) = std::fs::read_dir("/proc") else {
