@@ -14,6 +14,7 @@ use anyhow::{Context, Result};
 
 use crate::acquire::{self, Acquired, Wait};
 use crate::backend;
+use crate::brief;
 use crate::cli::{
     AcquireArgs, ExtendArgs, LockArgs, LogArgs, ReleaseArgs, StatusArgs, StatusFormat,
 };
@@ -22,9 +23,9 @@ use crate::error::{Kind, failure, usage};
 use crate::events::Event;
 use crate::exit;
 use crate::history::{self, Entry, Range};
-use crate::keeper;
 use crate::lock::{self, IfHeld, Keys, Lock, Mode, QuorumVerdict, Releaser, State, Verdict};
 use crate::messages;
+use crate::os;
 use crate::output;
 use crate::owner;
 use crate::park::{self, Parker};
@@ -266,10 +267,10 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     }
     let watched = args
         .while_pid
-        .map(|pid| keeper::Pid::open(pid, args.on_lost))
+        .map(|pid| brief::Pid::open(pid, args.on_lost))
         .transpose()?;
     if let Some(pid) = args.while_pid {
-        keeper::warn_unless_group(config, pid);
+        brief::warn_unless_group(config, pid);
     }
     let keys = Keys::new(&config.prefix, &args.key)?;
     warn_short_ttl(config, args.lock.ttl);
@@ -303,7 +304,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
                     "--while-pid {pid}: the process ended while waiting"
                 )))
             } else {
-                keeper::start(config, &lock, watched).and_then(|started| {
+                brief::start(config, &lock, watched).and_then(|started| {
                     // A keeper that took longer to start than the lock lasts renews nothing.
                     if Instant::now() < lock.valid_until(lock.sent) {
                         Ok(started)
@@ -357,7 +358,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         ));
     }
     // The token reached its reader: from here on the keeper keeps the lock (without this word,
-    // it gives the lock back: see `keeper::Started`).
+    // it gives the lock back: see `brief::Started`).
     if let Some(started) = started {
         started.confirm();
     }
@@ -368,21 +369,19 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
 /// read-write before `main`, so a closed stdout shows up as exactly that; a shell's `>/dev/null`
 /// opens it write-only, which stays allowed (taking a lock only to let it expire is legitimate).
 fn stdout_is_open() -> bool {
+    use rustix::fs::OFlags;
     use std::os::unix::fs::MetadataExt;
-    // SAFETY: fcntl(F_GETFL) only queries the descriptor; fstat writes into a zeroed struct we own.
-    let (flags, rc, stat) = unsafe {
-        let mut stat: libc::stat = std::mem::zeroed();
-        let flags = libc::fcntl(1, libc::F_GETFL);
-        let rc = libc::fstat(1, &mut stat);
-        (flags, rc, stat)
+    let stdout = std::io::stdout();
+    let (Ok(mode), Ok(id)) = (os::access_mode(&stdout), os::file_id(&stdout)) else {
+        return false;
     };
     // Open for reading only (`1</dev/null`): a write fails with EBADF, which Rust's stdout
     // swallows as if it had succeeded.
-    if flags == -1 || rc != 0 || flags & libc::O_ACCMODE == libc::O_RDONLY {
+    if mode == OFlags::RDONLY {
         return false;
     }
     let dev_null = std::fs::metadata("/dev/null").map(|m| m.rdev()).ok();
-    !(flags & libc::O_ACCMODE == libc::O_RDWR && Some(stat.st_rdev) == dev_null)
+    !(mode == OFlags::RDWR && Some(id.rdev) == dev_null)
 }
 
 fn token_arg(token: Option<&str>) -> Result<&str> {
@@ -754,14 +753,8 @@ pub fn log(config: &Config, args: &LogArgs) -> Result<u8> {
 
 /// Whether stdout is a pipe or socket whose reader has gone (as `tail -f` checks while idle).
 fn stdout_closed() -> bool {
-    let mut fd = libc::pollfd {
-        fd: libc::STDOUT_FILENO,
-        events: 0,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, a zero timeout; poll(2) only writes `revents`.
-    let n = unsafe { libc::poll(&mut fd, 1, 0) };
-    n == 1 && fd.revents & (libc::POLLERR | libc::POLLHUP) != 0
+    use std::os::fd::AsFd;
+    os::peer_gone(std::io::stdout().as_fd(), true)
 }
 
 /// Prints `entries`; `Break` when stdout is closed.

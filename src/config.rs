@@ -431,26 +431,13 @@ fn read_password(path: &Path, warn: &mut dyn FnMut(String)) -> Result<String> {
 
 /// Waits until `file` has data (or its writer closed it), at most until `deadline`.
 fn readable_before(file: &std::fs::File, deadline: Instant) -> bool {
-    use std::os::fd::AsRawFd;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return false;
-        }
-        let mut pfd = libc::pollfd {
-            fd: file.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
-        // SAFETY: poll reads and writes the one pollfd we pass.
-        match unsafe { libc::poll(&mut pfd, 1, ms) } {
-            n if n > 0 => return true,
-            0 => return false,
-            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
-            _ => return true, // Let the read report the error.
-        }
+    use std::os::fd::AsFd;
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return false;
     }
+    // An error: let the read report it.
+    crate::os::readable_within(file.as_fd(), Some(left)).unwrap_or(true)
 }
 
 fn read_pem(path: &Path, flag: &str) -> Result<Vec<u8>> {

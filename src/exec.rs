@@ -64,7 +64,7 @@ mod facts;
 mod leftovers;
 
 use std::ops::ControlFlow;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -305,18 +305,7 @@ impl Report {
             .create(true)
             .custom_flags(libc::O_NONBLOCK)
             .open(path)
-            .and_then(|file| {
-                use std::os::fd::AsRawFd as _;
-                let fd = file.as_raw_fd();
-                // SAFETY: fcntl on a descriptor we own, with flags it just returned.
-                let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-                if flags == -1
-                    || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } == -1
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(file)
-            })
+            .and_then(|file| crate::os::set_blocking(&file).map(|()| file))
             .map(|file| Report::File(path.to_path_buf(), file))
             .map_err(|e| {
                 let why = if e.raw_os_error() == Some(libc::ENXIO) {
@@ -373,39 +362,11 @@ impl Report {
 /// right after, and nothing else in redlock starts a process meanwhile, so only the command gets
 /// it. It is at least 3, so that it never stands in for a closed stdin, stdout or stderr.
 fn password_fd(password: &str) -> std::io::Result<OwnedFd> {
-    use std::io::{Error, Write};
     if password.contains('\n') {
         // A password file gives its first line only.
-        return Err(Error::other("the password holds a line break"));
+        return Err(std::io::Error::other("the password holds a line break"));
     }
-    // SAFETY: the name is a NUL-terminated literal; memfd_create returns a new descriptor or -1.
-    let raw = unsafe { libc::memfd_create(c"redlock-password".as_ptr(), libc::MFD_ALLOW_SEALING) };
-    if raw == -1 {
-        return Err(Error::last_os_error());
-    }
-    // SAFETY: `raw` is a descriptor we own from here on.
-    let mut fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    if raw < 3 {
-        // SAFETY: F_DUPFD returns a new descriptor, at least 3, or -1.
-        let dup = unsafe { libc::fcntl(raw, libc::F_DUPFD, 3) };
-        if dup == -1 {
-            return Err(Error::last_os_error());
-        }
-        // SAFETY: as above; the low one closes when the old `fd` drops.
-        fd = unsafe { OwnedFd::from_raw_fd(dup) };
-    }
-    let mut file = std::fs::File::from(fd);
-    file.write_all(password.as_bytes())?;
-    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
-    // SAFETY: fchmod and fcntl act on a descriptor we own.
-    unsafe {
-        if libc::fchmod(file.as_raw_fd(), 0o400) == -1
-            || libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) == -1
-        {
-            return Err(Error::last_os_error());
-        }
-    }
-    Ok(OwnedFd::from(file))
+    crate::os::sealed_memfd(c"redlock-password", password.as_bytes())
 }
 
 /// The renewal thread, not started yet: a command that ends within TTL/3 never needs it.
@@ -592,8 +553,7 @@ impl<'a> Supervisor<'a> {
             stopping: Stopping {
                 kill_at: None,
                 terminations: 0,
-                // SAFETY: getsid(0) and getpid have no preconditions.
-                session_leader: unsafe { libc::getsid(0) == libc::getpid() },
+                session_leader: crate::os::leads_session(),
             },
             fate: Fate::default(),
             limits: Limits {
@@ -617,11 +577,10 @@ impl<'a> Supervisor<'a> {
 /// is never signalled and only the command is stopped. It is started with the command, not
 /// later, so that no kill is missed; a fork costs little (measured on `exec -- true`).
 fn group_watchdog(child: &Child, grace: Duration) -> Option<spawn::Watchdog> {
-    // SAFETY: getpgid(0) and getpid have no preconditions.
-    let me = unsafe { libc::getpid() };
-    if unsafe { libc::getpgid(0) } != me {
+    if !crate::os::leads_process_group() {
         return None;
     }
+    let me = crate::os::pid();
     match spawn::Watchdog::start(child.id() as libc::pid_t, Some(me), grace) {
         Ok(watchdog) => Some(watchdog),
         Err(e) => {

@@ -10,11 +10,11 @@
 //! Bottom first. A module uses only modules of lower layers (`tests/layers.rs` checks it, reading
 //! this list):
 //!
-//! 0. `exit`, `printable`, `redact`, `scripts`, `signals`, `spawn`, `tell`, `work`: tables,
-//!    pure text helpers, the Lua scripts, and the wrappers of the OS (signal delivery, starting
-//!    the command, the word a release sends its keeper, the processes a `--while-pid` pid
-//!    started)
-//! 1. `cli`, `error`: the command line's definition; the error kinds and their exit codes
+//! 0. `exit`, `printable`, `redact`, `scripts`, `tell`, `os`: tables, pure text helpers, the Lua
+//!    scripts, the word a release sends its keeper, and the safe wrappers of the OS calls
+//! 1. `cli`, `error`, `signals`, `spawn`, `work`: the command line's definition; the error kinds
+//!    and their exit codes; the wrappers of the OS above `os` (signal delivery, starting the
+//!    command, the processes a `--while-pid` pid started)
 //! 2. `config`: flags and environment resolved and validated
 //! 3. `messages`: every line for humans on stderr, and what `-q` silences
 //! 4. `client`: a connection to one server (timeouts, TLS, auth, Redis errors mapped to ours)
@@ -26,13 +26,13 @@
 //!    events every holder loop reacts to, and its backoff
 //! 9. `acquire`, `backend`, `follow`, `renew`: taking a lock and waiting over any store; picking
 //!    the store; the one pub/sub follower and the one renewal every holder loop shares
-//! 10. `metrics`, `owner`, `park`: `status` as Prometheus metrics; who we are; parking a
-//!     waiter on signals
+//! 10. `metrics`, `owner`, `park`, `brief`: `status` as Prometheus metrics; who we are; parking
+//!     a waiter on signals; what `acquire --while-pid` and its keeper agree on, and starting one
 //! 11. `notify`, `complete`, `watch`, `wait`: hearing that our lock was taken; completing lock
 //!     names in a shell; following locks as they change (`status --watch`); waiting until a lock
 //!     is free (`wait`)
 //! 12. `keeper`: the detached process that keeps an `acquire --while-pid` lock alive while a pid
-//!     and the work it started run, and starting it
+//!     and the work it started run
 //! 13. `commands`: `acquire`, `release`, `extend`, `status`, `log`
 //! 14. `exec`: the supervisor (it takes its lock as the `acquire` command does)
 
@@ -50,6 +50,7 @@ macro_rules! eline {
 
 mod acquire;
 mod backend;
+mod brief;
 pub mod cli;
 mod client;
 mod commands;
@@ -66,6 +67,7 @@ mod lock;
 mod messages;
 mod metrics;
 mod notify;
+mod os;
 mod output;
 mod owner;
 mod park;
@@ -122,7 +124,7 @@ fn resolve(cli: &Cli, warn: &mut dyn FnMut(String)) -> Result<Config> {
 /// completion generators list hidden subcommands).
 pub fn run_keeper() -> Option<u8> {
     let argv0 = std::env::args_os().next()?;
-    if argv0 != keeper::ARGV0 {
+    if argv0 != brief::ARGV0 {
         return None;
     }
     Some(keep().unwrap_or_else(|e| report_error(&e)))
@@ -132,8 +134,7 @@ pub fn run_keeper() -> Option<u8> {
 /// line among it) and keeps the lock for it (see `keeper.rs`). The same flags and the inherited
 /// environment make the same [`Config`]; their warnings were said by `acquire` already.
 fn keep() -> Result<u8> {
-    let mut brief = keeper::Brief::read()?;
-    keeper::close_inherited(&[brief.pidfd, brief.ready]);
+    let mut brief = brief::Brief::read()?;
     let mut cli = cli::parse_from(&brief.args)
         .map_err(|e| error::usage(format!("the keeper's brief does not parse: {e}")))?;
     // The password acquire resolved, rather than a --password-file read again (a pipe, as

@@ -109,14 +109,7 @@ const CLEAR_TO_END: &str = "\x1b[K";
 
 /// The terminal's width in columns (80 when the terminal does not say).
 fn terminal_width() -> usize {
-    // SAFETY: TIOCGWINSZ writes a winsize into the zeroed struct we own; fd 2 may be anything,
-    // and a failure leaves the struct zeroed.
-    let ws = unsafe {
-        let mut ws: libc::winsize = std::mem::zeroed();
-        libc::ioctl(2, libc::TIOCGWINSZ, &mut ws);
-        ws
-    };
-    match ws.ws_col {
+    match crate::os::terminal_size(std::io::stderr()).1 {
         0 => 80,
         n => usize::from(n),
     }

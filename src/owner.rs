@@ -11,9 +11,8 @@
 //!
 //! Layer 10 of the list in `lib.rs`.
 
-use std::ffi::CStr;
-
 use crate::lock::{Liveness, Owner};
+use crate::os;
 use crate::redact::{redact, redact_args};
 
 /// Longest note kept, in characters.
@@ -49,9 +48,7 @@ fn pid_namespace() -> Option<String> {
 
 /// The calling script: our parent process.
 pub fn parent_pid() -> u32 {
-    // SAFETY: getppid has no preconditions and cannot fail.
-    let ppid = unsafe { libc::getppid() };
-    u32::try_from(ppid).unwrap_or(0)
+    u32::try_from(os::parent_pid()).unwrap_or(0)
 }
 
 /// The command line of `pid` from /proc, its secrets hidden argument by argument, or "" where
@@ -119,7 +116,7 @@ impl Here {
 }
 
 /// Whether a keeper for `pid` runs here: a process whose command line starts
-/// `redlock-keeper --pid PID --` (see `keeper::start`).
+/// `redlock-keeper --pid PID --` (see `brief::start`).
 fn keeper_runs_for(pid: i32) -> bool {
     let wanted = format!("{}\0--pid\0{pid}\0--\0", crate::work::KEEPER_ARGV0);
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -135,10 +132,7 @@ fn keeper_runs_for(pid: i32) -> bool {
 }
 
 fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 sends nothing; kill only checks that the process exists.
-    let exists = unsafe { libc::kill(pid, 0) } == 0
-        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-    if !exists {
+    if !os::exists(pid) {
         return false;
     }
     // A zombie has exited (its parent has not reaped it yet). Unreadable: alive, to be safe.
@@ -166,14 +160,7 @@ fn clean(s: &str) -> String {
 }
 
 fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is valid for buf.len() bytes; gethostname NUL-terminates on success.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown-host".to_string();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    clean(&String::from_utf8_lossy(&buf[..end]))
+    clean(&os::hostname())
 }
 
 /// The login name: $USER or $LOGNAME (set by login, cron, systemd and sshd), else the passwd
@@ -184,23 +171,10 @@ fn username() -> String {
             .iter()
             .find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
     };
-    // SAFETY: getuid cannot fail; getpwuid returns NULL or a pointer to static storage that stays
-    // valid until the next getpw* call, and we copy the name out before returning.
-    let from_passwd = || unsafe {
-        let pw = libc::getpwuid(libc::getuid());
-        if pw.is_null() || (*pw).pw_name.is_null() {
-            None
-        } else {
-            Some(CStr::from_ptr((*pw).pw_name).to_string_lossy().into_owned())
-        }
-    };
     from_env()
-        .or_else(from_passwd)
+        .or_else(|| os::user_name(os::uid()))
         .map(|u| clean(&u))
-        .unwrap_or_else(|| {
-            // SAFETY: getuid cannot fail.
-            format!("uid{}", unsafe { libc::getuid() })
-        })
+        .unwrap_or_else(|| format!("uid{}", os::uid()))
 }
 
 #[cfg(test)]

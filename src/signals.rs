@@ -6,7 +6,7 @@
 //! and renewal results alike, and decide what to forward without racing a handler. That thread is
 //! the only one that takes these signals, so no Redis read elsewhere is cut short by a handler.
 //!
-//! Layer 0 of the list in `lib.rs`.
+//! Layer 1 of the list in `lib.rs`.
 
 use std::sync::mpsc::Sender;
 
@@ -15,6 +15,8 @@ use signal_hook::consts::signal::*;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::low_level::siginfo::Cause;
+
+use crate::os;
 
 /// The signals that stop a wait for a lock.
 pub const STOP: &[i32] = &[SIGINT, SIGTERM, SIGHUP, SIGQUIT];
@@ -42,7 +44,7 @@ pub fn deliver<T: Send + 'static>(
     let signals: Vec<i32> = signals
         .iter()
         .copied()
-        .filter(|&signo| signo == SIGCHLD || !ignored(signo))
+        .filter(|&signo| signo == SIGCHLD || !os::signal_ignored(signo))
         .collect();
     let mut info =
         SignalsInfo::<WithOrigin>::new(&signals).context("cannot install signal handlers")?;
@@ -53,7 +55,7 @@ pub fn deliver<T: Send + 'static>(
             // A signal mask is inherited across exec: a caller that had these blocked would
             // otherwise leave us deaf to them (a SIGTERM never stops the command). This thread
             // takes them; every other thread blocks them (below).
-            let _ = set_mask(libc::SIG_UNBLOCK, &handled);
+            let _ = os::mask_signals(false, &handled);
             for origin in info.forever() {
                 let from_terminal = matches!(origin.cause, Cause::Kernel);
                 if tx
@@ -72,40 +74,13 @@ pub fn deliver<T: Send + 'static>(
     Ok(signals)
 }
 
-/// Whether `signo` is ignored (SIG_IGN) in this process.
-fn ignored(signo: i32) -> bool {
-    // SAFETY: with a null new action, sigaction only reads the current one into `old`.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(signo, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
-    }
-}
-
 /// Blocks `signals` in the calling thread and in the threads it starts from now on, so that the
 /// kernel hands them to the signal thread (spawned before, so not blocking them). Otherwise the
 /// handler could run on a thread that is reading from Redis, and a socket read with a timeout
 /// fails with EINTR after a handler runs, whatever SA_RESTART says. Child processes start with
 /// an empty mask (std resets it before exec).
 fn block_in_this_thread(signals: &[i32]) -> Result<()> {
-    set_mask(libc::SIG_BLOCK, signals).context("cannot block signals")
-}
-
-/// Blocks or unblocks (`how`) `signals` in the calling thread.
-fn set_mask(how: libc::c_int, signals: &[i32]) -> std::io::Result<()> {
-    // SAFETY: the set is initialised by sigemptyset before use; pthread_sigmask only changes the
-    // calling thread's mask.
-    let rc = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for &signo in signals {
-            libc::sigaddset(&mut set, signo);
-        }
-        libc::pthread_sigmask(how, &set, std::ptr::null_mut())
-    };
-    match rc {
-        0 => Ok(()),
-        rc => Err(std::io::Error::from_raw_os_error(rc)),
-    }
+    os::mask_signals(true, signals).context("cannot block signals")
 }
 
 /// The conventional name of a signal, for messages.

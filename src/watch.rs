@@ -802,14 +802,7 @@ fn now_ms() -> i64 {
 
 /// The terminal's height in rows (24 when it does not say).
 fn terminal_rows() -> usize {
-    // SAFETY: TIOCGWINSZ writes a winsize into the zeroed struct we own; a failure leaves it
-    // zeroed.
-    let ws = unsafe {
-        let mut ws: libc::winsize = std::mem::zeroed();
-        libc::ioctl(1, libc::TIOCGWINSZ, &mut ws);
-        ws
-    };
-    match ws.ws_row {
+    match crate::os::terminal_size(std::io::stdout()).0 {
         0 => 24,
         n => usize::from(n),
     }

@@ -26,7 +26,7 @@
 //! given to a new process while the group has a member, and a descendant is signalled only if
 //! its start time is the one it had when it was found.
 //!
-//! Layer 0 of the list in `lib.rs`.
+//! Layer 1 of the list in `lib.rs`.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -438,15 +438,7 @@ mod tests {
             .collect();
         let n = processes().len();
         let rounds = 20;
-        let cpu = || {
-            let mut ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            // SAFETY: clock_gettime writes into the timespec we own.
-            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-            Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-        };
+        let cpu = crate::os::thread_cpu_time;
         let (started, cpu_before) = (Instant::now(), cpu());
         for _ in 0..rounds {
             assert!(processes().len() >= 300);
