@@ -212,13 +212,9 @@ done
 # keeper (`acquire --while-pid`: a re-exec of /proc/self/exe, pidfds, announcements); and the
 # subreaper (PR_SET_CHILD_SUBREAPER: --max-runtime and --preemptible stop what the command left
 # running).
-# (One test is skipped here: it failed twice in this step, in CI's run only, and passed every
-# time by hand against the same binary, alone and in this very command; the test suite runs it
-# against the dynamic binary.)
 REDLOCK_TEST_BIN=$(realpath "$installed") REDLOCK_REQUIRE_REDIS=1 \
   cargo test --locked --quiet --test it -- topology::tls:: exec::run:: safety::while_pid:: \
     safety::announcements:: safety::max_runtime:: safety::preempt:: \
-    --skip safety::while_pid::attack:: \
-    --skip an_acquire_killed_while_waiting_for_the_keeper_leaves_no_keeper 2>&1 |
+    --skip safety::while_pid::attack:: 2>&1 |
   grep -E '^test result|FAILED|panicked' >&2
 say "checked"

@@ -275,7 +275,7 @@ impl Brief {
 /// A keeper that runs and waits for acquire's word that the token reached its reader: without it
 /// (acquire failed to print it, or was killed first), the keeper releases the lock and ends.
 pub struct Started {
-    word: std::process::ChildStdin,
+    word: std::fs::File,
 }
 
 impl Started {
@@ -290,12 +290,22 @@ impl Started {
 pub fn start(config: &Config, lock: &Lock, pid: Pid) -> Result<Started> {
     let (ready_r, ready_w) = os::pipe().context("cannot make the keeper's pipe")?;
     let brief = Brief::of(config, lock, &pid, ready_w.as_raw_fd())?;
+    // The brief is in the keeper's stdin before the keeper exists: an acquire killed at any
+    // moment after the spawn leaves a keeper that knows its lock (and gives it back when nobody
+    // reads its word), never one that reads half a brief and ends with the lock still held.
+    let (brief_r, word) = os::pipe().context("cannot make the keeper's pipe")?;
+    let mut word = std::fs::File::from(word);
+    let mut text = serde_json::to_vec(&brief)?;
+    text.push(b'\n');
+    os::hold_in_pipe(word.as_fd(), text.len())
+        .and_then(|()| word.write_all(&text))
+        .context("cannot hand the keeper its brief")?;
     let inherited = [brief.pidfd, brief.ready];
     let mut cmd = Command::new("/proc/self/exe");
     // The arguments are for `ps` only: what the keeper acts on is in its brief.
     cmd.arg0(ARGV0)
         .args(["--pid", &pid.pid.to_string(), "--", &lock.keys.name])
-        .stdin(Stdio::piped())
+        .stdin(Stdio::from(brief_r))
         .stdout(Stdio::null())
         .stderr(if stderr_may_stay(pid.pid) {
             Stdio::inherit()
@@ -321,25 +331,9 @@ pub fn start(config: &Config, lock: &Lock, pid: Pid) -> Result<Started> {
     // Ours closed, the keeper's end is the only one: its exit reads as EOF.
     drop(ready_w);
     drop(pid);
-    let told = child
-        .stdin
-        .take()
-        .context("no pipe to the keeper")
-        .and_then(|mut stdin| {
-            let mut text = serde_json::to_vec(&brief)?;
-            text.push(b'\n');
-            stdin
-                .write_all(&text)
-                .context("cannot hand the keeper its brief")?;
-            Ok(stdin)
-        });
-    let confirmed = told.and_then(|stdin| {
-        let bound = config.io_timeout * 4 + READY_GRACE;
-        await_ready(ready_r, bound)?;
-        Ok(stdin)
-    });
-    match confirmed {
-        Ok(word) => Ok(Started { word }),
+    let bound = config.io_timeout * 4 + READY_GRACE;
+    match await_ready(ready_r, bound) {
+        Ok(()) => Ok(Started { word }),
         Err(e) => {
             // Our own child: gone before the lock is given back.
             let _ = child.kill();

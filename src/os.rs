@@ -184,6 +184,17 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
 }
 
+/// Makes the pipe whose write end is `fd` hold `len` bytes, so that writing them cannot block
+/// while nobody reads yet: a pipe holds at least one page (4096 bytes, even for a user over
+/// `pipe-user-pages-soft`); a longer text asks for a larger pipe (up to `pipe-max-size`).
+pub fn hold_in_pipe(fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
+    const PAGE: usize = 4096;
+    if len > PAGE {
+        rustix::pipe::fcntl_setpipe_size(fd, len)?;
+    }
+    Ok(())
+}
+
 /// Waits up to `timeout` (`None`: for ever) until `fd` is readable (or its writer closed it, or
 /// it failed): true then, false at the timeout. A signal does not cut the wait short.
 pub fn readable_within(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
