@@ -215,18 +215,7 @@ fn prepare<'a>(
     let lock = brief.lock(keys);
     signals::deliver(&[libc::SIGTERM], tx.clone(), Wake::Signal)?;
     pid.watch(tx.clone(), Wake::PidEnded)?;
-    let (events, heard) = mpsc::channel::<Event>();
-    let forward = tx.clone();
-    std::thread::Builder::new()
-        .name("forward".into())
-        .spawn(move || {
-            for event in heard {
-                if forward.send(Wake::Notice(event)).is_err() {
-                    return;
-                }
-            }
-        })
-        .context("cannot start the keeper's threads")?;
+    let events = forward_notices(tx.clone())?;
     // A --preemptible holder also reads the lock once it listens: a request made between the
     // acquisition and the subscription was announced to nobody.
     let subscribed = notify::listen(
@@ -241,27 +230,7 @@ fn prepare<'a>(
     let work = Work::of(pid.pid);
     let mut store = backend::open(config)?;
     store.track_restarts(&lock.run_ids);
-    // "Running" means listening: a release right after acquire returned is heard. Not forever: a
-    // user without the channel is refused at once, and a subscription still on its way when
-    // the bound passes only makes the release's mark the way the keeper learns of it.
-    // Nor longer than acquire waits: killed meanwhile, it has closed the readiness pipe, and the
-    // lock whose token nobody received is given back at once (see `keep`).
-    let bound = Instant::now() + config.connect_timeout + config.io_timeout;
-    let listening = loop {
-        match subscribed.settled_within(Duration::from_millis(50)) {
-            Some(subscribed) => break subscribed,
-            None if os::peer_gone(ready, false) || Instant::now() >= bound => break false,
-            None => {}
-        }
-    };
-    if !listening {
-        messages::log(config, || {
-            format!(
-                "not subscribed to {}: the keeper learns of a release at its next renewal",
-                lock.keys.events()
-            )
-        });
-    }
+    await_listening(config, &lock.keys, &subscribed, ready);
     Ok(Keeper {
         config,
         on_lost: args.on_lost,
@@ -281,6 +250,52 @@ fn prepare<'a>(
         stopping: false,
         owner_said,
     })
+}
+
+/// A thread that passes the announcements `notify` hears on as the keeper's wakes; the sender
+/// to give `notify`.
+fn forward_notices(tx: Sender<Wake>) -> Result<Sender<Event>> {
+    let (events, heard) = mpsc::channel::<Event>();
+    std::thread::Builder::new()
+        .name("forward".into())
+        .spawn(move || {
+            for event in heard {
+                if tx.send(Wake::Notice(event)).is_err() {
+                    return;
+                }
+            }
+        })
+        .context("cannot start the keeper's threads")?;
+    Ok(events)
+}
+
+/// "Running" means listening: a release right after acquire returned is heard. Not forever: a
+/// user without the channel is refused at once, and a subscription still on its way when the
+/// bound passes only makes the release's mark the way the keeper learns of it. Nor longer than
+/// acquire waits: killed meanwhile, it has closed the readiness pipe (`ready`), and the lock
+/// whose token nobody received is given back at once (see `keep`).
+fn await_listening(
+    config: &Config,
+    keys: &lock::Keys,
+    subscribed: &notify::Subscribed,
+    ready: BorrowedFd<'_>,
+) {
+    let bound = Instant::now() + config.connect_timeout + config.io_timeout;
+    let listening = loop {
+        match subscribed.settled_within(Duration::from_millis(50)) {
+            Some(subscribed) => break subscribed,
+            None if os::peer_gone(ready, false) || Instant::now() >= bound => break false,
+            None => {}
+        }
+    };
+    if !listening {
+        messages::log(config, || {
+            format!(
+                "not subscribed to {}: the keeper learns of a release at its next renewal",
+                keys.events()
+            )
+        });
+    }
 }
 
 /// Listens for the owner's word on this host (see `tell.rs`) on a thread of its own: the flag
