@@ -66,7 +66,6 @@ use signal_hook::consts::signal::*;
 
 use crate::backend;
 use crate::cli::{ExecArgs, OnLost};
-use crate::commands::{GaveUp, take_lock};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure};
 use crate::exit;
@@ -78,6 +77,7 @@ use crate::owner;
 use crate::signals::{self, Signal};
 use crate::spawn::{self, Child, SpawnError};
 use crate::store::{Store, loss_reason};
+use crate::take::{GaveUp, take_lock};
 use crate::wait::{self, Event};
 
 /// The longest the loop sleeps without looking at the child (a safety net under SIGCHLD).
@@ -138,8 +138,8 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
     watched.push(SIGCHLD);
     let handled = signals::deliver(&watched, tx.clone(), wait::signal_event)?;
 
-    crate::commands::check_lock_args(config, &args.lock)?;
-    crate::commands::warn_short_ttl(config, args.lock.ttl);
+    crate::take::check_lock_args(config, &args.lock)?;
+    crate::take::warn_short_ttl(config, args.lock.ttl);
     let mut store = backend::open(config)?;
     let taken = take_lock(
         config,
@@ -147,7 +147,7 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
         &keys,
         &args.lock,
         &owner,
-        false,
+        lock::Kept::ByHolder,
         &rx,
     );
     facts.waited = Some(facts.started.elapsed());
