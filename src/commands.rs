@@ -21,39 +21,19 @@ use crate::error::{Kind, failure, usage};
 use crate::exit;
 use crate::history::{self, Entry, Range};
 use crate::keeper;
-use crate::lock::{self, IfHeld, Kept, Keys, QuorumVerdict, Releaser, State, Verdict};
+use crate::lock::{self, IfHeld, Kept, Keys, Lock, QuorumVerdict, Releaser, State, Verdict};
 use crate::messages;
 use crate::output;
 use crate::owner;
 use crate::signals;
+use crate::store::Store;
 use crate::take::{check_lock_args, take_lock, warn_short_ttl};
 use crate::wait;
 
 pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
-    check_lock_args(config, &args.lock)?;
-    if args.lock.preemptible && args.while_pid.is_none() {
-        return Err(usage(
-            "acquire --preemptible needs --while-pid PID: a preempted lock is given up by \
-             stopping PID, and without a keeper nobody hears of the preemption (exec \
-             --preemptible stops its command itself)",
-        ));
-    }
+    check_acquire_args(config, args)?;
     // Opened first: a pid with no process is refused before anything is written to Redis, and
     // the pidfd names that very process however long the keeper runs (see keeper.rs).
-    if let Some(pid) = args.while_pid {
-        if u32::try_from(pid).ok() == Some(std::process::id()) {
-            return Err(usage(format!(
-                "--while-pid {pid} is this redlock itself, which ends once it printed the token; \
-                 give the script's pid ($$ in sh)"
-            )));
-        }
-        if pid == 1 && args.on_lost != crate::cli::PidOnLost::Ignore {
-            return Err(usage(
-                "--while-pid 1 is init: a lost lock would signal it; give --on-lost ignore to \
-                 keep the lock for it anyway",
-            ));
-        }
-    }
     let watched = args
         .while_pid
         .map(|pid| keeper::Pid::open(pid, args.on_lost))
@@ -88,58 +68,108 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         ControlFlow::Break(gave_up) => return Ok(gave_up.code()),
     };
     let started = match watched {
-        Some(watched) => {
-            let pid = args.while_pid.unwrap_or_default();
-            let started = if watched.ended() {
-                // It ended while we waited in the queue: the lock would be kept for nobody.
-                Err(usage(format!(
-                    "--while-pid {pid}: the process ended while waiting"
-                )))
-            } else {
-                keeper::start(config, &lock, watched).and_then(|started| {
-                    // A keeper that took longer to start than the lock lasts renews nothing.
-                    if Instant::now() < lock.valid_until(lock.sent) {
-                        Ok(started)
-                    } else {
-                        Err(failure(
-                            Kind::Unavailable,
-                            format!(
-                                "the keeper took longer to start than the lock's TTL ({})",
-                                output::human_ms(lock.ttl)
-                            ),
-                        ))
-                    }
-                })
-            };
-            match started {
-                Ok(started) => Some(started),
-                Err(e) => {
-                    // Nobody would renew it, nor release it when the pid ends: give it back.
-                    let _ = store.release(&keys, &Releaser::keeper(&lock));
-                    return Err(e.context(format!(
-                        "cannot leave a keeper for pid {pid} (released '{}' again)",
-                        keys.name
-                    )));
-                }
-            }
-        }
+        Some(watched) => Some(leave_keeper(config, store.as_mut(), &lock, watched, args)?),
         None => None,
     };
-    let text = crate::output::acquired(&lock, args.format);
+    if let Some(code) = print_token(store.as_mut(), &lock, args)? {
+        return Ok(code);
+    }
+    // The token reached its reader: from here on the keeper keeps the lock (without this word,
+    // it gives the lock back: see `keeper::Started`).
+    if let Some(started) = started {
+        started.confirm();
+    }
+    Ok(exit::OK)
+}
+
+/// What `acquire` refuses besides what [`check_lock_args`] does: `--preemptible` without a
+/// keeper, and a `--while-pid` that cannot be kept for.
+fn check_acquire_args(config: &Config, args: &AcquireArgs) -> Result<()> {
+    check_lock_args(config, &args.lock)?;
+    if args.lock.preemptible && args.while_pid.is_none() {
+        return Err(usage(
+            "acquire --preemptible needs --while-pid PID: a preempted lock is given up by \
+             stopping PID, and without a keeper nobody hears of the preemption (exec \
+             --preemptible stops its command itself)",
+        ));
+    }
+    if let Some(pid) = args.while_pid {
+        if u32::try_from(pid).ok() == Some(std::process::id()) {
+            return Err(usage(format!(
+                "--while-pid {pid} is this redlock itself, which ends once it printed the token; \
+                 give the script's pid ($$ in sh)"
+            )));
+        }
+        if pid == 1 && args.on_lost != crate::cli::PidOnLost::Ignore {
+            return Err(usage(
+                "--while-pid 1 is init: a lost lock would signal it; give --on-lost ignore to \
+                 keep the lock for it anyway",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Starts the keeper of `lock` for `watched` (`--while-pid`); on failure gives the lock back.
+fn leave_keeper(
+    config: &Config,
+    store: &mut dyn Store,
+    lock: &Lock,
+    watched: keeper::Pid,
+    args: &AcquireArgs,
+) -> Result<keeper::Started> {
+    let keys = &lock.keys;
+    let pid = args.while_pid.unwrap_or_default();
+    let started = if watched.ended() {
+        // It ended while we waited in the queue: the lock would be kept for nobody.
+        Err(usage(format!(
+            "--while-pid {pid}: the process ended while waiting"
+        )))
+    } else {
+        keeper::start(config, lock, watched).and_then(|started| {
+            // A keeper that took longer to start than the lock lasts renews nothing.
+            if Instant::now() < lock.valid_until(lock.sent) {
+                Ok(started)
+            } else {
+                Err(failure(
+                    Kind::Unavailable,
+                    format!(
+                        "the keeper took longer to start than the lock's TTL ({})",
+                        output::human_ms(lock.ttl)
+                    ),
+                ))
+            }
+        })
+    };
+    started.map_err(|e| {
+        // Nobody would renew it, nor release it when the pid ends: give it back.
+        let _ = store.release(keys, &Releaser::keeper(lock));
+        e.context(format!(
+            "cannot leave a keeper for pid {pid} (released '{}' again)",
+            keys.name
+        ))
+    })
+}
+
+/// Prints the token (as `--format` says); when nobody received it, gives the lock back and
+/// returns the exit status (a closed pipe) or the error.
+fn print_token(store: &mut dyn Store, lock: &Lock, args: &AcquireArgs) -> Result<Option<u8>> {
+    let keys = &lock.keys;
+    let text = crate::output::acquired(lock, args.format);
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = stdout
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
     {
         // Nobody received the token, so nobody could ever release this lock: give it back.
-        store.release(&keys, &Releaser::keeper(&lock))?;
+        store.release(keys, &Releaser::keeper(lock))?;
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             messages::alert(format_args!(
                 "cannot print the token ({e}); released '{}' again",
                 keys.name
             ));
             // As if SIGPIPE had ended us, the way a shell pipeline expects.
-            return Ok(exit::signal(libc::SIGPIPE));
+            return Ok(Some(exit::signal(libc::SIGPIPE)));
         }
         return Err(failure(
             Kind::Io,
@@ -149,12 +179,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
             ),
         ));
     }
-    // The token reached its reader: from here on the keeper keeps the lock (without this word,
-    // it gives the lock back: see `keeper::Started`).
-    if let Some(started) = started {
-        started.confirm();
-    }
-    Ok(exit::OK)
+    Ok(None)
 }
 
 /// Whether stdout was open when we started. Rust's runtime reopens a closed fd 1 as /dev/null
@@ -210,27 +235,8 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
     };
     let mut store = backend::open(config)?;
     match store.release(&keys, &by)? {
-        Verdict::Forced(holders) if holders.is_empty() => {
-            messages::notice(config, format_args!("'{}' had no holder left", keys.name));
-            Ok(exit::OK)
-        }
         Verdict::Forced(holders) => {
-            // As for one holder: the holders are the point of --force's output, even with -q.
-            messages::outcome(format_args!(
-                "force-released '{}', held by {} holder{}:",
-                keys.name,
-                holders.len(),
-                if holders.len() == 1 { "" } else { "s" }
-            ));
-            for h in &holders {
-                messages::outcome(format_args!(
-                    "  slot {}: {} (fence {}, token {}…)",
-                    h.slot.map_or("?".to_string(), |s| s.to_string()),
-                    h.who(),
-                    h.fence,
-                    h.fingerprint()
-                ));
-            }
+            force_released(config, &keys, &holders);
             Ok(exit::OK)
         }
         Verdict::Done(previous) => {
@@ -239,17 +245,17 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
                 crate::tell::released(token);
             }
             if args.force {
-                let who = previous
-                    .filter(|_| true)
-                    .map(|h| {
+                let who = previous.map_or_else(
+                    || "an unknown client".to_string(),
+                    |h| {
                         format!(
                             "{} (fence {}, token {}…)",
                             h.who(),
                             h.fence,
                             h.fingerprint()
                         )
-                    })
-                    .unwrap_or_else(|| "an unknown client".to_string());
+                    },
+                );
                 // The previous owner is the point of --force's output: print it even with -q.
                 messages::outcome(format_args!(
                     "force-released '{}', held by {who}",
@@ -295,6 +301,30 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
             };
             Err(lock::not_owner(&other, token)).context(format!("cannot release '{}'", keys.name))
         }
+    }
+}
+
+/// Says whom a `--force` let go of a lock with more than one holder.
+fn force_released(config: &Config, keys: &Keys, holders: &[lock::Holder]) {
+    if holders.is_empty() {
+        messages::notice(config, format_args!("'{}' had no holder left", keys.name));
+        return;
+    }
+    // As for one holder: the holders are the point of --force's output, even with -q.
+    messages::outcome(format_args!(
+        "force-released '{}', held by {} holder{}:",
+        keys.name,
+        holders.len(),
+        if holders.len() == 1 { "" } else { "s" }
+    ));
+    for h in holders {
+        messages::outcome(format_args!(
+            "  slot {}: {} (fence {}, token {}…)",
+            h.slot.map_or("?".to_string(), |s| s.to_string()),
+            h.who(),
+            h.fence,
+            h.fingerprint()
+        ));
     }
 }
 

@@ -117,9 +117,11 @@ fn attempt_call<'s>(
         .arg("watch_all", &upkeep.watch_all)
         .arg(
             "supersede_ms",
-            supersede
-                .then(|| millis(TOMBSTONE).to_string())
-                .unwrap_or_default(),
+            if supersede {
+                millis(TOMBSTONE).to_string()
+            } else {
+                String::new()
+            },
         )
         .arg(
             "who",
