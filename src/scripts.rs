@@ -8,7 +8,7 @@
 //! KEY -- true` together. [`Script`] runs them with EVALSHA and loads one with SCRIPT LOAD when
 //! the server does not know it (after a restart or SCRIPT FLUSH), as `redis::Script` does.
 //!
-//! Arguments by name. A script's arguments are positional on the wire (ARGV[n]), and each script
+//! Arguments by name. A script's arguments are positional on the wire (`ARGV[n]`), and each script
 //! says once, at its top, what each position means: `local A = args{'token', 'ttl_ms', ...}`
 //! (`args` in `common.lua` decodes ARGV into the table `A`, read by name from then on).
 //! `build.rs` reads that declaration into [`Script`]'s names, and an [`Invocation`] names each
