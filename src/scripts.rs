@@ -210,6 +210,6 @@ mod tests {
         assert_eq!(SLOTS_ACQUIRE.names[..24], *ACQUIRE.names);
         assert_eq!(SLOTS_ACQUIRE.names[24], "spec");
         assert_eq!(RELEASE.names, SLOTS_RELEASE.names);
-        assert_eq!(common.matches("ARGV[i]").count(), 1);
+        assert_eq!(common.matches("= ARGV[i]").count(), 1);
     }
 }

@@ -27,8 +27,8 @@ local LOCK, META, QUEUE, LEASES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 -- argument an older client does not send is nil, as ARGV[n] was.
 local function args(names)
   local a = {}
-  for i, name in ipairs(names) do
-    a[name] = ARGV[i]
+  for i = 1, #names do
+    a[names[i]] = ARGV[i]
   end
   return a
 end
