@@ -20,11 +20,8 @@
 -- KEYS[1] .. ':watch' and the stream KEYS[1] .. ':log', where every change is told (see `event`).
 local LOCK, META, QUEUE, LEASES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
--- A script's arguments by name. The wire carries them by position (ARGV[n]); each script says
--- once, at its top, what each position means (a local `A = args{'token', 'ttl_ms', ...}`), and reads
--- A.token, A.ttl_ms from then on. scripts.rs names each argument it sends, in the same order,
--- and its tests check that order against this declaration (build.rs reads it from here). An
--- argument an older client does not send is nil, as ARGV[n] was.
+-- ARGV by name: each script declares its arguments once, in order (a local `A = args{...}`,
+-- which build.rs reads and scripts.rs checks every call against). One not sent is nil.
 local function args(names)
   local a = {}
   for i = 1, #names do
@@ -33,8 +30,7 @@ local function args(names)
   return a
 end
 
--- 'user@host (pid N)': who holds, waits, forces or asks, as records, replies and events name
--- them ('?' for what is missing).
+-- 'user@host (pid N)', as records, replies and events name someone.
 local function who_is(user, host, pid)
   return (user or '?') .. '@' .. (host or '?') .. ' (pid ' .. (pid or '?') .. ')'
 end
@@ -60,18 +56,15 @@ local function now_ms()
   return math.floor(now_us() / 1000)
 end
 
--- The fence of an acquisition (see acquire.lua): max(counter + 1, this server's clock in µs),
--- from `last`, META `fence` as read (its HMGET belongs with the caller's other reads). Returns
--- the fence, and whether the caller still writes it to META `fence` (with its other fields):
--- beyond what a Lua number holds exactly (a counter set by hand), it counts on in Redis's
--- integers, and HINCRBY wrote it already.
+-- An acquisition's fence (see acquire.lua) from META `fence` as read: max(counter + 1, clock in
+-- µs), and whether the caller writes it back (past 2^53, set by hand, HINCRBY counts on).
 local function next_fence(last)
   last = tonumber(last) or 0
   if last >= 2^53 - 1 then
     return redis.call('HINCRBY', META, 'fence', 1), false
   end
-  -- last + 1 when the counter is ahead of the clock: it stepped back, or a quorum wrote back a
-  -- fence from a node whose clock is ahead.
+  -- The counter is ahead when the clock stepped back, or a quorum wrote back a fence from a node
+  -- whose clock is ahead.
   return math.max(last + 1, now_us()), true
 end
 
