@@ -85,6 +85,27 @@ fn scripts() -> Vec<(&'static str, Vec<Part>)> {
     ]
 }
 
+/// What a script declares its arguments to be, in ARGV order: the names in its one
+/// `local A = args{'token', 'ttl_ms', ...}` (see `args` in `common.lua`); none without one.
+fn argument_names(code: &str) -> Vec<String> {
+    const DECLARATION: &str = "local A = args{";
+    let Some(at) = code.find(DECLARATION) else {
+        return Vec::new();
+    };
+    let rest = &code[at + DECLARATION.len()..];
+    assert!(
+        !rest.contains(DECLARATION),
+        "a script declares its arguments twice"
+    );
+    let list = &rest[..rest
+        .find('}')
+        .expect("an argument declaration ends with '}'")];
+    list.split(',')
+        .map(|n| n.trim().trim_matches('\'').to_string())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
 /// Writes each script and `scripts.rs` (a `Script` static per script) into `out`.
 fn assemble_scripts(manifest: &Path, out: &Path) {
     let dir = manifest.join("src/scripts");
@@ -106,9 +127,14 @@ fn assemble_scripts(manifest: &Path, out: &Path) {
         let file = format!("{}.lua", name.to_lowercase());
         std::fs::write(out.join(&file), &code).expect("cannot write a script into OUT_DIR");
         let hash = sha1_smol::Sha1::from(code.as_bytes()).digest().to_string();
+        let names = argument_names(&code)
+            .iter()
+            .map(|n| format!("{n:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         writeln!(
             rust,
-            "pub static {name}: Script = Script::new(include_str!(concat!(env!(\"OUT_DIR\"), \"/{file}\")), \"{hash}\");"
+            "pub static {name}: Script = Script::new(include_str!(concat!(env!(\"OUT_DIR\"), \"/{file}\")), \"{hash}\", &[{names}]);"
         )
         .unwrap();
     }

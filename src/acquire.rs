@@ -41,9 +41,7 @@ use anyhow::{Context, Result};
 use crate::client::Redis;
 use crate::error::{Failure, Kind, failure, kind_of};
 use crate::events::Backoff;
-use crate::lock::{
-    Attempt, BLOCK_CAP, Keys, Lock, Mode, Owner, QuorumVerdict, Releaser, Request, State,
-};
+use crate::lock::{Attempt, BLOCK_CAP, Keys, Lock, QuorumVerdict, Releaser, Reply, Request, State};
 use crate::store::Store;
 
 /// How long to wait for a busy lock.
@@ -54,21 +52,12 @@ pub enum Wait {
     Forever,
 }
 
-/// What [`acquire`] is asked for.
+/// What [`acquire`] is asked for: how long to wait, and what each attempt asks for (its `prev`,
+/// `wait`, `waited` and `reply` are the waiter's to fill in, attempt by attempt).
 #[derive(Debug, Clone, Copy)]
 pub struct Wanted<'a> {
-    pub ttl: Duration,
-    /// Recorded as the holder (or, queued, as the waiter).
-    pub owner: &'a Owner,
     pub wait: Wait,
-    /// The kind of lock (plain, or with more than one holder).
-    pub mode: &'a Mode,
-    /// `--supersede`: joining the queue makes earlier `--supersede` waiters leave it.
-    pub supersede: bool,
-    /// `--preemptible`, `--preempt`, `--while-pid`: see [`Request`].
-    pub preemptible: bool,
-    pub preempt: bool,
-    pub kept: bool,
+    pub request: Request<'a>,
 }
 
 /// The outcome of [`acquire`]. (One per command, moved once: not worth a box.)
@@ -203,7 +192,7 @@ pub fn acquire(
             every,
             // A preemptor says at once whether the holder was asked to stop or declined.
             next: every.and_then(|_| {
-                started.checked_add(if wanted.preempt {
+                started.checked_add(if wanted.request.queue.preempt {
                     Duration::ZERO
                 } else {
                     FIRST_REPORT
@@ -245,7 +234,7 @@ struct Reporting {
     told: bool,
 }
 
-/// How early an attempt asks for what a status line says ([`Request::tell`]): a line due just
+/// How early an attempt asks for what a status line says ([`Reply::state`]): a line due just
 /// after the attempt is said with what the attempt brought rather than with a read of its own.
 const TELL_AHEAD: Duration = Duration::from_millis(100);
 
@@ -287,7 +276,7 @@ impl Waiter<'_> {
     /// ends it. Leaves cleaning up to [`Waiter::clean_up`].
     fn wait(&mut self, store: &mut dyn Store, park: &mut dyn Park) -> Result<Acquired> {
         let keys = self.keys;
-        let join = self.wanted.wait != Wait::No;
+        let join = self.wanted.request.queue.join.queues();
         let mut first = true;
         loop {
             if !first && store.fresh_token_per_attempt() {
@@ -299,19 +288,14 @@ impl Waiter<'_> {
                 return Ok(Acquired::Interrupted(sig));
             }
             let req = Request {
-                ttl: self.wanted.ttl,
-                owner: self.wanted.owner,
-                join,
-                run_id: false,
                 prev: self.prev.as_deref(),
                 wait: Some(self.remaining()).filter(|r| *r != Duration::MAX),
                 waited: self.started.elapsed(),
-                tell: join && self.report.due(Instant::now() + TELL_AHEAD),
-                mode: self.wanted.mode,
-                supersede: self.wanted.supersede,
-                preemptible: self.wanted.preemptible,
-                preempt: self.wanted.preempt,
-                kept: self.wanted.kept,
+                reply: Reply {
+                    run_id: false,
+                    state: join && self.report.due(Instant::now() + TELL_AHEAD),
+                },
+                ..self.wanted.request
             };
             let attempt = match store.try_acquire(keys, &self.token, &req) {
                 Ok(attempt) => attempt,
@@ -484,7 +468,7 @@ impl Waiter<'_> {
             state: state.as_ref(),
             ahead,
             waited: self.started.elapsed(),
-            preempt: self.wanted.preempt,
+            preempt: self.wanted.request.queue.preempt,
         });
         self.report.told = true;
     }

@@ -1,270 +1,40 @@
 //! The one-shot subcommands: `acquire`, `release`, `extend`, `status`.
 //!
 //! Each returns the exit status for outcomes that are not errors (busy, free) and an error for the
-//! rest, which `messages::report_error` prints and maps to its code. `exec` lives in `exec.rs`.
+//! rest, which `messages::report_error` prints and maps to its code. `exec` lives in `exec.rs`;
+//! what both take a lock with, in `take.rs`.
 //!
 //! Layer 13 of the list in `lib.rs`.
 
 use std::io::Write;
 use std::ops::ControlFlow;
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use crate::acquire::{self, Acquired, Wait};
+use crate::acquire::Wait;
 use crate::backend;
 use crate::brief;
-use crate::cli::{
-    AcquireArgs, ExtendArgs, LockArgs, LogArgs, ReleaseArgs, StatusArgs, StatusFormat,
-};
+use crate::cli::{AcquireArgs, ExtendArgs, LogArgs, ReleaseArgs, StatusArgs, StatusFormat};
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
-use crate::events::Event;
 use crate::exit;
 use crate::history::{self, Entry, Range};
-use crate::lock::{self, IfHeld, Keys, Lock, Mode, QuorumVerdict, Releaser, State, Verdict};
+use crate::lock::{self, IfHeld, Kept, Keys, Lock, QuorumVerdict, Releaser, State, Verdict};
 use crate::messages;
 use crate::os;
 use crate::output;
 use crate::owner;
-use crate::park::{self, Parker};
+use crate::park;
 use crate::signals;
 use crate::store::Store;
-
-/// A TTL under this is allowed but warned about: a lock that short can expire before its holder
-/// has used it (a round trip and a process start take milliseconds, a loaded machine far more),
-/// and `exec`'s renewals, every TTL/3, would have to arrive within scheduling noise.
-pub const SHORT_TTL: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Warns (unless `-q`) about a `--ttl` under [`SHORT_TTL`]; the lock is taken as asked.
-pub fn warn_short_ttl(config: &Config, ttl: std::time::Duration) {
-    if ttl < SHORT_TTL {
-        messages::warning(
-            config,
-            format_args!(
-                "--ttl {} is under 1s: the lock can expire before its holder has used it (or \
-                 exec has renewed it); 1s or more is safer",
-                humantime::format_duration(ttl)
-            ),
-        );
-    }
-}
-
-impl LockArgs {
-    /// The kind of lock asked for: `--slots`, `--pool`, `--shared`, or plain.
-    pub fn mode(&self) -> Mode {
-        match (self.slots, &self.pool, self.shared) {
-            (Some(n), _, _) => Mode::Slots(n),
-            (_, Some(pool), _) => Mode::Pool(pool.0.clone()),
-            (_, _, true) => Mode::Shared,
-            _ => Mode::Exclusive,
-        }
-    }
-
-    pub fn wait(&self) -> Wait {
-        match (self.no_wait, self.wait) {
-            (true, _) => Wait::No,
-            (false, Some(d)) => Wait::For(d),
-            (false, None) => Wait::Forever,
-        }
-    }
-}
-
-/// The message for a lock we gave up on.
-fn busy_message(keys: &Keys, outcome: &Acquired) -> String {
-    match outcome {
-        Acquired::Busy(Some(state)) if state.held() => {
-            format!("lock '{}' is busy: {}", keys.name, state.describe())
-        }
-        _ => format!("lock '{}' is busy", keys.name),
-    }
-}
-
-/// Why [`take_lock`] gave up, both already reported on stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GaveUp {
-    /// The lock stayed busy (`-n`, or `--wait` ran out).
-    Busy(u8),
-    /// This signal ended the wait.
-    Signal(i32),
-}
-
-impl GaveUp {
-    /// The exit status it gives: `--conflict-exit-code`, or 128 + the signal.
-    pub fn code(self) -> u8 {
-        match self {
-            GaveUp::Busy(code) => code,
-            GaveUp::Signal(sig) => exit::signal(sig),
-        }
-    }
-}
-
-/// Takes the lock as `args` say, waiting on `events` (which must carry stop signals); `kept`:
-/// a keeper will keep it alive for the owner's pid (`acquire --while-pid`, recorded).
-/// `Break` says why the lock stayed busy or a signal ended the wait (both already reported on
-/// stderr).
-pub fn take_lock(
-    config: &Config,
-    store: &mut dyn Store,
-    keys: &Keys,
-    args: &LockArgs,
-    owner: &lock::Owner,
-    kept: bool,
-    events: &Receiver<Event>,
-) -> Result<ControlFlow<GaveUp, Lock>> {
-    let mut parker = Parker::new(config, events);
-    let mode = args.mode();
-    let wanted = acquire::Wanted {
-        ttl: args.ttl,
-        owner,
-        wait: args.wait(),
-        mode: &mode,
-        supersede: args.supersede,
-        preemptible: args.preemptible,
-        preempt: args.preempt,
-        kept,
-    };
-    let started = std::time::Instant::now();
-    match acquire::acquire(store, keys, &wanted, &mut parker)? {
-        Acquired::Held(lock) => {
-            if args.wait_replicas > 0 {
-                wait_for_replicas(config, store, &lock, args.wait_replicas)?;
-            }
-            Ok(ControlFlow::Continue(lock))
-        }
-        Acquired::Interrupted(sig) => {
-            messages::notice(
-                config,
-                format_args!(
-                    "{} while waiting for '{}'; gave up",
-                    signals::name(sig),
-                    keys.name
-                ),
-            );
-            Ok(ControlFlow::Break(GaveUp::Signal(sig)))
-        }
-        Acquired::Superseded(by) => {
-            messages::notice(
-                config,
-                format_args!(
-                    "superseded by {by} after waiting {} for '{}' (--supersede); gave up",
-                    output::human_ms(started.elapsed()),
-                    keys.name
-                ),
-            );
-            Ok(ControlFlow::Break(GaveUp::Busy(args.conflict_exit_code)))
-        }
-        busy @ Acquired::Busy(_) => {
-            messages::notice(config, busy_message(keys, &busy));
-            Ok(ControlFlow::Break(GaveUp::Busy(args.conflict_exit_code)))
-        }
-    }
-}
-
-/// `--wait-replicas N`: the lock counts only once N replicas have it (so that a failover right
-/// after acquiring does not lose it). A shortfall gives the lock back and is an error.
-fn wait_for_replicas(
-    config: &Config,
-    store: &mut dyn Store,
-    lock: &Lock,
-    replicas: u32,
-) -> Result<()> {
-    let acked = match store.wait_replicas(&lock.keys, replicas, config.io_timeout) {
-        Ok(n) if n >= i64::from(replicas) => return Ok(()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e),
-    };
-    let _ = store
-        .recover()
-        .and_then(|()| store.leave(&lock.keys, &lock.token));
-    let acked = acked?;
-    Err(failure(
-        Kind::Unavailable,
-        format!(
-            "only {acked} of the {replicas} replicas asked for (--wait-replicas) acknowledged \
-             '{}' within {}; released it again",
-            lock.keys.name,
-            output::human_ms(config.io_timeout)
-        ),
-    ))
-}
-
-/// Refuses option combinations that cannot work with the configured servers.
-pub fn check_lock_args(config: &Config, args: &LockArgs) -> Result<()> {
-    let mode = args.mode();
-    if args.supersede && args.no_wait {
-        return Err(usage(
-            "--supersede applies to waiters, and -n does not wait: give --wait DUR, or neither",
-        ));
-    }
-    if args.preempt && args.no_wait {
-        return Err(usage(
-            "--preempt waits, at the head of the queue, for the holder to stop, and -n does not \
-             wait: give --wait DUR, or neither",
-        ));
-    }
-    if (args.preempt || args.preemptible) && mode != Mode::Exclusive {
-        return Err(usage(format!(
-            "--{} applies to a lock with one holder, not to {}: which of several holders would \
-             stop is not one answer",
-            if args.preempt {
-                "preempt"
-            } else {
-                "preemptible"
-            },
-            mode.describe()
-        )));
-    }
-    if args.supersede && matches!(config.servers, Servers::Quorum(_)) {
-        return Err(usage(
-            "--supersede does not apply to several --url yet: a superseded waiter's attempts \
-             also hold grants on the other nodes, which the queue node cannot take back in the \
-             same step",
-        ));
-    }
-    if mode != Mode::Exclusive && matches!(config.servers, Servers::Quorum(_)) {
-        return Err(usage(format!(
-            "{} does not apply to several --url: a limit kept by each of independent masters is \
-             not one limit (with 3 masters and 2 slots, 3 clients can each win a majority with \
-             different pairs); use one server (with replicas, Sentinel or a Cluster)",
-            mode.describe()
-        )));
-    }
-    if args.wait_replicas > 0 && matches!(config.servers, Servers::Quorum(_)) {
-        return Err(usage(
-            "--wait-replicas does not apply to several --url (a quorum of independent masters \
-             has no replicas to wait for)",
-        ));
-    }
-    Ok(())
-}
+use crate::take::{check_lock_args, take_lock, warn_short_ttl};
 
 pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
-    check_lock_args(config, &args.lock)?;
-    if args.lock.preemptible && args.while_pid.is_none() {
-        return Err(usage(
-            "acquire --preemptible needs --while-pid PID: a preempted lock is given up by \
-             stopping PID, and without a keeper nobody hears of the preemption (exec \
-             --preemptible stops its command itself)",
-        ));
-    }
+    check_acquire_args(config, args)?;
     // Opened first: a pid with no process is refused before anything is written to Redis, and
-    // the pidfd names that very process however long the keeper runs (see keeper.rs).
-    if let Some(pid) = args.while_pid {
-        if u32::try_from(pid).ok() == Some(std::process::id()) {
-            return Err(usage(format!(
-                "--while-pid {pid} is this redlock itself, which ends once it printed the token; \
-                 give the script's pid ($$ in sh)"
-            )));
-        }
-        if pid == 1 && args.on_lost != crate::cli::PidOnLost::Ignore {
-            return Err(usage(
-                "--while-pid 1 is init: a lost lock would signal it; give --on-lost ignore to \
-                 keep the lock for it anyway",
-            ));
-        }
-    }
+    // the pidfd names that very process however long the keeper runs (see brief.rs).
     let watched = args
         .while_pid
         .map(|pid| brief::Pid::open(pid, args.on_lost))
@@ -290,64 +60,117 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
         signals::deliver(signals::STOP, tx, park::signal_event)?;
     }
     let mut store = backend::open(config)?;
-    let kept = args.while_pid.is_some();
+    let kept = match args.while_pid {
+        Some(_) => Kept::WhilePid,
+        None => Kept::ByHolder,
+    };
     let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, kept, &rx)? {
         ControlFlow::Continue(lock) => lock,
         ControlFlow::Break(gave_up) => return Ok(gave_up.code()),
     };
     let started = match watched {
-        Some(watched) => {
-            let pid = args.while_pid.unwrap_or_default();
-            let started = if watched.ended() {
-                // It ended while we waited in the queue: the lock would be kept for nobody.
-                Err(usage(format!(
-                    "--while-pid {pid}: the process ended while waiting"
-                )))
-            } else {
-                brief::start(config, &lock, watched).and_then(|started| {
-                    // A keeper that took longer to start than the lock lasts renews nothing.
-                    if Instant::now() < lock.valid_until(lock.sent) {
-                        Ok(started)
-                    } else {
-                        Err(failure(
-                            Kind::Unavailable,
-                            format!(
-                                "the keeper took longer to start than the lock's TTL ({})",
-                                output::human_ms(lock.ttl)
-                            ),
-                        ))
-                    }
-                })
-            };
-            match started {
-                Ok(started) => Some(started),
-                Err(e) => {
-                    // Nobody would renew it, nor release it when the pid ends: give it back.
-                    let _ = store.release(&keys, &Releaser::keeper(&lock));
-                    return Err(e.context(format!(
-                        "cannot leave a keeper for pid {pid} (released '{}' again)",
-                        keys.name
-                    )));
-                }
-            }
-        }
+        Some(watched) => Some(leave_keeper(config, store.as_mut(), &lock, watched, args)?),
         None => None,
     };
-    let text = crate::output::acquired(&lock, args.format);
+    if let Some(code) = print_token(store.as_mut(), &lock, args)? {
+        return Ok(code);
+    }
+    // The token reached its reader: from here on the keeper keeps the lock (without this word,
+    // it gives the lock back: see `brief::Started`).
+    if let Some(started) = started {
+        started.confirm();
+    }
+    Ok(exit::OK)
+}
+
+/// What `acquire` refuses besides what [`check_lock_args`] does: `--preemptible` without a
+/// keeper, and a `--while-pid` that cannot be kept for.
+fn check_acquire_args(config: &Config, args: &AcquireArgs) -> Result<()> {
+    check_lock_args(config, &args.lock)?;
+    if args.lock.preemptible && args.while_pid.is_none() {
+        return Err(usage(
+            "acquire --preemptible needs --while-pid PID: a preempted lock is given up by \
+             stopping PID, and without a keeper nobody hears of the preemption (exec \
+             --preemptible stops its command itself)",
+        ));
+    }
+    if let Some(pid) = args.while_pid {
+        if u32::try_from(pid).ok() == Some(std::process::id()) {
+            return Err(usage(format!(
+                "--while-pid {pid} is this redlock itself, which ends once it printed the token; \
+                 give the script's pid ($$ in sh)"
+            )));
+        }
+        if pid == 1 && args.on_lost != crate::cli::PidOnLost::Ignore {
+            return Err(usage(
+                "--while-pid 1 is init: a lost lock would signal it; give --on-lost ignore to \
+                 keep the lock for it anyway",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Starts the keeper of `lock` for `watched` (`--while-pid`); on failure gives the lock back.
+fn leave_keeper(
+    config: &Config,
+    store: &mut dyn Store,
+    lock: &Lock,
+    watched: brief::Pid,
+    args: &AcquireArgs,
+) -> Result<brief::Started> {
+    let keys = &lock.keys;
+    let pid = args.while_pid.unwrap_or_default();
+    let started = if watched.ended() {
+        // It ended while we waited in the queue: the lock would be kept for nobody.
+        Err(usage(format!(
+            "--while-pid {pid}: the process ended while waiting"
+        )))
+    } else {
+        brief::start(config, lock, watched).and_then(|started| {
+            // A keeper that took longer to start than the lock lasts renews nothing.
+            if Instant::now() < lock.valid_until(lock.sent) {
+                Ok(started)
+            } else {
+                Err(failure(
+                    Kind::Unavailable,
+                    format!(
+                        "the keeper took longer to start than the lock's TTL ({})",
+                        output::human_ms(lock.ttl)
+                    ),
+                ))
+            }
+        })
+    };
+    started.map_err(|e| {
+        // Nobody would renew it, nor release it when the pid ends: give it back.
+        let _ = store.release(keys, &Releaser::keeper(lock));
+        e.context(format!(
+            "cannot leave a keeper for pid {pid} (released '{}' again)",
+            keys.name
+        ))
+    })
+}
+
+/// Prints the token (as `--format` says); when nobody received it, gives the lock back and
+/// returns the exit status (a closed pipe) or the error.
+fn print_token(store: &mut dyn Store, lock: &Lock, args: &AcquireArgs) -> Result<Option<u8>> {
+    let keys = &lock.keys;
+    let text = crate::output::acquired(lock, args.format);
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = stdout
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
     {
         // Nobody received the token, so nobody could ever release this lock: give it back.
-        store.release(&keys, &Releaser::keeper(&lock))?;
+        store.release(keys, &Releaser::keeper(lock))?;
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             messages::alert(format_args!(
                 "cannot print the token ({e}); released '{}' again",
                 keys.name
             ));
             // As if SIGPIPE had ended us, the way a shell pipeline expects.
-            return Ok(exit::signal(libc::SIGPIPE));
+            return Ok(Some(exit::signal(libc::SIGPIPE)));
         }
         return Err(failure(
             Kind::Io,
@@ -357,12 +180,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
             ),
         ));
     }
-    // The token reached its reader: from here on the keeper keeps the lock (without this word,
-    // it gives the lock back: see `brief::Started`).
-    if let Some(started) = started {
-        started.confirm();
-    }
-    Ok(exit::OK)
+    Ok(None)
 }
 
 /// Whether stdout was open when we started. Rust's runtime reopens a closed fd 1 as /dev/null
@@ -416,27 +234,8 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
     };
     let mut store = backend::open(config)?;
     match store.release(&keys, &by)? {
-        Verdict::Forced(holders) if holders.is_empty() => {
-            messages::notice(config, format_args!("'{}' had no holder left", keys.name));
-            Ok(exit::OK)
-        }
         Verdict::Forced(holders) => {
-            // As for one holder: the holders are the point of --force's output, even with -q.
-            messages::outcome(format_args!(
-                "force-released '{}', held by {} holder{}:",
-                keys.name,
-                holders.len(),
-                if holders.len() == 1 { "" } else { "s" }
-            ));
-            for h in &holders {
-                messages::outcome(format_args!(
-                    "  slot {}: {} (fence {}, token {}…)",
-                    h.slot.map_or("?".to_string(), |s| s.to_string()),
-                    h.who(),
-                    h.fence,
-                    h.fingerprint()
-                ));
-            }
+            force_released(config, &keys, &holders);
             Ok(exit::OK)
         }
         Verdict::Done(previous) => {
@@ -445,17 +244,17 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
                 crate::tell::released(token);
             }
             if args.force {
-                let who = previous
-                    .filter(|_| true)
-                    .map(|h| {
+                let who = previous.map_or_else(
+                    || "an unknown client".to_string(),
+                    |h| {
                         format!(
                             "{} (fence {}, token {}…)",
                             h.who(),
                             h.fence,
                             h.fingerprint()
                         )
-                    })
-                    .unwrap_or_else(|| "an unknown client".to_string());
+                    },
+                );
                 // The previous owner is the point of --force's output: print it even with -q.
                 messages::outcome(format_args!(
                     "force-released '{}', held by {who}",
@@ -501,6 +300,30 @@ pub fn release(config: &Config, args: &ReleaseArgs) -> Result<u8> {
             };
             Err(lock::not_owner(&other, token)).context(format!("cannot release '{}'", keys.name))
         }
+    }
+}
+
+/// Says whom a `--force` let go of a lock with more than one holder.
+fn force_released(config: &Config, keys: &Keys, holders: &[lock::Holder]) {
+    if holders.is_empty() {
+        messages::notice(config, format_args!("'{}' had no holder left", keys.name));
+        return;
+    }
+    // As for one holder: the holders are the point of --force's output, even with -q.
+    messages::outcome(format_args!(
+        "force-released '{}', held by {} holder{}:",
+        keys.name,
+        holders.len(),
+        if holders.len() == 1 { "" } else { "s" }
+    ));
+    for h in holders {
+        messages::outcome(format_args!(
+            "  slot {}: {} (fence {}, token {}…)",
+            h.slot.map_or("?".to_string(), |s| s.to_string()),
+            h.who(),
+            h.fence,
+            h.fingerprint()
+        ));
     }
 }
 

@@ -75,7 +75,6 @@ use signal_hook::consts::signal::*;
 
 use crate::backend;
 use crate::cli::{ExecArgs, OnLost};
-use crate::commands::{GaveUp, take_lock};
 use crate::config::Config;
 use crate::events::{self, Event};
 use crate::exit;
@@ -89,6 +88,7 @@ use crate::renew::{Renewal, Renewed};
 use crate::signals::{self, Signal};
 use crate::spawn::{self, Child};
 use crate::store::{Store, loss_reason};
+use crate::take::{GaveUp, take_lock};
 
 use command::{command_line, exit_code, spawn};
 use end::{conclude, release_after};
@@ -153,8 +153,8 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
     watched.push(SIGCHLD);
     let handled = signals::deliver(&watched, tx.clone(), park::signal_event)?;
 
-    crate::commands::check_lock_args(config, &args.lock)?;
-    crate::commands::warn_short_ttl(config, args.lock.ttl);
+    crate::take::check_lock_args(config, &args.lock)?;
+    crate::take::warn_short_ttl(config, args.lock.ttl);
     let mut store = backend::open(config)?;
     let taken = take_lock(
         config,
@@ -162,7 +162,7 @@ fn supervise(config: &Config, args: &ExecArgs, facts: &mut Facts) -> Result<u8> 
         &keys,
         &args.lock,
         &owner,
-        false,
+        lock::Kept::ByHolder,
         &rx,
     );
     facts.waited = Some(facts.started.elapsed());

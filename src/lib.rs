@@ -28,25 +28,14 @@
 //!    the store; the one pub/sub follower and the one renewal every holder loop shares
 //! 10. `metrics`, `owner`, `park`, `brief`: `status` as Prometheus metrics; who we are; parking
 //!     a waiter on signals; what `acquire --while-pid` and its keeper agree on, and starting one
-//! 11. `notify`, `complete`, `watch`, `wait`: hearing that our lock was taken; completing lock
-//!     names in a shell; following locks as they change (`status --watch`); waiting until a lock
-//!     is free (`wait`)
+//! 11. `notify`, `complete`, `watch`, `wait`, `take`: hearing that our lock was taken;
+//!     completing lock names in a shell; following locks as they change (`status --watch`);
+//!     waiting until a lock is free (`wait`); what `exec` and the one-shot commands share to take
+//!     a lock
 //! 12. `keeper`: the detached process that keeps an `acquire --while-pid` lock alive while a pid
 //!     and the work it started run
 //! 13. `commands`: `acquire`, `release`, `extend`, `status`, `log`
 //! 14. `exec`: the supervisor (it takes its lock as the `acquire` command does)
-
-/// `eprintln!` that never panics, for `messages` (the one module that writes lines for humans to
-/// stderr, and knows what `-q` and `-v` do to them): a closed or broken stderr (the reader of a
-/// pipe went away) must not turn an outcome into a crash, or a held lock into one that is never
-/// released.
-#[macro_export]
-macro_rules! eline {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
-    }};
-}
 
 mod acquire;
 mod backend;
@@ -79,6 +68,7 @@ mod scripts;
 mod signals;
 mod spawn;
 mod store;
+mod take;
 mod tell;
 mod wait;
 mod watch;

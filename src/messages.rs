@@ -3,7 +3,7 @@
 //!
 //! Layer 3, above `config` (whose `quiet` and `verbose` it reads) and below every module that
 //! has something to say, from `client` up; it uses only `cli`, `config`, `error`, `exit`,
-//! `printable` and the crate's [`eline!`](crate::eline). Nothing else in `src/` writes to stderr.
+//! `printable`, and writes through its own `eline!`. Nothing else in `src/` writes to stderr.
 //!
 //! The rule, decided here and nowhere else ([`shown`]):
 //!
@@ -25,9 +25,20 @@
 //! A progress line drawn on a terminal has no newline: every other line clears it first (it
 //! would otherwise be appended to it), and [`clear_progress`] removes it when the wait is over.
 //!
-//! A line never panics on a closed or broken stderr ([`eline!`](crate::eline)), and text that
+//! A line never panics on a closed or broken stderr (`eline!`), and text that
 //! came from outside (a server, another client, the command line) goes through
 //! [`printable`] first.
+
+/// `eprintln!` that never panics, for this module (the one that writes lines for humans to
+/// stderr, and knows what `-q` and `-v` do to them): a closed or broken stderr (the reader of a
+/// pipe went away) must not turn an outcome into a crash, or a held lock into one that is never
+/// released.
+macro_rules! eline {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
 
 use std::fmt::Display;
 use std::io::{IsTerminal, Write as _};
@@ -67,7 +78,7 @@ fn shown(kind: Kind, quiet: bool, verbose: bool) -> bool {
 fn emit(kind: Kind, quiet: bool, verbose: bool, text: impl Display) {
     if shown(kind, quiet, verbose) {
         clear_progress();
-        crate::eline!("redlock: {text}");
+        eline!("redlock: {text}");
     }
 }
 
@@ -170,7 +181,7 @@ pub fn option_warning(args: &GlobalArgs, text: impl Display) {
 pub fn log<D: Display>(config: &Config, text: impl FnOnce() -> D) {
     if shown(Kind::Log, config.quiet, config.verbose) {
         clear_progress();
-        crate::eline!("redlock: {}", text());
+        eline!("redlock: {}", text());
     }
 }
 
@@ -197,7 +208,7 @@ pub fn report_error(err: &anyhow::Error) -> u8 {
         .collect();
     // A cause may quote what a server or another client wrote: never for the terminal.
     clear_progress();
-    crate::eline!("redlock: {}", printable(&message.join("; ")));
+    eline!("redlock: {}", printable(&message.join("; ")));
     error::exit_code(err)
 }
 
@@ -217,7 +228,7 @@ pub fn usage_error(e: &clap::Error) -> u8 {
             && err.kind() != std::io::ErrorKind::BrokenPipe
             && !e.use_stderr()
         {
-            crate::eline!("redlock: cannot write to stdout: {err}");
+            eline!("redlock: cannot write to stdout: {err}");
             return exit::IO_ERROR;
         }
         return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
@@ -249,7 +260,7 @@ pub fn usage_error(e: &clap::Error) -> u8 {
         Some(sub) => format!("redlock {sub} --help"),
         None => "redlock --help".to_string(),
     };
-    crate::eline!("redlock: {} (see '{help}')", printable(line));
+    eline!("redlock: {} (see '{help}')", printable(line));
     exit::USAGE
 }
 

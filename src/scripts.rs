@@ -8,6 +8,15 @@
 //! KEY -- true` together. [`Script`] runs them with EVALSHA and loads one with SCRIPT LOAD when
 //! the server does not know it (after a restart or SCRIPT FLUSH), as `redis::Script` does.
 //!
+//! Arguments by name. A script's arguments are positional on the wire (`ARGV[n]`), and each script
+//! says once, at its top, what each position means: `local A = args{'token', 'ttl_ms', ...}`
+//! (`args` in `common.lua` decodes ARGV into the table `A`, read by name from then on).
+//! `build.rs` reads that declaration into [`Script`]'s names, and an [`Invocation`] names each
+//! argument as it adds it ([`Invocation::arg`]): the names go nowhere (the wire carries the same
+//! values as ever), but a call whose names differ from the script's declaration, in number or in
+//! order, fails a debug assertion when it is sent, and the unit tests of `lock` build every call
+//! and compare.
+//!
 //! Layer 0 of the list in `lib.rs`.
 
 use redis::{ConnectionLike, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs};
@@ -17,11 +26,19 @@ use redis::{ConnectionLike, ErrorKind, FromRedisValue, RedisResult, ServerErrorK
 pub struct Script {
     code: &'static str,
     hash: &'static str,
+    /// Its arguments' names, in ARGV order, as it declares them (`local A = args{...}`).
+    names: &'static [&'static str],
 }
 
 impl Script {
-    const fn new(code: &'static str, hash: &'static str) -> Script {
-        Script { code, hash }
+    const fn new(code: &'static str, hash: &'static str, names: &'static [&'static str]) -> Script {
+        Script { code, hash, names }
+    }
+
+    /// Its arguments' names, in ARGV order (see the module doc).
+    #[cfg(test)]
+    pub fn names(&self) -> &'static [&'static str] {
+        self.names
     }
 
     /// The SHA1 that EVALSHA names it by.
@@ -40,25 +57,66 @@ impl Script {
             script: self,
             keys: key.to_redis_args(),
             args: Vec::new(),
+            names: Vec::new(),
         }
     }
 }
 
-/// One call of a [`Script`]: its keys and arguments, as `redis::ScriptInvocation` has them.
+/// One call of a [`Script`]: its keys and arguments, as `redis::ScriptInvocation` has them, and
+/// the arguments' names (see the module doc).
 pub struct Invocation<'a> {
     script: &'a Script,
     keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
+    names: Vec<&'static str>,
 }
 
 impl Invocation<'_> {
-    pub fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+    /// Adds the argument the script names `name` (the next in its declaration).
+    pub fn arg<T: ToRedisArgs>(&mut self, name: &'static str, arg: T) -> &mut Self {
         arg.write_redis_args(&mut self.args);
+        self.names.push(name);
         self
+    }
+
+    /// The arguments' names, as the call gave them.
+    #[cfg(test)]
+    pub fn names(&self) -> &[&'static str] {
+        &self.names
+    }
+
+    /// The script it calls.
+    #[cfg(test)]
+    pub fn script(&self) -> &Script {
+        self.script
+    }
+
+    /// A call that does not match its script's declaration is a bug in this crate.
+    fn check(&self) {
+        debug_assert_eq!(
+            (self.names.as_slice(), self.args.len()),
+            (self.script.names, self.script.names.len()),
+            "a script's arguments, as called and as declared"
+        );
+    }
+
+    /// EVAL with the whole script, not its hash: for a call that must run even if the server
+    /// never gets to answer (a leave in doubt: a frozen server runs it when it thaws, after we are
+    /// gone), which cannot be an EVALSHA: a server that has not seen the script yet refuses it
+    /// with NOSCRIPT, and nobody is there to send the EVAL.
+    pub fn eval<T: FromRedisValue>(&self, con: &mut dyn ConnectionLike) -> RedisResult<T> {
+        self.check();
+        redis::cmd("EVAL")
+            .arg(self.script.code)
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args)
+            .query(con)
     }
 
     /// EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again.
     pub fn invoke<T: FromRedisValue>(&self, con: &mut dyn ConnectionLike) -> RedisResult<T> {
+        self.check();
         let mut eval = redis::cmd("EVALSHA");
         eval.arg(self.script.hash)
             .arg(self.keys.len())
@@ -75,11 +133,6 @@ impl Invocation<'_> {
 }
 
 include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
-
-/// `leave.lua` as sent with EVAL: a leave that must run even if the server never gets to answer
-/// (a frozen server runs it when it thaws, after we are gone) cannot be an EVALSHA, which a server
-/// that has not seen the script yet refuses with NOSCRIPT, and nobody is there to send the EVAL.
-pub const LEAVE_SOURCE: &str = include_str!(concat!(env!("OUT_DIR"), "/leave.lua"));
 
 /// The three forms of one kind of attempt: as is, and behind the server check, without and with
 /// eviction allowed (`client.rs` sends a checked one first on each connection).
@@ -103,6 +156,25 @@ pub static SLOTS: Attempts = Attempts {
     checked_allow_eviction: &SLOTS_ACQUIRE_CHECKED_ALLOW_EVICTION,
 };
 
+/// Every script, for the tests.
+#[cfg(test)]
+pub static ALL: [&Script; 14] = [
+    &ACQUIRE,
+    &ACQUIRE_CHECKED,
+    &ACQUIRE_CHECKED_ALLOW_EVICTION,
+    &SLOTS_ACQUIRE,
+    &SLOTS_ACQUIRE_CHECKED,
+    &SLOTS_ACQUIRE_CHECKED_ALLOW_EVICTION,
+    &SLOTS_RELEASE,
+    &SLOTS_EXTEND,
+    &RELEASE,
+    &EXTEND,
+    &LEAVE,
+    &STATUS,
+    &FENCE,
+    &LOST,
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,30 +182,34 @@ mod tests {
     /// The hash `build.rs` computed is the SHA1 of what is sent (as `redis::Script` computes it).
     #[test]
     fn every_hash_is_its_scripts_sha1() {
-        for s in [
-            &ACQUIRE,
-            &ACQUIRE_CHECKED,
-            &ACQUIRE_CHECKED_ALLOW_EVICTION,
-            &SLOTS_ACQUIRE,
-            &SLOTS_ACQUIRE_CHECKED,
-            &SLOTS_ACQUIRE_CHECKED_ALLOW_EVICTION,
-            &SLOTS_RELEASE,
-            &SLOTS_EXTEND,
-            &RELEASE,
-            &EXTEND,
-            &LEAVE,
-            &STATUS,
-            &FENCE,
-            &LOST,
-        ] {
+        for s in ALL {
             assert_eq!(s.get_hash(), redis::Script::new(s.code).get_hash());
             assert!(s.code.starts_with(include_str!("scripts/common.lua")));
         }
-        assert_eq!(LEAVE.code, LEAVE_SOURCE);
         assert!(
             ACQUIRE_CHECKED
                 .code
                 .contains("return guarded(attempt, false)")
         );
+    }
+
+    /// Past `common.lua`, no script reads ARGV by number: each reads its arguments by the names
+    /// it declares (which `build.rs` found: `lock`'s tests hold every call to them), and a
+    /// script that takes arguments declares them.
+    #[test]
+    fn scripts_read_their_arguments_by_name() {
+        let common = include_str!("scripts/common.lua");
+        for s in ALL {
+            let own = &s.code[common.len()..];
+            assert!(!own.contains("ARGV"), "{own}");
+            if s.get_hash() != STATUS.get_hash() {
+                assert!(s.names.len() >= 5, "{:?}", s.names);
+                assert_eq!(s.names[0], "token");
+            }
+        }
+        assert_eq!(SLOTS_ACQUIRE.names[..24], *ACQUIRE.names);
+        assert_eq!(SLOTS_ACQUIRE.names[24], "spec");
+        assert_eq!(RELEASE.names, SLOTS_RELEASE.names);
+        assert_eq!(common.matches("= ARGV[i]").count(), 1);
     }
 }

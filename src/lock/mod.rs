@@ -712,7 +712,7 @@ pub enum Attempt {
         /// Busy because the lock is reserved for a waiter whose turn it is, not held.
         reserved: bool,
         /// The lock as the server saw it after queueing us, when the attempt asked for it
-        /// ([`Request::tell`]): what a waiter's status line says, read in the same round trip.
+        /// ([`Reply::state`]): what a waiter's status line says, read in the same round trip.
         seen: Option<Box<State>>,
     },
     /// A later `--supersede` waiter made this one leave the queue (it is out of it already).
@@ -741,38 +741,78 @@ pub fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-/// What an attempt asks for besides the lock and the token.
+/// What an attempt asks for besides the lock and the token. Built once per acquisition
+/// (`take.rs`); each attempt copies it with what changed since the one before (`prev`, `wait`,
+/// `waited`, `reply`), and a quorum with each node's part (see `quorum.rs`).
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
     pub ttl: Duration,
     /// Recorded as the holder (or, queued, as the waiter).
     pub owner: &'a Owner,
-    /// A busy lock queues us up.
-    pub join: bool,
-    /// The reply names the server's run_id (a quorum notices restarts by it).
-    pub run_id: bool,
+    /// The kind of lock asked for (plain, or with more than one holder: see `slots.rs`).
+    pub mode: &'a Mode,
+    /// How the attempt stands in the queue, and toward the holder.
+    pub queue: Queue,
+    /// What the reply carries besides the verdict.
+    pub reply: Reply,
+    /// Who keeps the lock alive once it is granted.
+    pub kept: Kept,
     /// The token of the attempt before, whose queue place and reservation this one takes over.
     pub prev: Option<&'a str>,
     /// What is left of the wait (`None`: forever); a waiter's record says when it gives up.
     pub wait: Option<Duration>,
     /// How long the client has waited so far: told with the acquisition, summed for metrics.
     pub waited: Duration,
-    /// A waiter's status line is due: a busy attempt that queues us also returns the lock's
-    /// state ([`Attempt::Busy`]'s `seen`), so that the line costs no round trip of its own.
-    pub tell: bool,
-    /// The kind of lock asked for (plain, or with more than one holder: see `slots.rs`).
-    pub mode: &'a Mode,
-    /// `--supersede`: joining the queue makes every earlier `--supersede` waiter leave it (see
+}
+
+/// What a busy lock does with an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Join {
+    /// Nothing: busy, not queued (`-n`; a quorum's nodes other than the queue node).
+    No,
+    /// Queue up.
+    Queue,
+    /// `--supersede`: queue up, and make every earlier `--supersede` waiter leave the queue (see
     /// `supersede_earlier` in `common.lua`).
-    pub supersede: bool,
-    /// `--preemptible`: a later `--preempt` waiter may ask the holder to stop (recorded).
-    pub preemptible: bool,
+    Supersede,
+}
+
+impl Join {
+    /// Whether a busy lock queues the attempt.
+    pub fn queues(self) -> bool {
+        self != Join::No
+    }
+}
+
+/// How an attempt stands in the queue and toward the holder, and how the holder it becomes may
+/// be treated (the options `--supersede`, `--preempt`, `--preemptible`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Queue {
+    pub join: Join,
     /// `--preempt`: queue ahead of the waiters that did not ask for it, and ask a
     /// `--preemptible` holder to stop (see `acquire.lua`).
     pub preempt: bool,
-    /// `acquire --while-pid`: a keeper keeps the lock alive for the holder's pid (recorded, for
-    /// `status`).
-    pub kept: bool,
+    /// `--preemptible`: a later `--preempt` waiter may ask the holder to stop (recorded).
+    pub preemptible: bool,
+}
+
+/// What an attempt's reply carries besides the verdict.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reply {
+    /// The server's run_id (a quorum notices restarts by it).
+    pub run_id: bool,
+    /// A waiter's status line is due: a busy attempt that queues us also returns the lock's
+    /// state ([`Attempt::Busy`]'s `seen`), so that the line costs no round trip of its own.
+    pub state: bool,
+}
+
+/// Who keeps a lock alive once it is granted (recorded, for `status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// Its holder, for as long as it runs (or nobody: a lock left to expire).
+    ByHolder,
+    /// `acquire --while-pid`: a keeper, for as long as the holder's pid lives.
+    WhilePid,
 }
 
 /// What a quorum tells about the acquisition it won (`fence.lua`): who, after how long a wait,

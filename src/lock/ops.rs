@@ -21,92 +21,143 @@ fn flag(on: bool) -> &'static str {
     if on { "1" } else { "" }
 }
 
+/// A yes/no script argument of the older form: '1' or '0'.
+fn flag01(on: bool) -> &'static str {
+    if on { "1" } else { "0" }
+}
+
+/// A duration as a script argument: whole milliseconds (0 stays 0, unlike [`millis`]).
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The arguments every script that writes the meta hash or tells the history reads: how long
+/// meta outlives the lock (`meta_idle_ms`), how many entries the history keeps (`log_max`), and
+/// the channel of `status --watch` with no KEY (`watch_all`, see [`watch_all_arg`]).
+pub(super) struct Upkeep {
+    pub meta_ttl: u64,
+    pub log_max: u64,
+    pub watch_all: String,
+}
+
+impl Upkeep {
+    pub fn of(redis: &Redis) -> Upkeep {
+        Upkeep {
+            meta_ttl: millis(redis.meta_ttl()),
+            log_max: redis.log_max(),
+            watch_all: watch_all_arg(redis),
+        }
+    }
+}
+
 /// One atomic attempt to take the lock with `token`.
 pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -> Result<Attempt> {
-    attempt(redis, &scripts::PLAIN, keys, token, req, &[])
+    attempt(redis, &scripts::PLAIN, keys, token, req, None)
 }
 
 /// One attempt with one of the attempt scripts (`acquire.lua`, `slots.lua`), which read the same
-/// arguments, then `extra`; their replies differ only in what a grant carries after the run_id
-/// (`slots.lua`: the slot).
+/// arguments, then `slots.lua` the lock's `spec`; their replies differ only in what a grant
+/// carries after the run_id (`slots.lua`: the slot).
 pub fn attempt(
     redis: &mut Redis,
     attempts: &scripts::Attempts,
     keys: &Keys,
     token: &str,
     req: &Request,
-    extra: &[&str],
+    spec: Option<&str>,
 ) -> Result<Attempt> {
+    let sent = Instant::now();
+    let upkeep = Upkeep::of(redis);
+    let reply: Vec<Value> = redis.call_acquire(attempts, |script, con| {
+        attempt_call(script, keys, token, req, &upkeep, spec).invoke(con)
+    })?;
+    attempt_reply(keys, token, req, sent, &reply)
+}
+
+/// The call of `acquire.lua` or `slots.lua` (with `spec`) for one attempt.
+fn attempt_call<'s>(
+    script: &'s scripts::Script,
+    keys: &Keys,
+    token: &str,
+    req: &Request,
+    upkeep: &Upkeep,
+    spec: Option<&str>,
+) -> scripts::Invocation<'s> {
     let Request {
         ttl,
         owner,
-        join,
-        run_id: want_run_id,
+        queue,
+        reply,
+        kept,
         prev,
         wait,
         waited,
-        tell,
-        mode,
-        supersede,
-        preemptible,
-        preempt,
-        kept,
+        ..
     } = *req;
-    let sent = Instant::now();
-    let meta_ttl = millis(redis.meta_ttl());
-    let (log_max, watch_all) = (redis.log_max(), watch_all_arg(redis));
-    let who = format!("{}@{} (pid {})", owner.user, owner.host, owner.pid);
-    let reply: Vec<Value> = redis.call_acquire(attempts, |script, con| {
-        let mut call = script.key(keys.all().as_slice());
-        call.arg(token)
-            .arg(millis(ttl))
-            .arg(&owner.host)
-            .arg(owner.pid)
-            .arg(&owner.user)
-            .arg(&owner.note)
-            .arg(if join { "1" } else { "0" })
-            .arg(millis(CLAIM_WINDOW))
-            .arg(millis(BLOCK_CAP))
-            .arg(millis(LEASE_MARGIN))
-            .arg(if want_run_id { "1" } else { "0" })
-            .arg(prev.unwrap_or(""))
-            .arg(meta_ttl)
-            .arg(wait.map_or(String::new(), |w| {
-                u64::try_from(w.as_millis()).unwrap_or(u64::MAX).to_string()
-            }))
-            .arg(&owner.pidns)
-            .arg(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX))
-            .arg(log_max)
-            .arg(if tell { "1" } else { "0" })
-            .arg(&watch_all)
-            .arg(if supersede {
+    let supersede = queue.join == Join::Supersede;
+    let mut call = script.key(keys.all().as_slice());
+    call.arg("token", token)
+        .arg("ttl_ms", millis(ttl))
+        .arg("host", &owner.host)
+        .arg("pid", owner.pid)
+        .arg("user", &owner.user)
+        .arg("note", &owner.note)
+        .arg("join", flag01(queue.join.queues()))
+        .arg("claim_ms", millis(CLAIM_WINDOW))
+        .arg("block_cap_ms", millis(BLOCK_CAP))
+        .arg("lease_margin_ms", millis(LEASE_MARGIN))
+        .arg("want_run_id", flag01(reply.run_id))
+        .arg("prev", prev.unwrap_or(""))
+        .arg("meta_idle_ms", upkeep.meta_ttl)
+        .arg("wait_ms", wait.map_or(String::new(), |w| ms(w).to_string()))
+        .arg("pidns", &owner.pidns)
+        .arg("waited_ms", ms(waited))
+        .arg("log_max", upkeep.log_max)
+        .arg("tell", flag01(reply.state))
+        .arg("watch_all", &upkeep.watch_all)
+        .arg(
+            "supersede_ms",
+            if supersede {
                 millis(TOMBSTONE).to_string()
             } else {
                 String::new()
-            })
-            .arg(&who)
-            .arg(flag(preemptible))
-            .arg(flag(kept))
-            .arg(flag(preempt));
-        for a in extra {
-            call.arg(*a);
-        }
-        call.invoke(con)
-    })?;
+            },
+        )
+        .arg(
+            "who",
+            format!("{}@{} (pid {})", owner.user, owner.host, owner.pid),
+        )
+        .arg("preemptible", flag(queue.preemptible))
+        .arg("kept", flag(kept == Kept::WhilePid))
+        .arg("preempt", flag(queue.preempt));
+    if let Some(spec) = spec {
+        call.arg("spec", spec);
+    }
+    call
+}
+
+/// An attempt script's reply (see `acquire.lua` and `slots.lua`), to an attempt sent at `sent`.
+fn attempt_reply(
+    keys: &Keys,
+    token: &str,
+    req: &Request,
+    sent: Instant,
+    reply: &[Value],
+) -> Result<Attempt> {
     let granted = |fence: i64, now: i64, run_id: &Value, slot: Option<Slot>| {
         Attempt::Granted(Lock {
             keys: keys.clone(),
             token: token.to_string(),
             fence,
             acquired_ms: now,
-            ttl,
+            ttl: req.ttl,
             sent,
             drift: Duration::ZERO,
             run_ids: vec![text(run_id)],
             slot,
         })
     };
-    match reply.as_slice() {
+    match reply {
         [Value::Int(1), Value::Int(fence), Value::Int(now), run_id] => {
             Ok(granted(*fence, *now, run_id, None))
         }
@@ -118,7 +169,7 @@ pub fn attempt(
             Value::Int(slot),
         ] => {
             let index = u32::try_from(*slot).unwrap_or(u32::MAX);
-            let resource = mode.resource(index).map(str::to_string);
+            let resource = req.mode.resource(index).map(str::to_string);
             Ok(granted(
                 *fence,
                 *now,
@@ -132,7 +183,7 @@ pub fn attempt(
         }),
         [Value::Int(-2), spec, by] => Err(mismatch(
             keys,
-            mode,
+            req.mode,
             &text(spec).unwrap_or_default(),
             &text(by).unwrap_or_default(),
         )),
@@ -204,53 +255,51 @@ pub fn give_up_to(
     leave_script(redis, keys, token, hand_over, doubt, "1")
 }
 
-/// `leave.lua`; `waiter`: its argument of that name.
+/// `leave.lua`; `for_good`: its argument of that name.
 fn leave_script(
     redis: &mut Redis,
     keys: &Keys,
     token: &str,
     hand_over: HandOver,
     doubt: Doubt,
-    waiter: &str,
+    for_good: &str,
 ) -> Result<Option<String>> {
-    let (quiet, to) = hand_over.args();
-    let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
-    let watch_all = watch_all_arg(redis);
+    let upkeep = Upkeep::of(redis);
+    let tombstone = match doubt {
+        Doubt::Sure => 0,
+        Doubt::Unsure => millis(TOMBSTONE),
+    };
+    let call = leave_call(keys, token, hand_over, tombstone, &upkeep, for_good);
     let next: Value = match doubt {
-        Doubt::Sure => redis.call("leave", |con| {
-            scripts::LEAVE
-                .key(keys.all().as_slice())
-                .arg(token)
-                .arg(millis(CLAIM_WINDOW))
-                .arg(quiet)
-                .arg(to)
-                .arg(0)
-                .arg(log_max)
-                .arg(meta_ttl)
-                .arg(&watch_all)
-                .arg(waiter)
-                .invoke(con)
-        })?,
+        Doubt::Sure => redis.call("leave", |con| call.invoke(con))?,
         // The whole script, not its hash: this leave may run when nobody is left to answer a
         // NOSCRIPT (a frozen server thawing after we gave up), and it must run all the same.
-        Doubt::Unsure => redis.call("leave", |con| {
-            redis::cmd("EVAL")
-                .arg(scripts::LEAVE_SOURCE)
-                .arg(keys.all().len())
-                .arg(keys.all().as_slice())
-                .arg(token)
-                .arg(millis(CLAIM_WINDOW))
-                .arg(quiet)
-                .arg(to)
-                .arg(millis(TOMBSTONE))
-                .arg(log_max)
-                .arg(meta_ttl)
-                .arg(&watch_all)
-                .arg(waiter)
-                .query(con)
-        })?,
+        Doubt::Unsure => redis.call("leave", |con| call.eval(con))?,
     };
     Ok(text(&next))
+}
+
+/// The call of `leave.lua`.
+fn leave_call<'s>(
+    keys: &Keys,
+    token: &str,
+    hand_over: HandOver,
+    tombstone_ms: u64,
+    upkeep: &Upkeep,
+    for_good: &str,
+) -> scripts::Invocation<'s> {
+    let (quiet, to) = hand_over.args();
+    let mut call = scripts::LEAVE.key(keys.all().as_slice());
+    call.arg("token", token)
+        .arg("claim_ms", millis(CLAIM_WINDOW))
+        .arg("quiet", quiet)
+        .arg("to", to)
+        .arg("tombstone_ms", tombstone_ms)
+        .arg("log_max", upkeep.log_max)
+        .arg("meta_idle_ms", upkeep.meta_ttl)
+        .arg("watch_all", &upkeep.watch_all)
+        .arg("for_good", for_good);
+    call
 }
 
 /// Tells the lock's history and its watchers what befell the holder of `token` (with `fence`),
@@ -274,21 +323,30 @@ pub fn report(
     what: Befell,
     reason: &str,
 ) -> Result<()> {
-    let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
-    let watch_all = watch_all_arg(redis);
-    redis.call(what.as_str(), |con| {
-        scripts::LOST
-            .key(keys.all().as_slice())
-            .arg(token)
-            .arg(fence)
-            .arg(reason)
-            .arg(log_max)
-            .arg(meta_ttl)
-            .arg(&watch_all)
-            .arg(what.as_str())
-            .invoke::<i64>(con)
-    })?;
+    let upkeep = Upkeep::of(redis);
+    let call = lost_call(keys, token, fence, what, reason, &upkeep);
+    redis.call(what.as_str(), |con| call.invoke::<i64>(con))?;
     Ok(())
+}
+
+/// The call of `lost.lua`.
+fn lost_call<'s>(
+    keys: &Keys,
+    token: &str,
+    fence: i64,
+    what: Befell,
+    reason: &str,
+    upkeep: &Upkeep,
+) -> scripts::Invocation<'s> {
+    let mut call = scripts::LOST.key(keys.all().as_slice());
+    call.arg("token", token)
+        .arg("fence", fence)
+        .arg("reason", reason)
+        .arg("log_max", upkeep.log_max)
+        .arg("meta_idle_ms", upkeep.meta_ttl)
+        .arg("watch_all", &upkeep.watch_all)
+        .arg("kind", what.as_str());
+    call
 }
 
 /// Deletes the lock if the releaser's token holds it, handing it to the first waiter; with
@@ -301,20 +359,8 @@ pub fn release(
     by: &Releaser,
     hand_over: HandOver,
 ) -> Result<(Verdict, Option<String>)> {
-    let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
-    let watch_all = watch_all_arg(redis);
-    let reply: Vec<Value> = redis.call("release", |con| {
-        release_call(
-            &scripts::RELEASE,
-            keys,
-            by,
-            hand_over,
-            log_max,
-            meta_ttl,
-            &watch_all,
-        )
-        .invoke(con)
-    })?;
+    let call = release_call(&scripts::RELEASE, keys, by, hand_over, &Upkeep::of(redis));
+    let reply: Vec<Value> = redis.call("release", |con| call.invoke(con))?;
     // A quorum's queue node names the next waiter even where our token was not (release.lua).
     let next = match reply.as_slice() {
         [_, _, next] => text(next),
@@ -332,36 +378,36 @@ pub(super) fn release_call<'s>(
     keys: &Keys,
     by: &Releaser,
     hand_over: HandOver,
-    log_max: u64,
-    meta_ttl: u64,
-    watch_all: &str,
+    upkeep: &Upkeep,
 ) -> scripts::Invocation<'s> {
     let (token, forcer, status) = match by {
         Releaser::Holder { token, status, .. } => (token.as_str(), None, *status),
         Releaser::Force(owner, cond) => ("", Some((owner, cond)), None),
     };
     let (quiet, to) = hand_over.args();
+    let (host, pid, user) = forcer.map_or_else(Default::default, |(o, _)| {
+        (o.host.as_str(), o.pid.to_string(), o.user.as_str())
+    });
+    let (if_held, value) = match forcer {
+        Some((_, Some(cond))) => cond.args(),
+        _ => ("", String::new()),
+    };
     let mut call = script.key(keys.all().as_slice());
-    call.arg(token)
-        .arg(if forcer.is_some() { "force" } else { "" })
-        .arg(millis(CLAIM_WINDOW))
-        .arg(quiet)
-        .arg(to);
-    match forcer {
-        Some((o, cond)) => {
-            call.arg(&o.host).arg(o.pid).arg(&o.user);
-            let (name, value) = cond.as_ref().map_or(("", String::new()), IfHeld::args);
-            call.arg(name).arg(value);
-        }
-        None => {
-            call.arg("").arg("").arg("").arg("").arg("");
-        }
-    }
-    call.arg(log_max)
-        .arg(status.map_or(String::new(), |s| s.to_string()))
-        .arg(meta_ttl)
-        .arg(watch_all)
-        .arg(by.who_arg());
+    call.arg("token", token)
+        .arg("force", if forcer.is_some() { "force" } else { "" })
+        .arg("claim_ms", millis(CLAIM_WINDOW))
+        .arg("quiet", quiet)
+        .arg("to", to)
+        .arg("forcer_host", host)
+        .arg("forcer_pid", pid)
+        .arg("forcer_user", user)
+        .arg("if_held", if_held)
+        .arg("if_value", value)
+        .arg("log_max", upkeep.log_max)
+        .arg("status", status.map_or(String::new(), |s| s.to_string()))
+        .arg("meta_idle_ms", upkeep.meta_ttl)
+        .arg("watch_all", &upkeep.watch_all)
+        .arg("who", by.who_arg());
     call
 }
 
@@ -388,17 +434,15 @@ pub fn extend(
     want_run_id: bool,
     draining: bool,
 ) -> Result<(Verdict, Option<String>)> {
-    let meta_ttl = millis(redis.meta_ttl());
-    let reply: Vec<Value> = redis.call("extend", |con| {
-        scripts::EXTEND
-            .key(keys.all().as_slice())
-            .arg(token)
-            .arg(millis(ttl))
-            .arg(if want_run_id { "1" } else { "0" })
-            .arg(meta_ttl)
-            .arg(if draining { "1" } else { "" })
-            .invoke(con)
-    })?;
+    let call = extend_call(
+        keys,
+        token,
+        ttl,
+        want_run_id,
+        draining,
+        millis(redis.meta_ttl()),
+    );
+    let reply: Vec<Value> = redis.call("extend", |con| call.invoke(con))?;
     let run_id = match reply.as_slice() {
         [_, _, id, ..] => text(id),
         _ => None,
@@ -411,6 +455,24 @@ pub fn extend(
     Ok((verdict("extend", &reply)?, run_id))
 }
 
+/// The call of `extend.lua`.
+fn extend_call<'s>(
+    keys: &Keys,
+    token: &str,
+    ttl: Duration,
+    want_run_id: bool,
+    draining: bool,
+    meta_ttl: u64,
+) -> scripts::Invocation<'s> {
+    let mut call = scripts::EXTEND.key(keys.all().as_slice());
+    call.arg("token", token)
+        .arg("ttl_ms", millis(ttl))
+        .arg("want_run_id", flag01(want_run_id))
+        .arg("meta_idle_ms", meta_ttl)
+        .arg("draining", flag(draining));
+    call
+}
+
 /// Raises the fence counter to `fence`; true if `token` still holds the lock there.
 pub fn raise_fence(
     redis: &mut Redis,
@@ -419,25 +481,32 @@ pub fn raise_fence(
     fence: i64,
     told: &Told,
 ) -> Result<bool> {
-    let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
-    let watch_all = watch_all_arg(redis);
-    let held: i64 = redis.call("fence", |con| {
-        scripts::FENCE
-            .key(keys.all().as_slice())
-            .arg(token)
-            .arg(fence)
-            .arg(meta_ttl)
-            .arg(&told.owner.user)
-            .arg(&told.owner.host)
-            .arg(told.owner.pid)
-            .arg(&told.owner.note)
-            .arg(u64::try_from(told.waited.as_millis()).unwrap_or(u64::MAX))
-            .arg(millis(told.ttl))
-            .arg(log_max)
-            .arg(&watch_all)
-            .invoke(con)
-    })?;
+    let call = fence_call(keys, token, fence, told, &Upkeep::of(redis));
+    let held: i64 = redis.call("fence", |con| call.invoke(con))?;
     Ok(held == 1)
+}
+
+/// The call of `fence.lua`.
+fn fence_call<'s>(
+    keys: &Keys,
+    token: &str,
+    fence: i64,
+    told: &Told,
+    upkeep: &Upkeep,
+) -> scripts::Invocation<'s> {
+    let mut call = scripts::FENCE.key(keys.all().as_slice());
+    call.arg("token", token)
+        .arg("fence", fence)
+        .arg("meta_idle_ms", upkeep.meta_ttl)
+        .arg("user", &told.owner.user)
+        .arg("host", &told.owner.host)
+        .arg("pid", told.owner.pid)
+        .arg("note", &told.owner.note)
+        .arg("waited_ms", ms(told.waited))
+        .arg("ttl_ms", millis(told.ttl))
+        .arg("log_max", upkeep.log_max)
+        .arg("watch_all", &upkeep.watch_all);
+    call
 }
 
 fn verdict(what: &str, reply: &[Value]) -> Result<Verdict> {
@@ -509,6 +578,80 @@ pub fn watch_all_arg(redis: &Redis) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every call names its arguments as its script declares them (`local A = args{...}`, read
+    /// by `build.rs`), in number and in order: the two sides of the positional contract agree.
+    #[test]
+    fn every_call_names_its_arguments_as_its_script_declares_them() {
+        let keys = Keys::new("p:", "k").unwrap();
+        let owner = Owner {
+            host: "h".into(),
+            pid: 1,
+            user: "u".into(),
+            note: String::new(),
+            pidns: String::new(),
+        };
+        let upkeep = Upkeep {
+            meta_ttl: 1,
+            log_max: 1,
+            watch_all: String::new(),
+        };
+        let req = Request {
+            ttl: Duration::from_secs(1),
+            owner: &owner,
+            mode: &EXCLUSIVE,
+            queue: Queue {
+                join: Join::Supersede,
+                preempt: true,
+                preemptible: true,
+            },
+            reply: Reply::default(),
+            kept: Kept::WhilePid,
+            prev: None,
+            wait: None,
+            waited: Duration::ZERO,
+        };
+        let told = Told {
+            owner: owner.clone(),
+            waited: Duration::ZERO,
+            ttl: Duration::from_secs(1),
+        };
+        let forced = Releaser::Force(owner.clone(), Some(IfHeld::Fence(1)));
+        let mut calls = Vec::new();
+        for (attempts, spec) in [(&scripts::PLAIN, None), (&scripts::SLOTS, Some("n:2"))] {
+            for script in [
+                attempts.unchecked,
+                attempts.checked,
+                attempts.checked_allow_eviction,
+            ] {
+                calls.push(attempt_call(script, &keys, "t", &req, &upkeep, spec));
+            }
+        }
+        for script in [&scripts::RELEASE, &scripts::SLOTS_RELEASE] {
+            for by in [&Releaser::holder("t"), &forced] {
+                calls.push(release_call(script, &keys, by, HandOver::To("w"), &upkeep));
+            }
+        }
+        let ttl = Duration::from_secs(1);
+        calls.extend([
+            leave_call(&keys, "t", HandOver::Quietly, 1, &upkeep, "1"),
+            lost_call(&keys, "t", 1, Befell::Lost, "r", &upkeep),
+            extend_call(&keys, "t", ttl, true, true, 1),
+            fence_call(&keys, "t", 1, &told, &upkeep),
+            super::super::slots::extend_call(&keys, "t", ttl, true, &upkeep),
+            scripts::STATUS.key(keys.all().as_slice()),
+        ]);
+        for call in &calls {
+            assert_eq!(call.names(), call.script().names());
+        }
+        let called: std::collections::HashSet<_> =
+            calls.iter().map(|c| c.script().get_hash()).collect();
+        assert_eq!(
+            called.len(),
+            scripts::ALL.len(),
+            "every script is called here"
+        );
+    }
 
     #[test]
     fn hand_over_roles_are_the_scripts_arguments() {

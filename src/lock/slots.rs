@@ -17,10 +17,10 @@ use std::time::Duration;
 use anyhow::Result;
 use redis::Value;
 
-use super::ops::release_call;
+use super::ops::{Upkeep, release_call};
 use super::{
     Attempt, HandOver, Holder, IfHeld, Keys, Releaser, Request, Verdict, attempt, millis,
-    slot_holder, text, watch_all_arg,
+    slot_holder, text,
 };
 use crate::client::{Redis, unexpected_reply};
 use crate::error::{Kind, failure};
@@ -28,14 +28,8 @@ use crate::scripts;
 
 /// One attempt to take a place in the lock (see `slots.lua`).
 pub fn try_acquire(redis: &mut Redis, keys: &Keys, token: &str, req: &Request) -> Result<Attempt> {
-    attempt(
-        redis,
-        &scripts::SLOTS,
-        keys,
-        token,
-        req,
-        &[&req.mode.spec()],
-    )
+    let spec = req.mode.spec();
+    attempt(redis, &scripts::SLOTS, keys, token, req, Some(&spec))
 }
 
 /// Gives back the releaser's place, or, with [`Releaser::Force`], every holder's (or the one the
@@ -45,20 +39,14 @@ pub fn release(redis: &mut Redis, keys: &Keys, by: &Releaser) -> Result<Verdict>
         Releaser::Force(_, cond) => Some(cond),
         Releaser::Holder { .. } => None,
     };
-    let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
-    let watch_all = watch_all_arg(redis);
-    let reply: Vec<Value> = redis.call("release", |con| {
-        release_call(
-            &scripts::SLOTS_RELEASE,
-            keys,
-            by,
-            HandOver::Wake,
-            log_max,
-            meta_ttl,
-            &watch_all,
-        )
-        .invoke(con)
-    })?;
+    let call = release_call(
+        &scripts::SLOTS_RELEASE,
+        keys,
+        by,
+        HandOver::Wake,
+        &Upkeep::of(redis),
+    );
+    let reply: Vec<Value> = redis.call("release", |con| call.invoke(con))?;
     match reply.as_slice() {
         [Value::Int(1), _, _, freed] if forcer.is_some() => Ok(Verdict::Forced(holders(freed))),
         [Value::Int(1), ..] => Ok(Verdict::Done(None)),
@@ -91,26 +79,33 @@ pub fn extend(
     ttl: Duration,
     draining: bool,
 ) -> Result<Verdict> {
-    let (meta_ttl, log_max) = (millis(redis.meta_ttl()), redis.log_max());
-    let watch_all = watch_all_arg(redis);
-    let reply: Vec<Value> = redis.call("extend", |con| {
-        scripts::SLOTS_EXTEND
-            .key(keys.all().as_slice())
-            .arg(token)
-            .arg(millis(ttl))
-            .arg("0")
-            .arg(meta_ttl)
-            .arg(log_max)
-            .arg(&watch_all)
-            .arg(if draining { "1" } else { "" })
-            .invoke(con)
-    })?;
+    let call = extend_call(keys, token, ttl, draining, &Upkeep::of(redis));
+    let reply: Vec<Value> = redis.call("extend", |con| call.invoke(con))?;
     match reply.as_slice() {
         [Value::Int(1), ..] => Ok(Verdict::Done(None)),
         [Value::Int(2), ..] => Ok(Verdict::Released),
         [Value::Int(0), ..] => Ok(Verdict::PlaceGone),
         other => Err(unexpected_reply("extend", format!("{other:?}"))),
     }
+}
+
+/// The call of `slots_extend.lua`.
+pub(super) fn extend_call<'s>(
+    keys: &Keys,
+    token: &str,
+    ttl: Duration,
+    draining: bool,
+    upkeep: &Upkeep,
+) -> scripts::Invocation<'s> {
+    let mut call = scripts::SLOTS_EXTEND.key(keys.all().as_slice());
+    call.arg("token", token)
+        .arg("ttl_ms", millis(ttl))
+        .arg("want_run_id", "0")
+        .arg("meta_idle_ms", upkeep.meta_ttl)
+        .arg("log_max", upkeep.log_max)
+        .arg("watch_all", &upkeep.watch_all)
+        .arg("draining", if draining { "1" } else { "" });
+    call
 }
 
 /// The holders a forced release let go: token, record (as in `LOCK:slots`) for each.

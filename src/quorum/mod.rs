@@ -71,7 +71,10 @@ use anyhow::Result;
 use crate::client::Redis;
 use crate::config::{Config, Endpoint};
 use crate::error::{Kind, failure, kind_of};
-use crate::lock::{self, Attempt, Doubt, HandOver, Keys, Lock, Releaser, Request, State, Verdict};
+use crate::lock::{
+    self, Attempt, Doubt, HandOver, Join, Keys, Lock, Queue, Releaser, Reply, Request, State,
+    Verdict,
+};
 use crate::store::Store;
 
 mod fan;
@@ -464,16 +467,15 @@ impl Nodes {
     /// granted it or can no longer grant it, and a waiter also has the queue node's answer (it
     /// keeps our place in the queue).
     fn attempt(&mut self, keys: &Keys, token: &str, req: &Request) -> Answers<Attempt> {
-        let (n, q, ttl, join, wait, waited, tell) = (
-            self.n(),
-            self.q(),
+        let (n, q, join) = (self.n(), self.q(), req.queue.join.queues());
+        let (ttl, queue, tell, kept, wait, waited) = (
             req.ttl,
-            req.join,
+            req.queue,
+            req.reply.state,
+            req.kept,
             req.wait,
             req.waited,
-            req.tell,
         );
-        let (preemptible, preempt, kept) = (req.preemptible, req.preempt, req.kept);
         let is_grant = |a: &Option<Result<Attempt>>| matches!(a, Some(Ok(Attempt::Granted(_))));
         let (k, t, o) = (keys.clone(), token.to_string(), req.owner.clone());
         let p = req.prev.map(str::to_string);
@@ -483,22 +485,28 @@ impl Nodes {
                 let req = Request {
                     ttl,
                     owner: &o,
-                    // Only the queue node keeps waiters.
-                    join: join && i == 0,
-                    run_id: true,
+                    mode: &lock::EXCLUSIVE,
+                    queue: Queue {
+                        // Only the queue node keeps waiters (and --supersede is refused).
+                        join: if join && i == 0 {
+                            Join::Queue
+                        } else {
+                            Join::No
+                        },
+                        // Recorded on every node, and asked of the holder on every node: its
+                        // renewal hears of it from any of them (its majority need not include
+                        // the queue node).
+                        ..queue
+                    },
+                    reply: Reply {
+                        run_id: true,
+                        // A waiter's status line shows the queue node's view.
+                        state: tell && i == 0,
+                    },
+                    kept,
                     prev: p.as_deref(),
                     wait,
                     waited,
-                    // A waiter's status line shows the queue node's view.
-                    tell: tell && i == 0,
-                    mode: &lock::EXCLUSIVE,
-                    supersede: false,
-                    // Recorded on every node, and asked of the holder on every node: its
-                    // renewal hears of it from any of them (its majority need not include
-                    // the queue node).
-                    preemptible,
-                    preempt,
-                    kept,
                 };
                 lock::try_acquire(con, &k, &t, &req)
             },
@@ -605,7 +613,7 @@ impl Store for Nodes {
         let mut round = Round {
             n,
             q,
-            join: req.join,
+            join: req.queue.join.queues(),
             ttl,
             elapsed: sent.elapsed(),
             recorded: None,

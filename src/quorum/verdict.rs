@@ -70,7 +70,7 @@ pub(super) struct Tally {
     pub(super) busy_pttl: Option<i64>,
     /// The queue node has us in its queue.
     pub(super) queued: bool,
-    /// The queue node's view of the lock, when the attempt asked for it (see `Request::tell`).
+    /// The queue node's view of the lock, when the attempt asked for it (see `Reply::state`).
     pub(super) seen: Option<Box<State>>,
     /// The queue node vetoes a majority of the others (see [`Tally::of`]).
     pub(super) vetoed: bool,

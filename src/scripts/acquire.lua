@@ -1,6 +1,6 @@
 -- Take the lock, or join the queue of waiters.
 --
--- ARGV token, ttl_ms, host, pid, user, note, join ('1': queue up when busy), claim_ms,
+-- A: token, ttl_ms, host, pid, user, note, join ('1': queue up when busy), claim_ms,
 --      block_cap_ms, lease_margin_ms, want_run_id ('1': return this server's run_id),
 --      previous token (a quorum's waiter tries each time with a fresh token, so that a late
 --      undo of an earlier attempt can never delete a later one: it keeps the earlier token's
@@ -59,12 +59,15 @@
 -- Told (see `event` in common.lua): `acquired`; before it, `expired` when the previous holder's
 -- record was never dated by a release (its TTL ran out: nobody else deletes a lock key);
 -- `queued` when a waiter joins the queue; `preempted` (above).
-local token, ttl = ARGV[1], ARGV[2]
-watch_all = ARGV[19] or ''
-local log_max = ARGV[17]
+local A = args{'token', 'ttl_ms', 'host', 'pid', 'user', 'note', 'join', 'claim_ms', 'block_cap_ms',
+  'lease_margin_ms', 'want_run_id', 'prev', 'meta_idle_ms', 'wait_ms', 'pidns', 'waited_ms',
+  'log_max', 'tell', 'watch_all', 'supersede_ms', 'who', 'preemptible', 'kept', 'preempt'}
+local token, ttl = A.token, A.ttl_ms
+watch_all = A.watch_all or ''
+local log_max = A.log_max
 -- A quorum's node grants only its part of an attempt that may not win a majority: the
 -- acquisition is told, and counted, by fence.lua once the quorum holds the lock.
-local quorum = ARGV[11] == '1'
+local quorum = A.want_run_id == '1'
 
 -- Given up already (leave.lua left a tombstone): this is an attempt that arrived after its
 -- client gave up on it. Do nothing: busy, not queued. Or superseded: say by whom (see
@@ -98,7 +101,7 @@ local function ask_if_preempted(holder, keep, now)
     for field in string.gmatch(who, '([^\t]*)\t?') do
       f[#f + 1] = field
     end
-    by = (f[4] or '?') .. '@' .. (f[5] or '?') .. ' (pid ' .. (f[3] or '?') .. ')'
+    by = who_is(f[4], f[5], f[3])
   end
   ask_to_stop(holder, by, keep, now)
 end
@@ -115,14 +118,14 @@ local function take(queued, woken)
   end
   local us = now_us()
   local now = math.floor(us / 1000)
-  local waited = math.max(tonumber(ARGV[16]) or 0, 0)
+  local waited = math.max(tonumber(A.waited_ms) or 0, 0)
   local before = redis.call('HMGET', META, 'fence', 'acquisitions', 'waited_ms', 'token',
     'released_ms', 'told', 'slots')
   -- released_ms '' (not deleted: one command less): the new holder has not released yet.
-  local record = {'token', token, 'host', ARGV[3], 'pid', ARGV[4], 'user', ARGV[5],
-    'note', ARGV[6], 'acquired_ms', int(now), 'ttl_ms', ttl, 'expires_ms', int(now + ttl),
-    'pidns', ARGV[15] or '', 'released_ms', '', 'preemptible', ARGV[22] or '',
-    'kept', ARGV[23] or ''}
+  local record = {'token', token, 'host', A.host, 'pid', A.pid, 'user', A.user,
+    'note', A.note, 'acquired_ms', int(now), 'ttl_ms', ttl, 'expires_ms', int(now + ttl),
+    'pidns', A.pidns or '', 'released_ms', '', 'preemptible', A.preemptible or '',
+    'kept', A.kept or ''}
   if before[7] and before[7] ~= '' then
     -- It was a lock with more than one holder, idle now: a plain lock from here on.
     table.insert(record, 'slots')
@@ -137,7 +140,7 @@ local function take(queued, woken)
     table.insert(record, 'waited_ms')
     table.insert(record, int((tonumber(before[3]) or 0) + waited))
   end
-  local keep = tonumber(ttl) + (tonumber(ARGV[13]) or 0)
+  local keep = tonumber(ttl) + (tonumber(A.meta_idle_ms) or 0)
   if before[4] and before[4] == before[6] and before[4] ~= token and (before[5] or '') == '' then
     -- The rest of the previous holder's record, read only when it is told (an expiry is rare).
     local was = redis.call('HMGET', META, 'acquired_ms', 'expires_ms', 'user', 'host', 'pid')
@@ -146,35 +149,26 @@ local function take(queued, woken)
       'host', was[4] or '', 'pid', was[5] or '', 'held_ms', math.max(to - from, 0),
       'expires_ms', to}, log_max, keep, now)
   end
-  local last = tonumber(before[1]) or 0
-  local fence = us
-  if last >= 2^53 - 1 then
-    -- Beyond what a Lua number holds exactly (set by hand): count on in Redis's integers.
-    fence = redis.call('HINCRBY', META, 'fence', 1)
-  else
-    -- last + 1 when the counter is ahead of the clock: it stepped back, or a quorum wrote back a
-    -- fence from a node whose clock is ahead.
-    if last >= us then
-      fence = last + 1
-    end
+  local fence, write = next_fence(before[1])
+  if write then
     table.insert(record, 'fence')
     table.insert(record, int(fence))
   end
   redis.call('HSET', META, unpack(record))
-  if queued and ARGV[11] == '1' then
+  if queued and A.want_run_id == '1' then
     redis.call('HSET', META, 'turn', token,
-      'turn_until', int(now + tonumber(ARGV[8]) + tonumber(ARGV[9])))
+      'turn_until', int(now + tonumber(A.claim_ms) + tonumber(A.block_cap_ms)))
   end
-  keep_meta(ARGV[13], tonumber(ttl))
-  if ARGV[22] == '1' then
+  keep_meta(A.meta_idle_ms, tonumber(ttl))
+  if A.preemptible == '1' then
     ask_if_preempted(token, keep, now)
   end
   if not quorum then
-    event('acquired', token, {'fence', int(fence), 'user', ARGV[5], 'host', ARGV[3],
-      'pid', ARGV[4], 'note', ARGV[6], 'waited_ms', waited, 'ttl_ms', tonumber(ttl)}, log_max,
+    event('acquired', token, {'fence', int(fence), 'user', A.user, 'host', A.host,
+      'pid', A.pid, 'note', A.note, 'waited_ms', waited, 'ttl_ms', tonumber(ttl)}, log_max,
       keep, now)
   end
-  return {1, fence, now, run_id(ARGV[11])}
+  return {1, fence, now, run_id(A.want_run_id)}
 end
 
 -- A lock with more than one holder (see slots_common.lua) is not for a plain request, except a
@@ -197,7 +191,7 @@ end
 -- claim window) while it held the queue node, which held up the whole queue.
 local WAITER_ID = 16
 local current = redis.call('GET', LOCK)
-local prev = ARGV[12]
+local prev = A.prev
 local function earlier_of_ours(held)
   return held == prev or (#held == #token and string.sub(prev, 1, WAITER_ID) ==
     string.sub(token, 1, WAITER_ID) and string.sub(held, 1, WAITER_ID) ==
@@ -238,9 +232,9 @@ if current == token then
   -- retries). Report it again, with the TTL counted from now, and burn no fence.
   redis.call('PEXPIRE', LOCK, ttl)
   redis.call('HSET', META, 'expires_ms', int(now_ms() + ttl))
-  keep_meta(ARGV[13])
+  keep_meta(A.meta_idle_ms)
   local m = redis.call('HMGET', META, 'fence', 'acquired_ms')
-  return {1, tonumber(m[1]) or 0, tonumber(m[2]) or now_ms(), run_id(ARGV[11])}
+  return {1, tonumber(m[1]) or 0, tonumber(m[2]) or now_ms(), run_id(A.want_run_id)}
 end
 if current == '~' .. token then
   -- hand_over took us out of the queue; a quorum's fresh token was queued in our place above.
@@ -257,7 +251,7 @@ if not current then
     return other
   end
   -- Free, but another waiter's turn: hand it over now rather than wait for a release.
-  hand_over(first, ARGV[8])
+  hand_over(first, A.claim_ms)
   current = '~' .. first
 elseif string.sub(current, 1, 1) == '~' then
   local other = other_kind()
@@ -267,23 +261,23 @@ elseif string.sub(current, 1, 1) == '~' then
 end
 
 local pttl = redis.call('PTTL', LOCK)
-local preempt = ARGV[24] == '1'
+local preempt = A.preempt == '1'
 if preempt and string.sub(current, 1, 1) ~= '~' and string.sub(current, 1, 1) ~= '#' then
   -- Asked only of a holder that opted in, and once.
   local m = redis.call('HMGET', META, 'token', 'preemptible', 'preempted')
   if m[1] == current and m[2] == '1'
       and string.sub(m[3] or '', 1, #current + 1) ~= current .. ':' then
-    ask_to_stop(current, ARGV[21] or '?', math.max(pttl, 0) + (tonumber(ARGV[13]) or 0), now_ms())
+    ask_to_stop(current, A.who or '?', math.max(pttl, 0) + (tonumber(A.meta_idle_ms) or 0), now_ms())
   end
 end
 -- Busy because the lock is reserved for a waiter (its turn), not because someone holds it.
 local reserved = 0
 if string.sub(current, 1, 1) == '~' then
   reserved = 1
-elseif ARGV[11] == '1' then
+elseif A.want_run_id == '1' then
   local turn = redis.call('HMGET', META, 'turn', 'turn_until')
   if turn[1] == current and (tonumber(turn[2]) or 0) > now_ms() then
     reserved = 1
   end
 end
-return queue_up(token, now_ms(), pttl, pttl, reserved, '', log_max, preempt)
+return queue_up(A, token, now_ms(), pttl, pttl, reserved, '', log_max, preempt)

@@ -20,6 +20,21 @@
 -- KEYS[1] .. ':watch' and the stream KEYS[1] .. ':log', where every change is told (see `event`).
 local LOCK, META, QUEUE, LEASES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
+-- ARGV by name: each script declares its arguments once, in order (a local `A = args{...}`,
+-- which build.rs reads and scripts.rs checks every call against). One not sent is nil.
+local function args(names)
+  local a = {}
+  for i = 1, #names do
+    a[names[i]] = ARGV[i]
+  end
+  return a
+end
+
+-- 'user@host (pid N)', as records, replies and events name someone.
+local function who_is(user, host, pid)
+  return (user or '?') .. '@' .. (host or '?') .. ' (pid ' .. (pid or '?') .. ')'
+end
+
 -- The field of LEASES that holds the record of who waits with `token`.
 local function who_field(token)
   return token .. ':who'
@@ -39,6 +54,18 @@ end
 
 local function now_ms()
   return math.floor(now_us() / 1000)
+end
+
+-- An acquisition's fence (see acquire.lua) from META `fence` as read: max(counter + 1, clock in
+-- µs), and whether the caller writes it back (past 2^53, set by hand, HINCRBY counts on).
+local function next_fence(last)
+  last = tonumber(last) or 0
+  if last >= 2^53 - 1 then
+    return redis.call('HINCRBY', META, 'fence', 1), false
+  end
+  -- The counter is ahead when the clock stepped back, or a quorum wrote back a fence from a node
+  -- whose clock is ahead.
+  return math.max(last + 1, now_us()), true
 end
 
 -- An integer as Redis should store it: tostring() would write 1.7961336804629e+15. '%d' (a C
@@ -250,7 +277,7 @@ local function info_field(info, name, value)
   return string.match(info, '^' .. value, at + #name + 2)
 end
 
--- This server's run_id, when ARGV[flag] asks for it: a quorum notices a node that restarted.
+-- This server's run_id, when `flag` (the argument want_run_id) asks for it: a quorum notices a node that restarted.
 local function run_id(flag)
   if flag ~= '1' then
     return false
@@ -268,7 +295,7 @@ end
 -- or watches every lock (`status --watch` with no KEY subscribes to the channel `watch_all`,
 -- PREFIX{*}:watching, besides its pattern, so that one PUBSUB NUMSUB counts both). Encoding an
 -- event costs the server more than the rest of the telling, and most of the time nobody
--- watches. Asked once per script. `watch_all`: set by each script from its last ARGV; '' in a
+-- watches. Asked once per script. `watch_all`: set by each script from its argument of that name; '' in a
 -- Redis Cluster, which passes every PUBLISH on to all nodes, so a watcher on another node is not
 -- counted here: publish always. A server that refuses PUBSUB (an ACL) publishes always.
 local watch_all = ''
@@ -416,8 +443,8 @@ local function snapshot()
   return state
 end
 
--- A busy attempt's end, in acquire.lua and slots.lua (which read the same ARGV): without join
--- (ARGV[7]), busy and not queued. Otherwise the waiter joins the queue, or renews its lease if
+-- A busy attempt's end, in acquire.lua and slots.lua (which read the same arguments, `A`):
+-- without A.join, busy and not queued. Otherwise the waiter joins the queue, or renews its lease if
 -- it is queued: the lease covers the wait the client is about to do (`pttl`, at most
 -- block_cap_ms) plus a margin, and the client renews it with every attempt. Who waits is written
 -- with the first lease when the waiter joins (a quorum waiter's fresh token took its place and
@@ -427,13 +454,13 @@ end
 -- server's ms; `lock_pttl`: the lock key's PTTL, for keep_meta. `ahead` (--preempt): the ticket
 -- is moved 2^50 down, ahead of every ticket handed out the plain way (HINCRBY: far fewer) and
 -- behind the earlier preemptors (theirs were moved as much). Returns the busy reply {0, pttl,
--- queued, reserved[, state]} (the lock's state when the waiter's status line is due, ARGV[18]).
+-- queued, reserved[, state]} (the lock's state when the waiter's status line is due, A.tell).
 local PREEMPT_AHEAD = 2 ^ 50
-local function queue_up(token, now, pttl, lock_pttl, reserved, flags, log_max, ahead)
-  if ARGV[7] ~= '1' then
+local function queue_up(A, token, now, pttl, lock_pttl, reserved, flags, log_max, ahead)
+  if A.join ~= '1' then
     return {0, pttl, 0, reserved}
   end
-  local cap, margin = tonumber(ARGV[9]), tonumber(ARGV[10])
+  local cap, margin = tonumber(A.block_cap_ms), tonumber(A.lease_margin_ms)
   local block = cap
   if pttl >= 0 and pttl < cap then
     block = pttl
@@ -445,16 +472,16 @@ local function queue_up(token, now, pttl, lock_pttl, reserved, flags, log_max, a
       ticket = ticket - PREEMPT_AHEAD
     end
     redis.call('ZADD', QUEUE, int(ticket), token)
-    local wait = tonumber(ARGV[14])
+    local wait = tonumber(A.wait_ms)
     redis.call('HSET', LEASES, token, lease, who_field(token), table.concat({int(now),
-      wait and int(now + wait) or '', ARGV[4], ARGV[5], ARGV[3], ARGV[6]}, '\t'))
-    local who = {'user', ARGV[5], 'host', ARGV[3], 'pid', ARGV[4], 'note', ARGV[6]}
+      wait and int(now + wait) or '', A.pid, A.user, A.host, A.note}, '\t'))
+    local who = {'user', A.user, 'host', A.host, 'pid', A.pid, 'note', A.note}
     if wait then
       who[#who + 1] = 'deadline_ms'
       who[#who + 1] = now + wait
     end
     event('queued', token, who, log_max, 0, now)
-    local supersede = (ARGV[20] or '') ~= ''
+    local supersede = (A.supersede_ms or '') ~= ''
     if supersede then
       flags = flags .. 'u'
     end
@@ -462,8 +489,8 @@ local function queue_up(token, now, pttl, lock_pttl, reserved, flags, log_max, a
       redis.call('HSET', LEASES, token .. ':f', flags)
     end
     if supersede then
-      supersede_earlier(token, ARGV[21] or '?', now, ARGV[20], ARGV[8], log_max,
-        tonumber(ARGV[2]) + (tonumber(ARGV[13]) or 0))
+      supersede_earlier(token, A.who or '?', now, A.supersede_ms, A.claim_ms, log_max,
+        tonumber(A.ttl_ms) + (tonumber(A.meta_idle_ms) or 0))
     end
   else
     redis.call('HSET', LEASES, token, lease)
@@ -471,8 +498,8 @@ local function queue_up(token, now, pttl, lock_pttl, reserved, flags, log_max, a
   local keep_queue = int(cap + margin)
   redis.call('PEXPIRE', QUEUE, keep_queue)
   redis.call('PEXPIRE', LEASES, keep_queue)
-  keep_meta(ARGV[13], lock_pttl, cap + margin)
-  if ARGV[18] == '1' then
+  keep_meta(A.meta_idle_ms, lock_pttl, cap + margin)
+  if A.tell == '1' then
     -- The waiter's status line is due (acquire.rs): what it says rides on this round trip.
     return {0, pttl, 1, reserved, snapshot()}
   end

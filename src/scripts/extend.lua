@@ -1,6 +1,6 @@
--- Reset the lock's TTL if, and only if, ARGV[1] holds it (compare-and-PEXPIRE).
+-- Reset the lock's TTL if, and only if, A.token holds it (compare-and-PEXPIRE).
 --
--- ARGV token, ttl_ms, want_run_id ('1': return this server's run_id), meta_idle_ms (see
+-- A: token, ttl_ms, want_run_id ('1': return this server's run_id), meta_idle_ms (see
 --      keep_meta: meta must outlive the lock's new expiry), draining ('1': the holder's keeper,
 --      `acquire --while-pid`, stops its pid's work: META `draining` names the token, and the
 --      owner's release waits for the keeper, see release.lua)
@@ -15,24 +15,25 @@
 -- record's expires_ms follows the renewal, so that `status` can tell when a lock that nobody
 -- released expired. The lock's history (`:log`) and meta live on as long as the renewed lock plus
 -- meta_idle_ms.
+local A = args{'token', 'ttl_ms', 'want_run_id', 'meta_idle_ms', 'draining'}
 local current = redis.call('GET', LOCK)
-if current ~= ARGV[1] and released_by_owner(ARGV[1]) then
-  return {2, {}, run_id(ARGV[3])}
+if current ~= A.token and released_by_owner(A.token) then
+  return {2, {}, run_id(A.want_run_id)}
 end
 if not current then
-  return {0, {}, run_id(ARGV[3])}
+  return {0, {}, run_id(A.want_run_id)}
 end
 if string.sub(current, 1, 1) == '#' then
   -- A lock with more than one holder: slots_extend.lua answers for it.
   return {-2, {}, false}
 end
-if current == ARGV[1] then
-  redis.call('PEXPIRE', LOCK, ARGV[2])
+if current == A.token then
+  redis.call('PEXPIRE', LOCK, A.ttl_ms)
   local m = redis.call('HMGET', META, 'token', 'preempted')
   local preempted
   if m[1] == current then
-    redis.call('HSET', META, 'expires_ms', now_ms() + tonumber(ARGV[2]))
-    if ARGV[5] == '1' then
+    redis.call('HSET', META, 'expires_ms', now_ms() + tonumber(A.ttl_ms))
+    if A.draining == '1' then
       redis.call('HSET', META, 'draining', current)
     end
     local pre = m[2] or ''
@@ -40,18 +41,18 @@ if current == ARGV[1] then
       preempted = string.sub(pre, #current + 2)
     end
   end
-  keep_meta(ARGV[4], tonumber(ARGV[2]))
+  keep_meta(A.meta_idle_ms, tonumber(A.ttl_ms))
   -- The history expires with the record: a long hold keeps it too (a stream only: a key of
   -- another type planted there gets no expiry from us).
   local log = LOCK .. ':log'
-  local idle = tonumber(ARGV[4]) or 0
+  local idle = tonumber(A.meta_idle_ms) or 0
   local kind = redis.pcall('TYPE', log)
   if idle > 0 and type(kind) == 'table' and kind.ok == 'stream' then
-    redis.call('PEXPIRE', log, int(tonumber(ARGV[2]) + idle))
+    redis.call('PEXPIRE', log, int(tonumber(A.ttl_ms) + idle))
   end
   if preempted then
-    return {1, {}, run_id(ARGV[3]), preempted}
+    return {1, {}, run_id(A.want_run_id), preempted}
   end
-  return {1, {}, run_id(ARGV[3])}
+  return {1, {}, run_id(A.want_run_id)}
 end
-return {-1, holder(current), run_id(ARGV[3])}
+return {-1, holder(current), run_id(A.want_run_id)}

@@ -1,7 +1,7 @@
 -- A quorum's acquisition, once it holds the lock: raise the fence counter to the quorum's fence
--- (counter = max(counter, ARGV[2])), and tell the acquisition here (see `event` in common.lua).
+-- (counter = max(counter, A.fence)), and tell the acquisition here (see `event` in common.lua).
 --
--- ARGV token, fence, meta_idle_ms (see keep_meta), user, host, pid, note, waited_ms, ttl_ms,
+-- A: token, fence, meta_idle_ms (see keep_meta), user, host, pid, note, waited_ms, ttl_ms,
 --      log_max, watch_all (see `listened` in common.lua)
 --
 -- A quorum holder's fence is the highest of its nodes' candidates (each max(counter + 1, the
@@ -13,23 +13,25 @@
 -- waiter's attempts would each be an `acquired`): this script, sent to the nodes that granted
 -- the attempt once it won, tells `acquired` with the holder's fence and counts it in meta
 -- (`acquisitions`, `waited_ms`), where the lock still holds our token.
-watch_all = ARGV[11] or ''
-local fence = tonumber(ARGV[2])
+local A = args{'token', 'fence', 'meta_idle_ms', 'user', 'host', 'pid', 'note', 'waited_ms',
+  'ttl_ms', 'log_max', 'watch_all'}
+watch_all = A.watch_all or ''
+local fence = tonumber(A.fence)
 if (tonumber(redis.call('HGET', META, 'fence')) or 0) < fence then
-  redis.call('HSET', META, 'fence', ARGV[2])
-  keep_meta(ARGV[3])
+  redis.call('HSET', META, 'fence', A.fence)
+  keep_meta(A.meta_idle_ms)
 end
-if redis.call('GET', LOCK) ~= ARGV[1] then
+if redis.call('GET', LOCK) ~= A.token then
   return 0
 end
-local waited = math.max(tonumber(ARGV[8]) or 0, 0)
+local waited = math.max(tonumber(A.waited_ms) or 0, 0)
 -- pcall: telling must not fail the write-back (a server out of memory refuses HSET; the fence
 -- counter above was raised, or did not need to be).
-redis.pcall('HSET', META, 'told', ARGV[1])
+redis.pcall('HSET', META, 'told', A.token)
 redis.pcall('HINCRBY', META, 'acquisitions', 1)
 redis.pcall('HINCRBY', META, 'waited_ms', int(waited))
-event('acquired', ARGV[1], {'fence', ARGV[2], 'user', ARGV[4] or '', 'host', ARGV[5] or '',
-  'pid', ARGV[6] or '', 'note', ARGV[7] or '', 'waited_ms', waited,
-  'ttl_ms', tonumber(ARGV[9]) or 0}, ARGV[10], (tonumber(ARGV[9]) or 0) + (tonumber(ARGV[3]) or 0),
+event('acquired', A.token, {'fence', A.fence, 'user', A.user or '', 'host', A.host or '',
+  'pid', A.pid or '', 'note', A.note or '', 'waited_ms', waited,
+  'ttl_ms', tonumber(A.ttl_ms) or 0}, A.log_max, (tonumber(A.ttl_ms) or 0) + (tonumber(A.meta_idle_ms) or 0),
   now_ms())
 return 1

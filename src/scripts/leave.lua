@@ -1,12 +1,12 @@
 -- Give up on taking the lock (the wait ran out, a signal arrived, or an error): nothing of ours
 -- stays behind.
 --
--- ARGV token, claim_ms, 'quiet' (a quorum's queue node: do not wake the next waiter yet), waiter
+-- A: token, claim_ms, quiet ('quiet': a quorum's queue node: do not wake the next waiter yet), to
 --      (a quorum's other nodes: reserve what we give back for this waiter, chosen by the queue
 --      node; see release.lua), tombstone_ms (> 0: we are not sure that every attempt we sent with
 --      this token has reached the server; see below), log_max, meta_idle_ms (see `event` in
 --      common.lua: a waiter that leaves is told as `left`; a lock given back as `released`),
---      watch_all (see `listened` in common.lua), waiter ('1': the waiter gives up for good, see
+--      watch_all (see `listened` in common.lua), for_good ('1': the waiter gives up for good, see
 --      below; '' for the undo of one failed attempt)
 --
 -- Returns the waiter the lock was passed on to, or false.
@@ -29,55 +29,57 @@
 -- token nobody knows. With tombstone_ms, `LOCK:gone:TOKEN` (the lock's hash tag, so the same
 -- slot) tells acquire.lua to do nothing for that token; it expires by itself. Written only when
 -- the client is unsure, so a normal give-up leaves nothing behind.
-watch_all = ARGV[8] or ''
-local gone = tonumber(ARGV[5]) or 0
+local A = args{'token', 'claim_ms', 'quiet', 'to', 'tombstone_ms', 'log_max', 'meta_idle_ms',
+  'watch_all', 'for_good'}
+watch_all = A.watch_all or ''
+local gone = tonumber(A.tombstone_ms) or 0
 if gone > 0 then
-  redis.call('SET', gone_key(ARGV[1]), '1', 'PX', gone)
+  redis.call('SET', gone_key(A.token), '1', 'PX', gone)
 end
-local queued = drop_waiter(ARGV[1])
-redis.call('DEL', wake_key(ARGV[1]))
+local queued = drop_waiter(A.token)
+redis.call('DEL', wake_key(A.token))
 local current = redis.call('GET', LOCK)
 local WAITER_ID = 16
-local reserved = current == '~' .. ARGV[1]
-if not reserved and ARGV[9] == '1' and current and string.sub(current, 1, 1) == '~' then
+local reserved = current == '~' .. A.token
+if not reserved and A.for_good == '1' and current and string.sub(current, 1, 1) == '~' then
   local held = string.sub(current, 2)
-  if #held == #ARGV[1] and string.sub(held, 1, WAITER_ID) == string.sub(ARGV[1], 1, WAITER_ID) then
+  if #held == #A.token and string.sub(held, 1, WAITER_ID) == string.sub(A.token, 1, WAITER_ID) then
     reserved = true
     redis.call('DEL', wake_key(held))
   end
 end
 local next = false
-if reserved or current == ARGV[1] then
-  next = pass_on(ARGV[2], ARGV[3] == 'quiet', ARGV[4])
+if reserved or current == A.token then
+  next = pass_on(A.claim_ms, A.quiet == 'quiet', A.to)
 end
 -- A lock with more than one holder (see slots_common.lua): a place reserved for us, or taken by
 -- an attempt whose reply we never read, goes to the waiter whose turn it is; and a writer that
 -- leaves a shared lock's queue lets in the readers that waited behind it.
 local gave = 0
 if current and string.sub(current, 1, 1) == '#' then
-  gave = redis.call('HDEL', SLOTS, '~' .. ARGV[1], ARGV[1])
+  gave = redis.call('HDEL', SLOTS, '~' .. A.token, A.token)
   if gave > 0 or (queued and current == '#shared') then
     local now = now_ms()
-    local view = live_slots(now, {ARGV[6], tonumber(ARGV[7]) or 0})
+    local view = live_slots(now, {A.log_max, tonumber(A.meta_idle_ms) or 0})
     local shared = current == '#shared'
     admit(view, shared and math.huge or limit_of(redis.call('HGET', META, 'slots')), shared,
-      ARGV[2], now)
+      A.claim_ms, now)
     keep_marker(view, current, now)
   end
 end
 local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence', 'told')
-if mine[1] == ARGV[1] then
+if mine[1] == A.token then
   redis.call('HDEL', META, 'token', 'host', 'pid', 'user', 'note', 'acquired_ms', 'ttl_ms',
     'expires_ms', 'released_ms')
 end
-if queued or reserved or mine[1] == ARGV[1] or gave > 0 then
+if queued or reserved or mine[1] == A.token or gave > 0 then
   local at = now_ms()
-  if current == ARGV[1] and mine[1] == ARGV[1] and mine[4] == ARGV[1] then
+  if current == A.token and mine[1] == A.token and mine[4] == A.token then
     -- Taken by an attempt whose reply we never read, and given back: its history closes.
-    event('released', ARGV[1], {'fence', mine[3] or '',
-      'held_ms', math.max(at - (tonumber(mine[2]) or at), 0)}, ARGV[6], tonumber(ARGV[7]) or 0, at)
+    event('released', A.token, {'fence', mine[3] or '',
+      'held_ms', math.max(at - (tonumber(mine[2]) or at), 0)}, A.log_max, tonumber(A.meta_idle_ms) or 0, at)
   else
-    event('left', ARGV[1], {}, ARGV[6], 0, at)
+    event('left', A.token, {}, A.log_max, 0, at)
   end
 end
 return next

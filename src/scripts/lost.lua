@@ -2,17 +2,18 @@
 -- found while the command ran or at its release), `overran` (--warn-after: the command has held
 -- the lock that long) or `timeout` (--max-runtime ran out: the command is being stopped).
 --
--- ARGV token, fence, reason, log_max, meta_idle_ms, watch_all (see `listened` in common.lua),
+-- A: token, fence, reason, log_max, meta_idle_ms, watch_all (see `listened` in common.lua),
 --      kind ('lost' when absent: a client of an older version)
 --
 -- Nothing about the lock changes (after a loss it is someone else's or nobody's by now). This
 -- only writes the event (see `event` in common.lua), so that the history and the watchers know
 -- that a command may have run without its lock, or for too long. Returns 1.
-watch_all = ARGV[6] or ''
-local kind = ARGV[7]
+local A = args{'token', 'fence', 'reason', 'log_max', 'meta_idle_ms', 'watch_all', 'kind'}
+watch_all = A.watch_all or ''
+local kind = A.kind
 if kind ~= 'overran' and kind ~= 'timeout' then
   kind = 'lost'
 end
 local at = now_ms()
-event(kind, ARGV[1], {'fence', ARGV[2], 'reason', ARGV[3]}, ARGV[4], tonumber(ARGV[5]) or 0, at)
+event(kind, A.token, {'fence', A.fence, 'reason', A.reason}, A.log_max, tonumber(A.meta_idle_ms) or 0, at)
 return 1

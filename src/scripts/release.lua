@@ -1,10 +1,10 @@
--- Release the lock if, and only if, ARGV[1] holds it (compare-and-delete), waking the next waiter.
+-- Release the lock if, and only if, A.token holds it (compare-and-delete), waking the next waiter.
 --
--- ARGV token, 'force' to release whoever holds it, claim_ms, 'quiet' (a quorum's queue node: do
---      not wake the next waiter yet, the other nodes reserve the lock for it first), waiter (a
---      quorum's other nodes: reserve the lock for this waiter, chosen by the queue node); with
---      'force' also the forcer's host, pid and user (recorded as forced_by), then a condition
---      ('' none, 'fence' or 'token') and its value (`release --force --if-fence N` /
+-- A: token, force ('force' to release whoever holds it), claim_ms, quiet ('quiet': a quorum's
+--      queue node: do not wake the next waiter yet, the other nodes reserve the lock for it
+--      first), to (a quorum's other nodes: reserve the lock for this waiter, chosen by the queue
+--      node); with force also forcer_host, forcer_pid and forcer_user (recorded as forced_by),
+--      then if_held, a condition ('' none, 'fence' or 'token'), and if_value (`release --force --if-fence N` /
 --      `--if-token FINGERPRINT`) (all five '' when not forced), log_max (see `event` in
 --      common.lua), status (the exit status of `exec`'s command, told with `released`; '' for
 --      `release`), meta_idle_ms (how long the history outlives this release), watch_all
@@ -57,12 +57,14 @@
 -- waiter. Free here: the lock is reserved for the first live waiter, as acquire.lua would. Held
 -- here: the waiter it is reserved for, or whose turn it is (acquire.lua's `turn` mark), else the
 -- first live waiter; this node is left as it is.
+local A = args{'token', 'force', 'claim_ms', 'quiet', 'to', 'forcer_host', 'forcer_pid',
+  'forcer_user', 'if_held', 'if_value', 'log_max', 'status', 'meta_idle_ms', 'watch_all', 'who'}
 local function next_here(current)
-  if ARGV[4] ~= 'quiet' or ARGV[2] == 'force' then
+  if A.quiet ~= 'quiet' or A.force == 'force' then
     return false
   end
   if not current then
-    return pass_on(ARGV[3], true)
+    return pass_on(A.claim_ms, true)
   end
   if string.sub(current, 1, 1) == '~' then
     return string.sub(current, 2)
@@ -74,10 +76,10 @@ local function next_here(current)
   return first_live_waiter() or false
 end
 
-watch_all = ARGV[14] or ''
-local by_keeper = ARGV[15] == 'keeper'
+watch_all = A.watch_all or ''
+local by_keeper = A.who == 'keeper'
 local current = redis.call('GET', LOCK)
-if current ~= ARGV[1] and by_keeper and released_by_owner(ARGV[1]) then
+if current ~= A.token and by_keeper and released_by_owner(A.token) then
   -- The owner released first, and its keeper did not hear it before its pid ended.
   return {2, {}, false}
 end
@@ -90,33 +92,33 @@ if string.sub(current, 1, 1) == '#' then
 end
 -- The lock changes first, the records after, with pcall: a server out of memory (maxmemory,
 -- noeviction) refuses HSET but not DEL, and a release must not fail for want of a date.
-local log_max, keep = ARGV[11], tonumber(ARGV[13]) or 0
+local log_max, keep = A.log_max, tonumber(A.meta_idle_ms) or 0
 local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence', 'told', 'kept', 'ttl_ms',
   'draining')
 -- Only an acquisition in the history has its end told (a quorum's attempt that did not win a
 -- majority, given back, was never an acquisition).
 local told = mine[4] == current
-local dated = (current == ARGV[1] or ARGV[2] == 'force') and mine[1] == current
+local dated = (current == A.token or A.force == 'force') and mine[1] == current
 local function date_release()
   if dated then
     redis.pcall('HSET', META, 'released_ms', int(now_ms()))
   end
 end
-if current == ARGV[1] and not by_keeper and mine[1] == current and mine[5] == '1'
+if current == A.token and not by_keeper and mine[1] == current and mine[5] == '1'
     and mine[7] == current then
   -- Its keeper is stopping the work: it releases once the work has ended.
   redis.pcall('HSET', META, 'release_asked', current)
   return {3, {}, false}
 end
-if current == ARGV[1] then
-  local next = pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])
+if current == A.token then
+  local next = pass_on(A.claim_ms, A.quiet == 'quiet', A.to)
   date_release()
   if dated and told then
     local at = now_ms()
     local fields = {'fence', mine[3] or '', 'held_ms', math.max(at - (tonumber(mine[2]) or at), 0)}
-    if tonumber(ARGV[12]) then
+    if tonumber(A.status) then
       fields[#fields + 1] = 'status'
-      fields[#fields + 1] = tonumber(ARGV[12])
+      fields[#fields + 1] = tonumber(A.status)
     end
     event('released', current, fields, log_max, keep, at)
   end
@@ -127,25 +129,25 @@ if current == ARGV[1] then
   return {1, {}, next}
 end
 local function as_seen(current)
-  if ARGV[9] == 'fence' then
+  if A.if_held == 'fence' then
     return redis.call('HGET', META, 'token') == current
       -- As text: both are integers in decimal, and a number compares exactly only up to 2^53.
-      and redis.call('HGET', META, 'fence') == ARGV[10]
-  elseif ARGV[9] == 'token' then
-    return string.sub(current, 1, string.len(ARGV[10])) == ARGV[10]
+      and redis.call('HGET', META, 'fence') == A.if_value
+  elseif A.if_held == 'token' then
+    return string.sub(current, 1, string.len(A.if_value)) == A.if_value
   end
   return true
 end
-if ARGV[2] == 'force' and not as_seen(current) then
+if A.force == 'force' and not as_seen(current) then
   return {-1, holder(current), false}
 end
-if ARGV[2] == 'force' then
+if A.force == 'force' then
   local record = holder(current)
-  local next = pass_on(ARGV[3], ARGV[4] == 'quiet', ARGV[5])
+  local next = pass_on(A.claim_ms, A.quiet == 'quiet', A.to)
   date_release()
   -- A reservation ('~' .. waiter) has no holder to tell, nor to record as evicted.
   if string.sub(current, 1, 1) ~= '~' then
-    local by = (ARGV[8] or '?') .. '@' .. (ARGV[6] or '?') .. ' (pid ' .. (ARGV[7] or '?') .. ')'
+    local by = who_is(A.forcer_user, A.forcer_host, A.forcer_pid)
     local at = now_ms()
     redis.pcall('HSET', META, 'forced_token', current, 'forced_by', by, 'forced_at', int(at))
     local was = {}

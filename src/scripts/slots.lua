@@ -1,7 +1,7 @@
 -- Take a place in a lock with more than one holder (`--slots N`, `--pool`, `--shared`; see
 -- slots_common.lua), or join the queue of waiters.
 --
--- ARGV as acquire.lua's (want_run_id and previous token unused: a quorum is refused before it
+-- A as acquire.lua's (want_run_id and previous token unused: a quorum is refused before it
 --      gets here; who asks is also recorded as `slots_by` when this call sets what the lock is;
 --      preemptible and preempt unused: refused for these locks before they get here; kept
 --      ('1': a keeper keeps the place alive, see kept_place in common.lua)),
@@ -23,13 +23,16 @@
 --
 -- Told (see `event` in common.lua): `acquired` (with the slot), `expired` for each holder found
 -- dead, `queued`.
-local token, ttl, spec = ARGV[1], ARGV[2], ARGV[25]
-watch_all = ARGV[19] or ''
-local log_max = ARGV[17]
+local A = args{'token', 'ttl_ms', 'host', 'pid', 'user', 'note', 'join', 'claim_ms', 'block_cap_ms',
+  'lease_margin_ms', 'want_run_id', 'prev', 'meta_idle_ms', 'wait_ms', 'pidns', 'waited_ms',
+  'log_max', 'tell', 'watch_all', 'supersede_ms', 'who', 'preemptible', 'kept', 'preempt', 'spec'}
+local token, ttl, spec = A.token, A.ttl_ms, A.spec
+watch_all = A.watch_all or ''
+local log_max = A.log_max
 local shared = spec == 's'
 local marker = shared and '#shared' or '#slots'
 local limit = limit_of(spec)
-local meta_idle = tonumber(ARGV[13]) or 0
+local meta_idle = tonumber(A.meta_idle_ms) or 0
 
 local ended = given_up(token)
 if ended then
@@ -45,7 +48,7 @@ if plain_held and not shared then
   local h = redis.call('HMGET', META, 'token', 'user', 'host', 'pid')
   local who = ''
   if h[1] == current then
-    who = (h[2] or '?') .. '@' .. (h[3] or '?') .. ' (pid ' .. (h[4] or '?') .. ')'
+    who = who_is(h[2], h[3], h[4])
   end
   return {-2, '', who}
 end
@@ -74,7 +77,6 @@ if not idle and not agrees then
 end
 
 local function take(queued)
-  local us = now_us()
   local used = {}
   for _, h in pairs(view.holders) do
     if h.slot then
@@ -85,18 +87,12 @@ local function take(queued)
   while used[slot] do
     slot = slot + 1
   end
-  local waited = math.max(tonumber(ARGV[16]) or 0, 0)
+  local waited = math.max(tonumber(A.waited_ms) or 0, 0)
   local before = redis.call('HMGET', META, 'fence', 'acquisitions', 'waited_ms')
-  local last = tonumber(before[1]) or 0
-  local fence = us
   local set = {'acquisitions', int((tonumber(before[2]) or 0) + 1),
     'waited_ms', int((tonumber(before[3]) or 0) + waited)}
-  if last >= 2^53 - 1 then
-    fence = redis.call('HINCRBY', META, 'fence', 1)
-  else
-    if last >= us then
-      fence = last + 1
-    end
+  local fence, write = next_fence(before[1])
+  if write then
     set[#set + 1] = 'fence'
     set[#set + 1] = int(fence)
   end
@@ -104,13 +100,13 @@ local function take(queued)
     set[#set + 1] = 'slots'
     set[#set + 1] = spec
     set[#set + 1] = 'slots_by'
-    set[#set + 1] = ARGV[21] or ''
+    set[#set + 1] = A.who or ''
   end
   redis.call('HSET', META, unpack(set))
   local expires = now + tonumber(ttl)
   redis.call('HSET', SLOTS, token, table.concat({int(expires), slot, int(fence), int(now), ttl,
-    ARGV[4], ARGV[5], ARGV[3], ARGV[15] or '', ARGV[6]}, '\t'))
-  if ARGV[23] == '1' then
+    A.pid, A.user, A.host, A.pidns or '', A.note}, '\t'))
+  if A.kept == '1' then
     kept_place(token, ttl)
   end
   if view.reserved[token] then
@@ -126,12 +122,12 @@ local function take(queued)
   end
   redis.call('DEL', wake_key(token))
   if shared then
-    admit(view, limit, true, ARGV[8], now)
+    admit(view, limit, true, A.claim_ms, now)
   end
   keep_marker(view, marker, now)
-  keep_meta(ARGV[13], view.latest - now)
-  event('acquired', token, {'fence', int(fence), 'slot', slot, 'user', ARGV[5], 'host', ARGV[3],
-    'pid', ARGV[4], 'note', ARGV[6], 'waited_ms', waited, 'ttl_ms', tonumber(ttl)}, log_max,
+  keep_meta(A.meta_idle_ms, view.latest - now)
+  event('acquired', token, {'fence', int(fence), 'slot', slot, 'user', A.user, 'host', A.host,
+    'pid', A.pid, 'note', A.note, 'waited_ms', waited, 'ttl_ms', tonumber(ttl)}, log_max,
     tonumber(ttl) + meta_idle, now)
   return {1, fence, now, false, slot}
 end
@@ -147,7 +143,7 @@ if room and (not first or first == token) then
 end
 if room then
   -- Free places, but others' turn: give them their places now rather than at the next release.
-  admit(view, limit, shared, ARGV[8], now)
+  admit(view, limit, shared, A.claim_ms, now)
   keep_marker(view, marker, now)
   if view.reserved[token] then
     -- We were among them (queued behind waiters that had left or died).
@@ -161,5 +157,5 @@ if view.earliest and not plain_held then
   pttl = math.max(view.earliest - now, 0)
 end
 local reserved = (current and string.sub(current, 1, 1) == '~') and 1 or 0
-return queue_up(token, now, pttl, redis.call('PTTL', LOCK), reserved, shared and 's' or '',
+return queue_up(A, token, now, pttl, redis.call('PTTL', LOCK), reserved, shared and 's' or '',
   log_max)

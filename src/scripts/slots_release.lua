@@ -1,7 +1,7 @@
 -- Give back a place in a lock with more than one holder (see slots_common.lua), and pass the
 -- freed place on to the waiter whose turn it is.
 --
--- ARGV as release.lua's (token, 'force', claim_ms, -, -, the forcer's host, pid and user, a
+-- A as release.lua's (token, 'force', claim_ms, -, -, the forcer's host, pid and user, a
 -- condition and its value, log_max, status, meta_idle_ms, watch_all, who).
 --
 -- Returns {1, {}, false, freed} released, {0, {}, false, {}} when the token holds no place here
@@ -17,17 +17,19 @@
 -- Atomic together: the removal, the places given to the waiters at the head of the queue (one
 -- wake-up per freed place: no herd; a shared lock's writer at the head gets the whole lock once
 -- the last reader is gone, see admit), and the marker's expiry, which follows the latest holder.
-watch_all = ARGV[14] or ''
-local by_keeper = ARGV[15] == 'keeper'
+local A = args{'token', 'force', 'claim_ms', 'quiet', 'to', 'forcer_host', 'forcer_pid',
+  'forcer_user', 'if_held', 'if_value', 'log_max', 'status', 'meta_idle_ms', 'watch_all', 'who'}
+watch_all = A.watch_all or ''
+local by_keeper = A.who == 'keeper'
 local current = redis.call('GET', LOCK)
 if not current or string.sub(current, 1, 1) ~= '#' then
-  if by_keeper and released_by_owner(ARGV[1]) then
+  if by_keeper and released_by_owner(A.token) then
     return {2, {}, false, {}}
   end
   return {0, {}, false, {}}
 end
 local now = now_ms()
-local log_max, keep = ARGV[11], tonumber(ARGV[13]) or 0
+local log_max, keep = A.log_max, tonumber(A.meta_idle_ms) or 0
 local view = live_slots(now, {log_max, keep})
 local spec = redis.call('HGET', META, 'slots')
 local shared = current == '#shared'
@@ -53,9 +55,9 @@ local function let_go(token, why, by)
       redis.call('DEL', gone_key(token))
     end
   else
-    if tonumber(ARGV[12]) then
+    if tonumber(A.status) then
       fields[#fields + 1] = 'status'
-      fields[#fields + 1] = tonumber(ARGV[12])
+      fields[#fields + 1] = tonumber(A.status)
     end
     -- A kept place's release is marked (see mark_released in common.lua), so that a keeper
     -- that missed the announcement does not take its place gone for a loss. Any other is only
@@ -71,21 +73,21 @@ local function let_go(token, why, by)
   event(why, token, fields, log_max, keep, now)
 end
 
-if ARGV[2] == 'force' then
-  local by = (ARGV[8] or '?') .. '@' .. (ARGV[6] or '?') .. ' (pid ' .. (ARGV[7] or '?') .. ')'
+if A.force == 'force' then
+  local by = who_is(A.forcer_user, A.forcer_host, A.forcer_pid)
   local chosen = {}
   for token, h in pairs(view.holders) do
     local fits = true
-    if ARGV[9] == 'fence' then
-      fits = h.fence == ARGV[10]
-    elseif ARGV[9] == 'token' then
-      fits = string.sub(token, 1, string.len(ARGV[10])) == ARGV[10]
+    if A.if_held == 'fence' then
+      fits = h.fence == A.if_value
+    elseif A.if_held == 'token' then
+      fits = string.sub(token, 1, string.len(A.if_value)) == A.if_value
     end
     if fits then
       chosen[#chosen + 1] = token
     end
   end
-  if #chosen == 0 and ARGV[9] ~= '' then
+  if #chosen == 0 and A.if_held ~= '' then
     return {-1, {}, false, {}}
   end
   table.sort(chosen, function(a, b)
@@ -94,19 +96,19 @@ if ARGV[2] == 'force' then
   for _, token in ipairs(chosen) do
     let_go(token, 'forced', by)
   end
-elseif view.holders[ARGV[1]] and not by_keeper
-    and redis.call('GET', gone_key(ARGV[1])) == 'drain' then
+elseif view.holders[A.token] and not by_keeper
+    and redis.call('GET', gone_key(A.token)) == 'drain' then
   keep_marker(view, current, now)
   return {3, {}, false, {}}
-elseif view.holders[ARGV[1]] then
-  let_go(ARGV[1], 'released')
+elseif view.holders[A.token] then
+  let_go(A.token, 'released')
 else
   keep_marker(view, current, now)
-  if by_keeper and released_by_owner(ARGV[1]) then
+  if by_keeper and released_by_owner(A.token) then
     return {2, {}, false, {}}
   end
   return {0, {}, false, {}}
 end
-admit(view, shared and math.huge or limit_of(spec), shared, ARGV[3], now)
+admit(view, shared and math.huge or limit_of(spec), shared, A.claim_ms, now)
 keep_marker(view, current, now)
 return {1, {}, false, freed}
