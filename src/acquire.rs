@@ -29,10 +29,10 @@
 //!   place if its lease is still live (or nobody looked at the queue meanwhile); otherwise it
 //!   queues again. See [`ride_out`].
 //!
-//! The protocol steps (one script call each) are in `lock.rs`; a quorum counts them in
-//! `quorum.rs`. This module decides only when to ask again and how to give up cleanly.
+//! The protocol steps (one script call each) are in `lock/`; a quorum counts them in
+//! `quorum/`. This module decides only when to ask again and how to give up cleanly.
 //!
-//! Layer 9 of the list in `lib.rs`.
+//! Layer 8 of the list in `lib.rs`.
 
 use std::time::{Duration, Instant};
 

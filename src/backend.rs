@@ -1,5 +1,5 @@
 //! Picks the [`Store`] for the configured servers: the one place that knows every backend. Above
-//! `store.rs` and `quorum.rs`; the commands, `exec` (and its renewal thread) and the waiting
+//! `store.rs` and `quorum/`; the commands, `exec` (and its renewal thread) and the waiting
 //! loop's signal thread open their store here.
 //!
 //! Layer 9 of the list in `lib.rs`.

@@ -11,7 +11,7 @@
 //! write end ([`Brief::read`] closes every other one). See `keeper.rs` for why and how it keeps
 //! the lock.
 //!
-//! Layer 10 of the list in `lib.rs`.
+//! Layer 7 of the list in `lib.rs`.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};

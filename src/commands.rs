@@ -4,7 +4,7 @@
 //! rest, which `messages::report_error` prints and maps to its code. `exec` lives in `exec.rs`;
 //! what both take a lock with, in `take.rs`.
 //!
-//! Layer 13 of the list in `lib.rs`.
+//! Layer 12 of the list in `lib.rs`.
 
 use std::io::Write;
 use std::ops::ControlFlow;
@@ -368,10 +368,8 @@ pub fn extend(config: &Config, args: &ExtendArgs) -> Result<u8> {
     }
 }
 
+/// `status` (not `--watch`, which is `watch.rs`'s: see `lib.rs`).
 pub fn status(config: &Config, args: &StatusArgs) -> Result<u8> {
-    if args.watch {
-        return crate::watch::run(config, args);
-    }
     let format = args.format();
     let states = status_states(config, args, format)?;
     let text = match format {

@@ -211,7 +211,7 @@ fn check_prefix(prefix: &str) -> Result<()> {
             crate::printable::printable(prefix)
         )));
     }
-    // The same rule as for a lock name (see lock.rs).
+    // The same rule as for a lock name (see lock/mod.rs).
     if let Some(why) = crate::printable::unsafe_in_name(prefix) {
         return Err(usage(format!(
             "--prefix '{}' contains {why}; a prefix must not have control, direction or \

@@ -10,32 +10,50 @@
 //! Bottom first. A module uses only modules of lower layers (`tests/layers.rs` checks it, reading
 //! this list):
 //!
-//! 0. `exit`, `printable`, `redact`, `scripts`, `tell`, `os`: tables, pure text helpers, the Lua
-//!    scripts, the word a release sends its keeper, and the safe wrappers of the OS calls
+//! 0. `exit`, `os`, `printable`, `redact`, `scripts`, `tell`: tables, pure text helpers, the Lua
+//!    scripts, the safe wrappers of the OS calls, the word a release sends its keeper
 //! 1. `cli`, `error`, `signals`, `spawn`, `work`: the command line's definition; the error kinds
-//!    and their exit codes; the wrappers of the OS above `os` (signal delivery, starting the
-//!    command, the processes a `--while-pid` pid started)
+//!    and their exit codes; signal delivery, starting the command, the processes a `--while-pid`
+//!    pid started
 //! 2. `config`: flags and environment resolved and validated
 //! 3. `messages`: every line for humans on stderr, and what `-q` silences
 //! 4. `client`: a connection to one server (timeouts, TLS, auth, Redis errors mapped to ours)
 //! 5. `lock`: the lock model and the one-server protocol, one script call per operation, and
 //!    locks with more than one holder (`--slots`, `--pool`, `--shared`)
-//! 6. `output`: what goes to stdout, and the words for a lock's state, durations and times
-//! 7. `store`, `history`: the `Store` trait and its one-server implementation; a lock's history
-//! 8. `quorum`, `events`: a quorum of independent masters, the same trait over N servers; the
-//!    events every holder loop reacts to, and its backoff
-//! 9. `acquire`, `backend`, `follow`, `renew`: taking a lock and waiting over any store; picking
-//!    the store; the one pub/sub follower and the one renewal every holder loop shares
-//! 10. `metrics`, `owner`, `park`, `brief`: `status` as Prometheus metrics; who we are; parking
-//!     a waiter on signals; what `acquire --while-pid` and its keeper agree on, and starting one
-//! 11. `notify`, `complete`, `watch`, `wait`, `take`: hearing that our lock was taken;
-//!     completing lock names in a shell; following locks as they change (`status --watch`);
-//!     waiting until a lock is free (`wait`); what `exec` and the one-shot commands share to take
-//!     a lock
-//! 12. `keeper`: the detached process that keeps an `acquire --while-pid` lock alive while a pid
-//!     and the work it started run
-//! 13. `commands`: `acquire`, `release`, `extend`, `status`, `log`
-//! 14. `exec`: the supervisor (it takes its lock as the `acquire` command does)
+//! 6. `output`, `events`, `owner`, `metrics`: what goes to stdout, and the words for a lock's
+//!    state; the events every holder loop reacts to, and the back-off; who we are; `status` as
+//!    Prometheus metrics
+//! 7. `store`, `history`, `follow`, `brief`: the `Store` trait and its one-server
+//!    implementation; a lock's history; the one pub/sub follower (`wait`, `notify`, `--watch`);
+//!    what `acquire --while-pid` and its keeper agree on, and starting one
+//! 8. `quorum`, `acquire`, `renew`: a quorum of independent masters, the same trait over N
+//!    servers; taking a lock and waiting over any store; the one renewal (exec and the keeper)
+//! 9. `backend`: the store the configuration names
+//! 10. `park`, `notify`: parking a waiter on its wake list without going deaf to signals;
+//!     hearing that our lock was taken or asked to stop (exec and the keeper)
+//! 11. `take`: what `exec` and the one-shot commands share to take a lock
+//! 12. `commands`, `exec`, `keeper`, `watch`, `wait`, `complete`: the subcommands, side by side,
+//!     none importing another (`acquire`, `release`, `extend`, `status`, `log`; `exec`; the
+//!     keeper an `acquire --while-pid` leaves; `status --watch`; `wait`; shell completion)
+//!
+//! # Conventions
+//!
+//! - One module, one job; a module split into files (`lock/`, `client/`, `quorum/`, `exec/`,
+//!   `keeper/`, `watch/`) keeps one place in the list, and callers name it as one (`lock::X`).
+//! - The holder loops (exec, the keeper, `wait`, `--watch`) share their vocabulary and engines:
+//!   `events` (what they react to, the back-off), `follow` (the one pub/sub follower), `renew` (the
+//!   one renewal), `acquire::Outage`; none writes its own.
+//! - Every Lua script declares its arguments once, by name (`local A = args{...}`); `build.rs`
+//!   reads the declaration and `scripts.rs` checks every call's names against it. The data the
+//!   scripts write is the protocol: an older and a newer redlock share a lock.
+//! - Decisions that are pure (a quorum's verdict, a renewal's due time) are functions with table
+//!   tests; side effects happen around them.
+//! - `unsafe` lives in `os.rs` (the few calls rustix lacks), `spawn.rs` (the measured vfork-style
+//!   spawn, async-signal-safe code only) and `brief.rs` (the keeper's `pre_exec`), each block with
+//!   its `SAFETY` note; everything else calls safe wrappers.
+//! - Tests: one integration crate, `tests/it/`, in feature folders, on real redis-servers
+//!   (`or_skip!` skips without one, fails under `REDLOCK_REQUIRE_REDIS`); `tests/chaos.rs`,
+//!   `tests/generated.rs` and `tests/layers.rs` stand alone.
 
 mod acquire;
 mod backend;
@@ -90,6 +108,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Acquire(args) => commands::acquire(&config, args),
         Command::Release(args) => commands::release(&config, args),
         Command::Extend(args) => commands::extend(&config, args),
+        Command::Status(args) if args.watch => watch::run(&config, args),
         Command::Status(args) => commands::status(&config, args),
         Command::Log(args) => commands::log(&config, args),
         Command::Wait(args) => wait::run(&config, args),

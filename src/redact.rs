@@ -4,7 +4,7 @@
 //! who can read the prefix, and by default it is a command line, which carries passwords
 //! (`redis://:PW@host`, `REDLOCK_PASSWORD=PW cmd`, `redis-cli -a PW`, `curl -u user:PW`). Every
 //! note passes through here twice: when it is written (owner.rs), and when it is read for display
-//! (lock.rs), so that a note stored by an older version or planted by another client is hidden
+//! (lock/read.rs), so that a note stored by an older version or planted by another client is hidden
 //! too. This module imports nothing from the crate, so both layers can use it.
 //!
 //! Invariants: the result only ever hides (it replaces text with `***` or drops it, never adds

@@ -135,7 +135,7 @@ impl Invocation<'_> {
 include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
 
 /// The three forms of one kind of attempt: as is, and behind the server check, without and with
-/// eviction allowed (`client.rs` sends a checked one first on each connection).
+/// eviction allowed (`client/` sends a checked one first on each connection).
 pub struct Attempts {
     pub unchecked: &'static Script,
     pub checked: &'static Script,

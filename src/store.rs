@@ -1,8 +1,8 @@
 //! Where locks live: the [`Store`] trait, and its one-server implementation (standalone,
-//! Sentinel's master, a Redis Cluster), which runs the protocol of `lock.rs` directly.
+//! Sentinel's master, a Redis Cluster), which runs the protocol of `lock/` directly.
 //!
-//! The layer above `lock.rs`. A quorum of independent masters implements the same trait above it
-//! (`quorum.rs`); `backend.rs` picks one for the configuration, and the waiting loop
+//! The layer above `lock/`. A quorum of independent masters implements the same trait above it
+//! (`quorum/`); `backend.rs` picks one for the configuration, and the waiting loop
 //! (`acquire.rs`), the commands and `exec` talk to a [`Store`] without caring which.
 //!
 //! Layer 7 of the list in `lib.rs`.
@@ -62,7 +62,7 @@ pub trait Store: Send {
     /// The connection a waiter blocks on, if there is one now.
     fn parking(&mut self) -> Option<&mut Redis>;
     /// After an error: replace connections that broke. One whose reply is only late is kept
-    /// (see `client.rs`): it is brought back in step before its next command, so that a holder
+    /// (see `client/`): it is brought back in step before its next command, so that a holder
     /// does not give up its place on a server that may refuse a new connection.
     fn recover(&mut self) -> Result<()>;
     /// Replaces every connection that is not known to be in step, late ones included: a

@@ -1,6 +1,6 @@
 //! The lock model and the one-server protocol, one script call per operation. The layer above
-//! `client.rs` and `scripts.rs`, below `store.rs`; waiting for a lock is in `acquire.rs`,
-//! counting a quorum's answers in `quorum.rs`, the wording of a state for humans in `output.rs`.
+//! `client/` and `scripts.rs`, below `store.rs`; waiting for a lock is in `acquire.rs`,
+//! counting a quorum's answers in `quorum/`, the wording of a state for humans in `output.rs`.
 //!
 //! Split by job: this file is the model (the keys, the holder and waiter records, the kinds of
 //! lock, the verdicts and what an attempt asks for); `ops.rs` writes, one script call per
@@ -563,7 +563,7 @@ pub struct Lock {
     pub ttl: Duration,
     /// When the successful attempt was sent: the lock is surely ours until `sent + ttl - drift`.
     pub sent: Instant,
-    /// What is allowed for clock drift between servers (zero on one server; see `quorum.rs`).
+    /// What is allowed for clock drift between servers (zero on one server; see `quorum/`).
     pub drift: Duration,
     /// Each node's `run_id` when the lock was taken (a quorum only), to notice restarts.
     pub run_ids: Vec<Option<String>>,
@@ -743,7 +743,7 @@ pub fn millis(d: Duration) -> u64 {
 
 /// What an attempt asks for besides the lock and the token. Built once per acquisition
 /// (`take.rs`); each attempt copies it with what changed since the one before (`prev`, `wait`,
-/// `waited`, `reply`), and a quorum with each node's part (see `quorum.rs`).
+/// `waited`, `reply`), and a quorum with each node's part (see `quorum/`).
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
     pub ttl: Duration,

@@ -136,7 +136,7 @@ pub(super) fn take_back(rx: &mpsc::Receiver<Option<Redis>>, wait: Duration) -> O
 
 /// Runs `f` on node `i`, connecting first if `con` is `None`. Returns the connection to keep:
 /// none after a failure, unless only its reply was late (it is resynchronised before its next
-/// command: see `client.rs`), so that a slow node does not cost us our place on it.
+/// command: see `client/`), so that a slow node does not cost us our place on it.
 fn on_node<T>(
     config: &Config,
     i: usize,

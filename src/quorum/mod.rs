@@ -1,12 +1,12 @@
 //! Redlock: one lock over N independent Redis masters, held when a majority granted it.
 //!
 //! The layer above `store.rs`: [`Nodes`] implements its [`Store`] trait over N servers, with the
-//! one-server calls of `lock.rs`; `acquire.rs` and `backend.rs` are above it. The decisions are
+//! one-server calls of `lock/`; `acquire.rs` and `backend.rs` are above it. The decisions are
 //! pure functions with table tests (in `verdict.rs`): [`decide`] reads an attempt's answers,
 //! counted into a [`Tally`], and [`verdict()`] the nodes' states for `status`; the methods around
 //! them do the I/O. `fan.rs` runs one call on many nodes at once ([`Nodes::fan_out`]).
 //!
-//! Every operation runs the one-server scripts of `lock.rs` on all nodes in parallel (a thread
+//! Every operation runs the one-server scripts of `lock/` on all nodes in parallel (a thread
 //! per node, each bounded by `--connect-timeout` and `--io-timeout`) and counts the answers. It
 //! does not wait for a slow node once the others have settled the outcome: after that, a node
 //! gets as long again as the others took (plus 2 ms, and at least a quarter of `--io-timeout`),
@@ -55,7 +55,7 @@
 //!   attempt does nothing there.
 //! - A node's connection outlives a late or timed-out answer: the call that was not waited for
 //!   hands it back when it ends (see [`Nodes::late`]), and a reply later than `--io-timeout`
-//!   leaves it in place, resynchronised before its next command (`client.rs`). So a slow node
+//!   leaves it in place, resynchronised before its next command (`client/`). So a slow node
 //!   costs no new connection, which a node full of clients (`maxclients`) may refuse.
 //! - Extend needs a majority within the validity; a majority that can no longer be reached
 //!   (enough nodes say free or another token) means the lock is lost.

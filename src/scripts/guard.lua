@@ -1,6 +1,6 @@
 -- What kind of server this is, checked before a connection's first acquire attempt writes
 -- anything, in the round trip that attempt makes anyway (scripts.rs wraps acquire.lua in
--- `guarded`; client.rs sends this variant once per connection).
+-- `guarded`; client/ sends this variant once per connection).
 --
 -- A replica must not grant locks: a writable one (replica-read-only no) keeps a lock where the
 -- master's clients never look, and the master grants the same lock to them. Every replica is
