@@ -571,9 +571,11 @@ impl Keeper<'_> {
         }
     }
 
-    /// The renewal sent at `sent` succeeded.
+    /// The renewal sent at `sent` succeeded: the next is due a TTL/3 after it, whether it was
+    /// a scheduled one or the one that marks the lock `draining` ([`Keeper::mark_stopping`]).
     fn renewed(&mut self, sent: Instant) {
         self.renewal.renewed(sent);
         self.renewal.last_error = None;
+        self.renewal.next = sent + self.lock.renewal_interval();
     }
 }

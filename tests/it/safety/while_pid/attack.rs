@@ -443,3 +443,106 @@ fn a_keeper_kept_for_exec_itself_releases_once_exec_ends() {
         "exec waited for the keeper of its own pid:\n{out}"
     );
 }
+
+// A review of issue 27's refactor (one renewal for exec and the keeper, `renew.rs`) against
+// 17229c6: the tests below failed on the refactor and pass on the code before it.
+
+/// The extensions (`extend.lua`) of `token` that the server ran, as MONITOR saw them: the
+/// server's time (seconds) and whether the holder said it stops its work (`draining`).
+fn extensions(lines: &[String], token: &str) -> Vec<(f64, bool)> {
+    let mut seen = Vec::new();
+    for line in lines {
+        let Some(time) = line.split(' ').next().and_then(|t| t.parse::<f64>().ok()) else {
+            continue;
+        };
+        let Some((_, rest)) = line.split_once("] ") else {
+            continue;
+        };
+        // Quoted arguments; the ones looked at (a token, numbers) hold no escape.
+        let args: Vec<&str> = rest.split('"').skip(1).step_by(2).collect();
+        if !args
+            .first()
+            .is_some_and(|c| c.eq_ignore_ascii_case("evalsha"))
+        {
+            continue;
+        }
+        let Some(numkeys) = args.get(2).and_then(|n| n.parse::<usize>().ok()) else {
+            continue;
+        };
+        // extend.lua: token, ttl, want_run_id, meta_ttl, draining.
+        match &args[(3 + numkeys).min(args.len())..] {
+            [t, _, _, _, draining] if *t == token => seen.push((time, *draining == "1")),
+            _ => {}
+        }
+    }
+    seen
+}
+
+/// Fails if the renewal the keeper sends when it starts to stop PID's work (SIGTERM to the
+/// keeper: it marks the lock `draining`, see `Keeper::mark_stopping`) does not count as a
+/// renewal for the next one's due time: the next was still due a TTL/3 after the renewal
+/// before, so the keeper renewed twice within a fraction of TTL/3 (with `--ttl 6s`, 0.8 s apart
+/// instead of 2 s). Before the refactor the next renewal was due TTL/3 after the marking one.
+#[test]
+fn the_renewal_that_marks_the_lock_draining_sets_the_next_ones_due_time() {
+    let redis = or_skip!(RedisServer::start());
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let stubborn = format!(
+        "trap \"\" TERM; echo started >>\"{}\"; sleep 600",
+        d.join("steps").display()
+    );
+    let mut holder = super::start_work(&redis, d, "--kill-after 60s", &stubborn);
+    let token = std::fs::read_to_string(d.join("token")).unwrap();
+    let token = token.trim().to_string();
+    let keepers = keepers_of(holder.id());
+    assert_eq!(keepers.len(), 1);
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let mut con = redis.cli();
+    con.set_read_timeout(None).unwrap();
+    redis::cmd("MONITOR").query::<()>(&mut con).unwrap();
+    let sink = std::sync::Arc::clone(&lines);
+    // Ends when the server goes away.
+    std::thread::spawn(move || {
+        while let Ok(v) = con.recv_response() {
+            if let redis::Value::SimpleString(line) = v {
+                sink.lock().unwrap().push(line);
+            }
+        }
+    });
+    let renewals = || extensions(&lines.lock().unwrap(), &token);
+    // SIGTERM late in an interval (--ttl 6s: a renewal every 2 s), so that the next renewal is
+    // not due yet when the keeper marks the lock. The pause is not a wait for an event but the
+    // point in time the test is about; a machine too slow to keep to it tries the next interval.
+    let mut placed = false;
+    for _ in 0..5 {
+        let seen = renewals().len();
+        assert!(wait_for(|| renewals().len() > seen, SOON), "no renewal");
+        let renewed = std::time::Instant::now();
+        std::thread::sleep(Duration::from_millis(1200));
+        if renewed.elapsed() < Duration::from_millis(1700) {
+            placed = true;
+            break;
+        }
+    }
+    assert!(placed, "too slow to place the SIGTERM within an interval");
+    crate::common::signal(keepers[0], libc::SIGTERM);
+    holder.wait_for_stderr("got SIGTERM", SOON);
+    let marked = || renewals().into_iter().filter(|r| r.1).collect::<Vec<_>>();
+    assert!(wait_for(|| marked().len() >= 2, SOON), "{:?}", renewals());
+    let marked = marked();
+    let gap = marked[1].0 - marked[0].0;
+    // Ends the keeper (SIGKILL to the step, then the release).
+    crate::common::signal(keepers[0], libc::SIGTERM);
+    assert!(
+        wait_for(|| keepers_of(holder.id()).is_empty(), SOON),
+        "the keeper still runs"
+    );
+    assert!(
+        gap >= 1.5,
+        "the renewal after the one that marked the lock came {gap:.3} s after it, not a TTL/3 \
+         (2 s): {:?}\n{}",
+        renewals(),
+        holder.stderr()
+    );
+}
