@@ -506,6 +506,9 @@ impl Keeper<'_> {
 
     /// Renews the lock once; `Some` when it turned out not to be ours any more.
     fn renew(&mut self) -> Option<End> {
+        // Counted from before a lost connection is opened again, as before the shared renewal:
+        // the time a reconnection takes moves neither the deadline nor the next renewal later.
+        let started = Instant::now();
         let renewed = match connected(&mut self.store, self.config, &self.lock) {
             Ok(store) => self.renewal.renew(store, self.stopping),
             Err(error) => {
@@ -517,8 +520,8 @@ impl Keeper<'_> {
             }
         };
         match renewed {
-            Renewed::Ours { sent, asked } => {
-                self.renewed(sent);
+            Renewed::Ours { asked, .. } => {
+                self.renewed(started);
                 // Still ours, and renewed until PID has ended.
                 if let Some(preemption) = asked
                     && !self.preempted
@@ -562,12 +565,13 @@ impl Keeper<'_> {
             return;
         }
         self.stopping = true;
+        // (Counted from before a connection is opened again, as in `renew`.)
+        let started = Instant::now();
         let Ok(store) = connected(&mut self.store, self.config, &self.lock) else {
             return;
         };
-        if let (sent, Ok(Verdict::Done(_) | Verdict::Preempted(_))) = self.renewal.send(store, true)
-        {
-            self.renewed(sent);
+        if let (_, Ok(Verdict::Done(_) | Verdict::Preempted(_))) = self.renewal.send(store, true) {
+            self.renewed(started);
         }
     }
 
