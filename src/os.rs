@@ -185,11 +185,10 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Makes the pipe whose write end is `fd` hold `len` bytes, so that writing them cannot block
-/// while nobody reads yet: a pipe holds at least one page (4096 bytes, even for a user over
-/// `pipe-user-pages-soft`); a longer text asks for a larger pipe (up to `pipe-max-size`).
+/// while nobody reads yet: a pipe holds 64 KiB (one page for a user over
+/// `pipe-user-pages-soft`); only a longer text asks for a larger pipe (up to `pipe-max-size`).
 pub fn hold_in_pipe(fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
-    const PAGE: usize = 4096;
-    if len > PAGE {
+    if len > rustix::pipe::fcntl_getpipe_size(fd)? {
         rustix::pipe::fcntl_setpipe_size(fd, len)?;
     }
     Ok(())
