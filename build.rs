@@ -85,10 +85,12 @@ fn scripts() -> Vec<(&'static str, Vec<Part>)> {
     ]
 }
 
-/// What a script declares its arguments to be, in ARGV order: the names in its one
-/// `local A = args{'token', 'ttl_ms', ...}` (see `args` in `common.lua`); none without one.
+/// What a script declares its arguments to be, in ARGV order: the names of its one
+/// `local A = {token = ARGV[1], ttl_ms = ARGV[2], ...}` (see `common.lua`), each at its own
+/// position; none without one.
 fn argument_names(code: &str) -> Vec<String> {
-    const DECLARATION: &str = "local A = args{";
+    // At the start of a line: a comment that quotes it is not one.
+    const DECLARATION: &str = "\nlocal A = {";
     let Some(at) = code.find(DECLARATION) else {
         return Vec::new();
     };
@@ -100,10 +102,24 @@ fn argument_names(code: &str) -> Vec<String> {
     let list = &rest[..rest
         .find('}')
         .expect("an argument declaration ends with '}'")];
-    list.split(',')
-        .map(|n| n.trim().trim_matches('\'').to_string())
-        .filter(|n| !n.is_empty())
-        .collect()
+    let names: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .enumerate()
+        .map(|(i, entry)| {
+            let (name, value) = entry
+                .split_once('=')
+                .unwrap_or_else(|| panic!("not 'name = ARGV[n]': {entry}"));
+            assert_eq!(
+                value.trim(),
+                format!("ARGV[{}]", i + 1),
+                "argument {name} is not declared at its position"
+            );
+            name.trim().to_string()
+        })
+        .collect();
+    names
 }
 
 /// Writes each script and `scripts.rs` (a `Script` static per script) into `out`.

@@ -8,7 +8,9 @@
 //! readiness pipe); the keeper keeps the lock only once acquire's word came ([`awaited_word`]),
 //! and gives it back otherwise. The keeper is a re-exec of our own binary, never a fork without
 //! exec (acquire has threads), and inherits exactly two descriptors: the pidfd and the pipe's
-//! write end ([`Brief::read`] closes every other one). See `keeper.rs` for why and how it keeps
+//! write end ([`Brief::read`] closes every other one). The brief is in the keeper's stdin before
+//! the keeper exists: an acquire killed at any moment leaves a keeper that knows its lock (and
+//! gives it back), never one that read half a brief. See `keeper.rs` for why and how it keeps
 //! the lock.
 //!
 //! Layer 7 of the list in `lib.rs`.

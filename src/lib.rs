@@ -43,7 +43,7 @@
 //! - The holder loops (exec, the keeper, `wait`, `--watch`) share their vocabulary and engines:
 //!   `events` (what they react to, the back-off), `follow` (the one pub/sub follower), `renew` (the
 //!   one renewal), `acquire::Outage`; none writes its own.
-//! - Every Lua script declares its arguments once, by name (`local A = args{...}`); `build.rs`
+//! - Every Lua script declares its arguments once, by name (`local A = {token = ARGV[1], ...}`); `build.rs`
 //!   reads the declaration and `scripts.rs` checks every call's names against it. The data the
 //!   scripts write is the protocol: an older and a newer redlock share a lock.
 //! - Decisions that are pure (a quorum's verdict, a renewal's due time) are functions with table

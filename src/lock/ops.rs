@@ -579,7 +579,7 @@ pub fn watch_all_arg(redis: &Redis) -> String {
 mod tests {
     use super::*;
 
-    /// Every call names its arguments as its script declares them (`local A = args{...}`, read
+    /// Every call names its arguments as its script declares them (`local A = {...}`, read
     /// by `build.rs`), in number and in order: the two sides of the positional contract agree.
     #[test]
     fn every_call_names_its_arguments_as_its_script_declares_them() {

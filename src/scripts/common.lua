@@ -20,15 +20,11 @@
 -- KEYS[1] .. ':watch' and the stream KEYS[1] .. ':log', where every change is told (see `event`).
 local LOCK, META, QUEUE, LEASES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
--- ARGV by name: each script declares its arguments once, in order (a local `A = args{...}`,
--- which build.rs reads and scripts.rs checks every call against). One not sent is nil.
-local function args(names)
-  local a = {}
-  for i = 1, #names do
-    a[names[i]] = ARGV[i]
-  end
-  return a
-end
+-- ARGV by name: each script declares its arguments once, at its top, in ARGV order, as the
+-- table `A` (`local A = {token = ARGV[1], ttl_ms = ARGV[2], ...}`: build.rs reads it, and
+-- scripts.rs checks every call against it) and reads them by name from then on. One not sent is
+-- nil. A table constructor rather than a loop over a list of names: it is built on every call,
+-- and costs a third as much.
 
 -- 'user@host (pid N)', as records, replies and events name someone.
 local function who_is(user, host, pid)

@@ -15,7 +15,10 @@
 -- record's expires_ms follows the renewal, so that `status` can tell when a lock that nobody
 -- released expired. The lock's history (`:log`) and meta live on as long as the renewed lock plus
 -- meta_idle_ms.
-local A = args{'token', 'ttl_ms', 'want_run_id', 'meta_idle_ms', 'draining'}
+local A = {
+  token = ARGV[1], ttl_ms = ARGV[2], want_run_id = ARGV[3], meta_idle_ms = ARGV[4],
+  draining = ARGV[5],
+}
 local current = redis.call('GET', LOCK)
 if current ~= A.token and released_by_owner(A.token) then
   return {2, {}, run_id(A.want_run_id)}

@@ -13,8 +13,11 @@
 -- waiter's attempts would each be an `acquired`): this script, sent to the nodes that granted
 -- the attempt once it won, tells `acquired` with the holder's fence and counts it in meta
 -- (`acquisitions`, `waited_ms`), where the lock still holds our token.
-local A = args{'token', 'fence', 'meta_idle_ms', 'user', 'host', 'pid', 'note', 'waited_ms',
-  'ttl_ms', 'log_max', 'watch_all'}
+local A = {
+  token = ARGV[1], fence = ARGV[2], meta_idle_ms = ARGV[3], user = ARGV[4], host = ARGV[5],
+  pid = ARGV[6], note = ARGV[7], waited_ms = ARGV[8], ttl_ms = ARGV[9], log_max = ARGV[10],
+  watch_all = ARGV[11],
+}
 watch_all = A.watch_all or ''
 local fence = tonumber(A.fence)
 if (tonumber(redis.call('HGET', META, 'fence')) or 0) < fence then

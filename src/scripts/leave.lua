@@ -29,8 +29,10 @@
 -- token nobody knows. With tombstone_ms, `LOCK:gone:TOKEN` (the lock's hash tag, so the same
 -- slot) tells acquire.lua to do nothing for that token; it expires by itself. Written only when
 -- the client is unsure, so a normal give-up leaves nothing behind.
-local A = args{'token', 'claim_ms', 'quiet', 'to', 'tombstone_ms', 'log_max', 'meta_idle_ms',
-  'watch_all', 'for_good'}
+local A = {
+  token = ARGV[1], claim_ms = ARGV[2], quiet = ARGV[3], to = ARGV[4], tombstone_ms = ARGV[5],
+  log_max = ARGV[6], meta_idle_ms = ARGV[7], watch_all = ARGV[8], for_good = ARGV[9],
+}
 watch_all = A.watch_all or ''
 local gone = tonumber(A.tombstone_ms) or 0
 if gone > 0 then

@@ -8,7 +8,10 @@
 -- Nothing about the lock changes (after a loss it is someone else's or nobody's by now). This
 -- only writes the event (see `event` in common.lua), so that the history and the watchers know
 -- that a command may have run without its lock, or for too long. Returns 1.
-local A = args{'token', 'fence', 'reason', 'log_max', 'meta_idle_ms', 'watch_all', 'kind'}
+local A = {
+  token = ARGV[1], fence = ARGV[2], reason = ARGV[3], log_max = ARGV[4], meta_idle_ms = ARGV[5],
+  watch_all = ARGV[6], kind = ARGV[7],
+}
 watch_all = A.watch_all or ''
 local kind = A.kind
 if kind ~= 'overran' and kind ~= 'timeout' then

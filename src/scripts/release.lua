@@ -57,8 +57,12 @@
 -- waiter. Free here: the lock is reserved for the first live waiter, as acquire.lua would. Held
 -- here: the waiter it is reserved for, or whose turn it is (acquire.lua's `turn` mark), else the
 -- first live waiter; this node is left as it is.
-local A = args{'token', 'force', 'claim_ms', 'quiet', 'to', 'forcer_host', 'forcer_pid',
-  'forcer_user', 'if_held', 'if_value', 'log_max', 'status', 'meta_idle_ms', 'watch_all', 'who'}
+local A = {
+  token = ARGV[1], force = ARGV[2], claim_ms = ARGV[3], quiet = ARGV[4], to = ARGV[5],
+  forcer_host = ARGV[6], forcer_pid = ARGV[7], forcer_user = ARGV[8], if_held = ARGV[9],
+  if_value = ARGV[10], log_max = ARGV[11], status = ARGV[12], meta_idle_ms = ARGV[13],
+  watch_all = ARGV[14], who = ARGV[15],
+}
 local function next_here(current)
   if A.quiet ~= 'quiet' or A.force == 'force' then
     return false

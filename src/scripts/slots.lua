@@ -23,9 +23,14 @@
 --
 -- Told (see `event` in common.lua): `acquired` (with the slot), `expired` for each holder found
 -- dead, `queued`.
-local A = args{'token', 'ttl_ms', 'host', 'pid', 'user', 'note', 'join', 'claim_ms', 'block_cap_ms',
-  'lease_margin_ms', 'want_run_id', 'prev', 'meta_idle_ms', 'wait_ms', 'pidns', 'waited_ms',
-  'log_max', 'tell', 'watch_all', 'supersede_ms', 'who', 'preemptible', 'kept', 'preempt', 'spec'}
+local A = {
+  token = ARGV[1], ttl_ms = ARGV[2], host = ARGV[3], pid = ARGV[4], user = ARGV[5], note = ARGV[6],
+  join = ARGV[7], claim_ms = ARGV[8], block_cap_ms = ARGV[9], lease_margin_ms = ARGV[10],
+  want_run_id = ARGV[11], prev = ARGV[12], meta_idle_ms = ARGV[13], wait_ms = ARGV[14],
+  pidns = ARGV[15], waited_ms = ARGV[16], log_max = ARGV[17], tell = ARGV[18],
+  watch_all = ARGV[19], supersede_ms = ARGV[20], who = ARGV[21], preemptible = ARGV[22],
+  kept = ARGV[23], preempt = ARGV[24], spec = ARGV[25],
+}
 local token, ttl, spec = A.token, A.ttl_ms, A.spec
 watch_all = A.watch_all or ''
 local log_max = A.log_max

@@ -11,7 +11,10 @@
 -- told as `expired` here if nobody noticed it before; or it was forced, or released long ago). The marker and LOCK:slots last as long as the latest place,
 -- shorter too when this renewal shortened the latest (as a plain lock's key follows its
 -- renewal); meta and the history outlive them by meta_idle_ms, as for a plain lock.
-local A = args{'token', 'ttl_ms', 'want_run_id', 'meta_idle_ms', 'log_max', 'watch_all', 'draining'}
+local A = {
+  token = ARGV[1], ttl_ms = ARGV[2], want_run_id = ARGV[3], meta_idle_ms = ARGV[4],
+  log_max = ARGV[5], watch_all = ARGV[6], draining = ARGV[7],
+}
 watch_all = A.watch_all or ''
 local current = redis.call('GET', LOCK)
 if not current or string.sub(current, 1, 1) ~= '#' then

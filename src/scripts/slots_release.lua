@@ -17,8 +17,12 @@
 -- Atomic together: the removal, the places given to the waiters at the head of the queue (one
 -- wake-up per freed place: no herd; a shared lock's writer at the head gets the whole lock once
 -- the last reader is gone, see admit), and the marker's expiry, which follows the latest holder.
-local A = args{'token', 'force', 'claim_ms', 'quiet', 'to', 'forcer_host', 'forcer_pid',
-  'forcer_user', 'if_held', 'if_value', 'log_max', 'status', 'meta_idle_ms', 'watch_all', 'who'}
+local A = {
+  token = ARGV[1], force = ARGV[2], claim_ms = ARGV[3], quiet = ARGV[4], to = ARGV[5],
+  forcer_host = ARGV[6], forcer_pid = ARGV[7], forcer_user = ARGV[8], if_held = ARGV[9],
+  if_value = ARGV[10], log_max = ARGV[11], status = ARGV[12], meta_idle_ms = ARGV[13],
+  watch_all = ARGV[14], who = ARGV[15],
+}
 watch_all = A.watch_all or ''
 local by_keeper = A.who == 'keeper'
 local current = redis.call('GET', LOCK)
