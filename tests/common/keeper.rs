@@ -90,6 +90,15 @@ pub fn step(dir: &Path, secs: u32) -> String {
     )
 }
 
+/// A step that ignores SIGTERM (only SIGKILL ends it): notes `started` in `dir/steps`, then
+/// sleeps 600 s.
+pub fn stubborn_step(dir: &Path) -> String {
+    format!(
+        "trap \"\" TERM; echo started >>\"{}\"; sleep 600",
+        dir.join("steps").display()
+    )
+}
+
 /// What a second holder of `k` runs: writes `free` to `dir/result` when no process of the first
 /// holder's work runs (the flock of [`work_script`] is free), `OVERLAP` otherwise.
 pub fn overlap_check(dir: &Path) -> String {

@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use super::{next_holder, ran_alone};
-use crate::common::keeper::{SOON, keepers_of, step_started, token_in, work_script};
+use crate::common::keeper::{SOON, keepers_of, step_started, stubborn_step, token_in, work_script};
 use crate::common::{Output, Proc, RedisServer, Run, wait_for, wait_subscribed};
 
 /// Preempts `k`, held by the script the caller started (`holder`), and fails with `beside` if
@@ -488,10 +488,7 @@ fn the_renewal_that_marks_the_lock_draining_sets_the_next_ones_due_time() {
     let redis = or_skip!(RedisServer::start());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let stubborn = format!(
-        "trap \"\" TERM; echo started >>\"{}\"; sleep 600",
-        d.join("steps").display()
-    );
+    let stubborn = stubborn_step(d);
     let mut holder = super::start_work(&redis, d, "--kill-after 60s", &stubborn);
     let token = std::fs::read_to_string(d.join("token")).unwrap();
     let token = token.trim().to_string();

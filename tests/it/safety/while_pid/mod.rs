@@ -14,7 +14,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::keeper::{
-    SOON, keepers_of, overlap_check, sleeper, step, step_started, token_in, work_script,
+    SOON, keepers_of, overlap_check, sleeper, step, step_started, stubborn_step, token_in,
+    work_script,
 };
 use crate::common::proxy::Proxy;
 use crate::common::{
@@ -465,11 +466,7 @@ fn a_step_that_ignores_sigterm_gets_sigkill_after_kill_after_before_the_release(
     let redis = or_skip!(RedisServer::start());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let steps = d.join("steps");
-    let stubborn = format!(
-        "trap \"\" TERM; echo started >>\"{}\"; sleep 600",
-        steps.display()
-    );
+    let stubborn = stubborn_step(d);
     let holder = start_work(&redis, d, "--preemptible --kill-after 2s", &stubborn);
     wait_subscribed(&[&redis], "k");
     let preemptor = next_holder(redis.redlock(), d, &["--preempt"]);
@@ -674,10 +671,7 @@ fn a_second_sigterm_to_the_keeper_says_it_brought_the_sigkill_forward() {
     let redis = or_skip!(RedisServer::start());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let stubborn = format!(
-        "trap \"\" TERM; echo started >>\"{}\"; sleep 600",
-        d.join("steps").display()
-    );
+    let stubborn = stubborn_step(d);
     let mut holder = start_work(&redis, d, "--kill-after 60s", &stubborn);
     let keepers = keepers_of(holder.id());
     assert_eq!(keepers.len(), 1);
