@@ -580,6 +580,6 @@ impl Keeper<'_> {
     fn renewed(&mut self, sent: Instant) {
         self.renewal.renewed(sent);
         self.renewal.last_error = None;
-        self.renewal.next = sent + self.lock.renewal_interval();
+        self.renewal.due_after(sent);
     }
 }

@@ -93,6 +93,12 @@ impl Renewal {
         (sent, verdict)
     }
 
+    /// A renewal sent at `sent` got an answer: the next is due a TTL/3 after it (from when it
+    /// was sent, so that slow renewals do not push the next ones later).
+    pub fn due_after(&mut self, sent: Instant) {
+        self.next = sent + self.lock.renewal_interval();
+    }
+
     /// A renewal could not be sent (no connection): the next is tried soon.
     pub fn retry_soon(&mut self) {
         let retry = (self.lock.renewal_interval() / 3).max(Duration::from_millis(1));
@@ -143,11 +149,11 @@ impl Renewal {
 }
 
 impl Renewed {
-    /// Sets `renewal`'s next due time after a renewal that got an answer: from when it was
-    /// sent, so that slow renewals do not push the next ones later.
+    /// Sets `renewal`'s next due time after a renewal that found the lock ours
+    /// ([`Renewal::due_after`]).
     fn scheduled(self, renewal: &mut Renewal) -> Self {
         if let Renewed::Ours { sent, .. } = &self {
-            renewal.next = *sent + renewal.lock.renewal_interval();
+            renewal.due_after(*sent);
         }
         self
     }
