@@ -6,7 +6,9 @@
 //! no errno) does what it can; the few calls it lacks are libc's, each behind one `unsafe`
 //! block whose safety comment says why it holds: signal dispositions and masks (rustix has none
 //! outside its unstable runtime module), the passwd lookup (NSS is libc's), a signal 0 through a
-//! pidfd (rustix's `Signal` has no 0), and taking or closing inherited descriptors (which no
+//! pidfd (rustix's `Signal` has no 0), a process's group and session (rustix asserts that
+//! the kernel's answer is a pid, but a group or session begun outside our pid namespace is 0:
+//! see [`process_group_of`]), and taking or closing inherited descriptors (which no
 //! safe call can do: only the process knows that nothing else owns them). Where a call fails,
 //! the wrapper says so (`io::Result`) or gives the same fallback its callers used before.
 //!
@@ -41,12 +43,27 @@ pub fn parent_pid() -> i32 {
 
 /// Whether we lead our process group (its id is our pid).
 pub fn leads_process_group() -> bool {
-    rustix::process::getpgid(None).is_ok_and(|g| g.as_raw_nonzero().get() == pid())
+    process_group_of(0) == Some(pid())
 }
 
 /// Whether we lead our session.
 pub fn leads_session() -> bool {
-    rustix::process::getsid(None).is_ok_and(|s| s.as_raw_nonzero().get() == pid())
+    // SAFETY: getsid takes a number and has no memory-safety preconditions.
+    let sid = unsafe { libc::getsid(0) };
+    sid > 0 && sid == pid()
+}
+
+/// The process group of process `pid` (0: ours); `None` when there is no such process, or when
+/// the group began outside our pid namespace (the kernel answers 0 then: a container entered
+/// with `docker exec`). Not rustix's `getpgid`/`getsid`: they take that 0 for a pid, which
+/// their `Pid` (a non-zero number) cannot be.
+pub fn process_group_of(pid: i32) -> Option<i32> {
+    if pid < 0 {
+        return None;
+    }
+    // SAFETY: getpgid takes a number and has no memory-safety preconditions.
+    let group = unsafe { libc::getpgid(pid) };
+    (group > 0).then_some(group)
 }
 
 /// Our real user id.

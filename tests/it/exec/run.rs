@@ -382,3 +382,40 @@ fn status_shows_the_note_and_redlocks_own_pid() {
     proc.signal(libc::SIGTERM);
     proc.finish(EVENT).expect(143);
 }
+
+/// In a container entered with `docker exec` (and in CI runners built that way) the session and
+/// the process group began outside the pid namespace, and `getsid`/`getpgid` answer 0 for them.
+/// redlock asks both (exec: whether it leads its session and group; `--while-pid`: whether the
+/// pid leads its group); a 0 is "not ours", never a panic. `unshare --pid --fork` builds that
+/// namespace here (skipped where it cannot: neither root nor user namespaces).
+#[test]
+fn works_in_a_pid_namespace_whose_session_began_outside_it() {
+    let redis = or_skip!(RedisServer::start());
+    let tried = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "true"])
+        .output();
+    if !tried.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: `unshare --pid --fork` does not work here");
+        return;
+    }
+    // `sh` is pid 1 of the namespace; its session and group are outside it.
+    let script = r#"
+        redlock exec k -- true || exit 10
+        redlock exec k -c 'exit 3'; [ $? = 3 ] || exit 11
+        # Not pid 1 (init: --while-pid refuses it), but in the same group.
+        sh -c 'T=$(redlock acquire k --while-pid $$) || exit 12
+            redlock release k "$T" || exit 13' || exit
+    "#;
+    let out = redis
+        .sh(r#"exec unshare --pid --fork sh -c "$S""#)
+        .env("S", script)
+        .run()
+        .expect(0);
+    // The one line said is that the pid (whose group is outside) does not lead its group.
+    assert_eq!(out.stderr.lines().count(), 1, "{out}");
+    assert!(
+        out.stderr.contains("does not lead its process group"),
+        "{out}"
+    );
+    assert_eq!(redis.get(&lock_key("k")), None, "lock left:\n{out}");
+}
