@@ -7,16 +7,31 @@
 //!   on its own wake list `:w:TOKEN`, for at most the holder's remaining TTL (capped at
 //!   [`BLOCK_CAP`]), so a holder that dies without releasing is picked up when its key expires.
 //! - Release, in the script that deletes the lock, hands it to the first waiter whose lease is
-//!   live: the lock key becomes `~TOKEN` for [`CLAIM_WINDOW`](crate::lock::CLAIM_WINDOW) and
-//!   the waiter's wake list gets one push, which wakes exactly that waiter (no herd). Its next
-//!   attempt claims the reservation.
-//!   Newcomers see the key and queue up behind: nobody overtakes the queue.
+//!   live, and wakes exactly that waiter with one push to its wake list (no herd). One server,
+//!   a plain lock: the release *grants* it (the direct hand-over): the key becomes the waiter's
+//!   token, with the waiter's holder record and fence, for
+//!   [`CLAIM_WINDOW`](crate::lock::CLAIM_WINDOW), and the push says so ([`Grant`]): the waiter
+//!   wakes up holding the lock and sends no attempt of its own. Otherwise (a quorum, a waiter
+//!   that did not record how it would hold the lock: an older client, a shared lock's reader)
+//!   it reserves it: the key becomes `~TOKEN` for the claim window, and the waiter's next
+//!   attempt claims the reservation. Newcomers see the key and queue up behind: nobody overtakes
+//!   the queue.
+//! - A grant is the waiter's from when its last busy attempt was sent (the grant came after that
+//!   attempt ran), for the claim window; a holder that renews it (`exec`) uses it at once and
+//!   renews it to its TTL a third of the window later, off the critical path (a shorter command
+//!   never renews it); one that does not (`acquire`, which hands the token to a script) extends
+//!   it first; and a waiter that reads its grant after that third (it was stopped or starved)
+//!   extends it before it uses it, which tells it whether the grant is still its own (a forced
+//!   release or a restart may have taken it). The push expires with the grant, and every later
+//!   attempt of the waiter clears an unread one, so a push read is never older than the waiter's
+//!   last attempt. A waiter that never reads it (dead, frozen) holds the queue up for the claim
+//!   window, no longer than an unclaimed reservation did.
 //! - No lost wake-ups: the waiter is queued before it blocks, and a push that arrives before the
 //!   BLPOP stays in the list until the BLPOP takes it.
-//! - A waiter that gives up runs `leave.lua` (and passes on a reservation made for it). One that
-//!   dies is dropped when its lease runs out; if its turn comes first, the reservation expires
-//!   unclaimed after [`CLAIM_WINDOW`](crate::lock::CLAIM_WINDOW) and the next waiter, whose
-//!   wait is capped, takes over.
+//! - A waiter that gives up runs `leave.lua` (and passes on a grant or reservation made for it).
+//!   One that dies is dropped when its lease runs out; if its turn comes first, the grant (or
+//!   reservation) expires unused after [`CLAIM_WINDOW`](crate::lock::CLAIM_WINDOW) and the next
+//!   waiter, whose wait is capped, takes over.
 //! - A waiter says what it waits for ([`Park::report`]) once the wait has lasted
 //!   [`FIRST_REPORT`], then every [`Park::report_every`]: a status read (the holder's record and
 //!   our place in the queue, on the queue node) made only when a line is due, so a wait shorter
@@ -41,7 +56,10 @@ use anyhow::{Context, Result};
 use crate::client::Redis;
 use crate::error::{Failure, Kind, failure, kind_of};
 use crate::events::Backoff;
-use crate::lock::{Attempt, BLOCK_CAP, Keys, Lock, QuorumVerdict, Releaser, Reply, Request, State};
+use crate::lock::{
+    Attempt, BLOCK_CAP, Grant, Keys, Lock, Queue, QuorumVerdict, Releaser, Reply, Request, State,
+    Verdict,
+};
 use crate::store::Store;
 
 /// How long to wait for a busy lock.
@@ -77,8 +95,9 @@ pub enum Acquired {
 /// How a waiter's block on its wake list ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Parked {
-    /// Something was pushed: the lock was handed to us (or may be free).
-    Woken,
+    /// Something was pushed: the lock was granted to us (`Some`: the release made us the holder),
+    /// or reserved for us or may be free (`None`: the next attempt claims it).
+    Woken(Option<Grant>),
     /// The timeout passed: look again (the holder may have died).
     TimedOut,
     /// A signal asks us to stop waiting.
@@ -213,6 +232,7 @@ pub fn acquire(
         waiting: false,
         outage: Outage::default(),
         unsure: false,
+        busy_sent: None,
     };
     let outcome = waiter.wait(store, park);
     let outcome = waiter.clean_up(store, outcome);
@@ -269,6 +289,9 @@ struct Waiter<'a> {
     /// An attempt's reply was lost: it may still reach the server, even after we give up, so
     /// giving up leaves a tombstone for its token (see `leave.lua`).
     unsure: bool,
+    /// When the last attempt that found the lock busy was sent: a grant popped after it was
+    /// made after it ran (see [`Grant`]).
+    busy_sent: Option<Instant>,
 }
 
 impl Waiter<'_> {
@@ -291,12 +314,18 @@ impl Waiter<'_> {
                 prev: self.prev.as_deref(),
                 wait: Some(self.remaining()).filter(|r| *r != Duration::MAX),
                 waited: self.started.elapsed(),
+                queue: Queue {
+                    again: self.busy_sent.is_some(),
+                    ..self.wanted.request.queue
+                },
                 reply: Reply {
                     run_id: false,
                     state: join && self.report.due(Instant::now() + TELL_AHEAD),
+                    grant: false,
                 },
                 ..self.wanted.request
             };
+            let sent = Instant::now();
             let attempt = match store.try_acquire(keys, &self.token, &req) {
                 Ok(attempt) => attempt,
                 Err(e) if self.waiting => {
@@ -317,13 +346,7 @@ impl Waiter<'_> {
             let (pttl_ms, seen) = match attempt {
                 Attempt::Granted(lock) => {
                     self.queued = false;
-                    if let Some(sig) = park.interrupted() {
-                        store
-                            .release(keys, &Releaser::keeper(&lock))
-                            .context("interrupted right after acquiring; releasing failed")?;
-                        return Ok(Acquired::Interrupted(sig));
-                    }
-                    return Ok(Acquired::Held(lock));
+                    return self.held(store, park, lock);
                 }
                 Attempt::Superseded { by } => {
                     self.queued = false;
@@ -337,6 +360,7 @@ impl Waiter<'_> {
                 } => {
                     self.queued = queued;
                     self.waiting = join;
+                    self.busy_sent = Some(sent);
                     (pttl_ms, seen)
                 }
             };
@@ -347,10 +371,60 @@ impl Waiter<'_> {
             if remaining.is_zero() {
                 return Ok(Acquired::Busy(None));
             }
-            if let Parked::Interrupted(sig) = self.park(store, park, pttl_ms, remaining, seen)? {
-                return Ok(Acquired::Interrupted(sig));
+            match self.park(store, park, pttl_ms, remaining, seen)? {
+                Parked::Interrupted(sig) => return Ok(Acquired::Interrupted(sig)),
+                Parked::Woken(Some(grant)) if store.grants() => {
+                    if let Some(lock) = self.granted(store, grant) {
+                        self.queued = false;
+                        return self.held(store, park, lock);
+                    }
+                }
+                _ => {}
             }
         }
+    }
+
+    /// The lock a release granted us (see [`Grant`]): ours from when our last busy attempt was
+    /// sent, for the claim window. Extended to its TTL first unless its holder renews it itself
+    /// ([`Kept::by_holder`](crate::lock::Kept::by_holder): `exec`) and we read the push in time; `None` if it is no longer ours
+    /// by then (the next attempt queues us again, or finds it ours after all).
+    fn granted(&mut self, store: &mut dyn Store, grant: Grant) -> Option<Lock> {
+        let request = &self.wanted.request;
+        let sent = self.busy_sent?;
+        let mut lock = Lock {
+            keys: self.keys.clone(),
+            token: self.token.clone(),
+            fence: grant.fence,
+            acquired_ms: grant.acquired_ms,
+            ttl: request.ttl,
+            sent,
+            lease: crate::lock::CLAIM_WINDOW.min(request.ttl),
+            taken: Instant::now(),
+            drift: Duration::ZERO,
+            run_ids: vec![None],
+            slot: None,
+        };
+        // Used as it is only by a holder that renews it from the start (`exec`), and before its
+        // first renewal is due (a third of the window: see `Renewal::new`). Later, the waiter
+        // was slow to read the push (stopped, starved): it makes sure the lock is still its own
+        // (a forced release or a restart may have taken it meanwhile) before it uses it.
+        let late = Instant::now() >= lock.sent + lock.lease / 3;
+        if (late || !request.kept.by_holder()) && !extend_grant(store, &mut lock) {
+            return None;
+        }
+        Some(lock)
+    }
+
+    /// The lock is ours: handed to the caller, unless a stop signal came meanwhile (then given
+    /// back).
+    fn held(&self, store: &mut dyn Store, park: &mut dyn Park, lock: Lock) -> Result<Acquired> {
+        if let Some(sig) = park.interrupted() {
+            store
+                .release(&lock.keys, &Releaser::keeper(&lock))
+                .context("interrupted right after acquiring; releasing failed")?;
+            return Ok(Acquired::Interrupted(sig));
+        }
+        Ok(Acquired::Held(lock))
     }
 
     /// What is left of the wait.
@@ -523,6 +597,23 @@ impl Waiter<'_> {
             other => other,
         }
     }
+}
+
+/// Extends a lock granted for the claim window to its TTL (see [`Waiter::granted`]); whether
+/// it is still ours (the renewal succeeded, sent in time).
+fn extend_grant(store: &mut dyn Store, lock: &mut Lock) -> bool {
+    let sent = Instant::now();
+    let renewed = store.extend(&lock.keys, &lock.token, lock.ttl, false, false);
+    if matches!(renewed, Ok(Verdict::Done(_) | Verdict::Preempted(_)))
+        && sent < lock.acquired_until()
+    {
+        lock.renewed_at(sent);
+        return true;
+    }
+    // A renewal that failed may have reached the server, or come too late: the next attempt
+    // finds the lock ours (and extends it), or queues us again.
+    let _ = store.recover();
+    false
 }
 
 /// A waiter's view of a Redis outage (`redlock wait`'s too).

@@ -264,6 +264,9 @@ impl Brief {
             acquired_ms: self.acquired_ms,
             ttl: Duration::from_nanos(self.ttl_ns),
             sent: now.checked_sub(age).unwrap_or(now),
+            // `acquire` extends a grant before it hands the lock to its keeper.
+            lease: Duration::from_nanos(self.ttl_ns),
+            taken: now.checked_sub(age).unwrap_or(now),
             drift: Duration::from_nanos(self.drift_ns),
             run_ids: self.run_ids.clone(),
             slot: self.slot.map(|index| Slot {

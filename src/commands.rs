@@ -62,7 +62,7 @@ pub fn acquire(config: &Config, args: &AcquireArgs) -> Result<u8> {
     let mut store = backend::open(config)?;
     let kept = match args.while_pid {
         Some(_) => Kept::WhilePid,
-        None => Kept::ByHolder,
+        None => Kept::Nobody,
     };
     let lock = match take_lock(config, store.as_mut(), &keys, &args.lock, &owner, kept, &rx)? {
         ControlFlow::Continue(lock) => lock,
@@ -129,7 +129,7 @@ fn leave_keeper(
     } else {
         brief::start(config, lock, watched).and_then(|started| {
             // A keeper that took longer to start than the lock lasts renews nothing.
-            if Instant::now() < lock.valid_until(lock.sent) {
+            if Instant::now() < lock.acquired_until() {
                 Ok(started)
             } else {
                 Err(failure(

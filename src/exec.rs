@@ -558,8 +558,8 @@ impl<'a> Supervisor<'a> {
             fate: Fate::default(),
             limits: Limits {
                 // The wait for the lock does not count: the clock starts when it was taken.
-                warn_at: args.warn_after.and_then(|d| lock.sent.checked_add(d)),
-                limit_at: args.max_runtime.and_then(|d| lock.sent.checked_add(d)),
+                warn_at: args.warn_after.and_then(|d| lock.taken.checked_add(d)),
+                limit_at: args.max_runtime.and_then(|d| lock.taken.checked_add(d)),
                 telling: Vec::new(),
             },
             guard: Guard {
@@ -879,7 +879,7 @@ impl Supervisor<'_> {
             "lost the lock '{}' at {} after holding it {}: {why}; {action}",
             self.lock.keys.name,
             humantime::format_rfc3339_seconds(SystemTime::now()),
-            human_ms(self.lock.sent.elapsed()),
+            human_ms(self.lock.taken.elapsed()),
         ));
         self.fate.lost = Some(why);
         self.fate.lost_at = Some(at);
@@ -924,7 +924,7 @@ impl Supervisor<'_> {
             "'{}' was {} after {}; {action}, then releasing the lock to them",
             self.lock.keys.name,
             preemption.reason(),
-            human_ms(self.lock.sent.elapsed()),
+            human_ms(self.lock.taken.elapsed()),
         ));
         self.fate.preempted = Some((preemption, Instant::now()));
         match self.args.on_lost {

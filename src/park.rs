@@ -34,7 +34,7 @@ use crate::client::Redis;
 use crate::config::Config;
 use crate::events::{Event, stop_signal};
 use crate::exit;
-use crate::lock::{Keys, QuorumVerdict};
+use crate::lock::{Grant, Keys, QuorumVerdict};
 use crate::messages;
 use crate::signals::{self, Signal};
 
@@ -206,9 +206,9 @@ impl Park for Parker<'_> {
         let popped = blpop(redis, &keys.wake(token), timeout, tick);
         *PARKED.lock().unwrap_or_else(|e| e.into_inner()) = None;
         match popped {
-            Ok(true) => Ok(Parked::Woken),
-            Ok(false) if tick => Ok(Parked::Ticked),
-            Ok(false) => Ok(Parked::TimedOut),
+            Ok(Some(pushed)) => Ok(Parked::Woken(Grant::parse(&pushed))),
+            Ok(None) if tick => Ok(Parked::Ticked),
+            Ok(None) => Ok(Parked::TimedOut),
             Err(_) => {
                 // Our timeout (the BLPOP is still pending on this connection), a stop and continue
                 // (Ctrl-Z, fg: the read fails with EINTR), or a dropped connection: go on with a
@@ -296,8 +296,8 @@ impl Park for Parker<'_> {
 
 /// One BLPOP on `key` that ends after `timeout` by our clock: the read timeout is the wait, and
 /// the server-side timeout is later so that the server never ends it first. A `tick` is the other
-/// way round: the server ends it (nil) and the connection stays usable.
-fn blpop(redis: &mut Redis, key: &str, timeout: Duration, tick: bool) -> Result<bool> {
+/// way round: the server ends it (nil) and the connection stays usable. Returns what was popped.
+fn blpop(redis: &mut Redis, key: &str, timeout: Duration, tick: bool) -> Result<Option<String>> {
     let wait = timeout.max(Duration::from_millis(1));
     let (read, server) = if tick {
         (wait + SERVER_SLACK, wait)
@@ -310,7 +310,7 @@ fn blpop(redis: &mut Redis, key: &str, timeout: Duration, tick: bool) -> Result<
         redis::cmd("BLPOP").arg(key).arg(server_secs).query(c)
     })?;
     redis.restore_read_timeout()?;
-    Ok(popped.is_some())
+    Ok(popped.map(|(_, pushed)| pushed))
 }
 
 /// How much later than our own timer the server's BLPOP timeout is set.

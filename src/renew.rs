@@ -51,11 +51,14 @@ pub struct Renewal {
 }
 
 impl Renewal {
-    /// The renewals of `lock`, just taken (or handed over: `lock.sent` says when).
+    /// The renewals of `lock`, just taken (or handed over: `lock.sent` says when). A lock
+    /// granted for less than its TTL (a release's grant, see `acquire.rs`) is renewed a third
+    /// of its lease after it was sent: a command that ends sooner costs no renewal at all.
     pub fn new(lock: &Lock) -> Self {
+        let first = (lock.lease.min(lock.ttl) / 3).max(Duration::from_millis(1));
         Renewal {
-            deadline: lock.valid_until(lock.sent),
-            next: lock.sent + lock.renewal_interval(),
+            deadline: lock.acquired_until(),
+            next: lock.sent + first,
             lock: lock.clone(),
             last_error: None,
         }
@@ -172,6 +175,8 @@ mod tests {
             acquired_ms: 0,
             ttl,
             sent,
+            lease: ttl,
+            taken: sent,
             drift: Duration::ZERO,
             run_ids: Vec::new(),
             slot: None,

@@ -214,8 +214,8 @@ mod tests {
                 assert_eq!(s.names[0], "token");
             }
         }
-        assert_eq!(SLOTS_ACQUIRE.names[..24], *ACQUIRE.names);
-        assert_eq!(SLOTS_ACQUIRE.names[24], "spec");
+        assert_eq!(SLOTS_ACQUIRE.names[..25], *ACQUIRE.names);
+        assert_eq!(SLOTS_ACQUIRE.names[25], "spec");
         assert_eq!(RELEASE.names, SLOTS_RELEASE.names);
     }
 }

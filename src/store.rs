@@ -13,7 +13,7 @@ use anyhow::Result;
 
 use crate::client::{Redis, unexpected_reply};
 use crate::lock::{
-    self, Attempt, HandOver, Keys, Lock, Mode, Releaser, Request, State, Verdict, slots,
+    self, Attempt, HandOver, Keys, Lock, Mode, Releaser, Reply, Request, State, Verdict, slots,
 };
 use crate::output::forced_reason;
 
@@ -27,6 +27,12 @@ pub trait Store: Send {
     /// Whether every attempt needs a token of its own: a quorum undoes a failed attempt on nodes
     /// that may apply the undo late, after the next attempt, which must not match it.
     fn fresh_token_per_attempt(&self) -> bool {
+        false
+    }
+    /// Whether a release can grant the lock to a waiter of ours directly (a [`lock::Grant`] in
+    /// the push that wakes it): one server does, for a plain lock; a quorum never (a majority
+    /// grants, not one node).
+    fn grants(&self) -> bool {
         false
     }
     /// Leaves the queue and gives back anything `token` holds; nothing of ours stays.
@@ -80,9 +86,19 @@ pub trait Store: Send {
 impl Store for Redis {
     fn try_acquire(&mut self, keys: &Keys, token: &str, req: &Request) -> Result<Attempt> {
         match req.mode {
-            Mode::Exclusive => lock::try_acquire(self, keys, token, req),
+            Mode::Exclusive => {
+                let reply = Reply {
+                    grant: true,
+                    ..req.reply
+                };
+                lock::try_acquire(self, keys, token, &Request { reply, ..*req })
+            }
             _ => slots::try_acquire(self, keys, token, req),
         }
+    }
+
+    fn grants(&self) -> bool {
+        true
     }
 
     fn leave(&mut self, keys: &Keys, token: &str) -> Result<()> {

@@ -121,6 +121,7 @@ pub fn take_lock(
                 },
                 preempt: args.preempt,
                 preemptible: args.preemptible,
+                again: false,
             },
             reply: Reply::default(),
             kept,

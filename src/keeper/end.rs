@@ -25,7 +25,7 @@ impl Keeper<'_> {
             "lost the lock '{}' at {} after holding it {} for pid {}: {why}; {action}",
             self.lock.keys.name,
             humantime::format_rfc3339_seconds(SystemTime::now()),
-            human_ms(self.lock.sent.elapsed()),
+            human_ms(self.lock.taken.elapsed()),
             self.pid.pid,
         ));
         self.tell_lost(why);

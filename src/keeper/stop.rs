@@ -204,7 +204,7 @@ impl Keeper<'_> {
             "'{}' was {} after {}; {action}, then releasing the lock to them once they have ended",
             self.lock.keys.name,
             preemption.reason(),
-            human_ms(self.lock.sent.elapsed()),
+            human_ms(self.lock.taken.elapsed()),
         ));
     }
 }

@@ -561,8 +561,16 @@ pub struct Lock {
     pub fence: i64,
     pub acquired_ms: i64,
     pub ttl: Duration,
-    /// When the successful attempt was sent: the lock is surely ours until `sent + ttl - drift`.
+    /// When the successful attempt was sent: the lock is surely ours until `sent + lease -
+    /// drift` (and, after a renewal sent at `s`, until `s + ttl - drift`). For a lock granted by
+    /// a release ([`Grant`]), when our last attempt before the grant was sent: the grant came
+    /// after that attempt ran, so its expiry is no earlier than `sent + lease`.
     pub sent: Instant,
+    /// How long the acquisition set the lock to last: the TTL, or for a grant the claim window
+    /// (its holder extends it to its TTL: see [`Kept::by_holder`]).
+    pub lease: Duration,
+    /// When we learned the lock was ours (the holder's clock: `--max-runtime`, "held for").
+    pub taken: Instant,
     /// What is allowed for clock drift between servers (zero on one server; see `quorum/`).
     pub drift: Duration,
     /// Each node's `run_id` when the lock was taken (a quorum only), to notice restarts.
@@ -685,9 +693,21 @@ pub enum Verdict {
 }
 
 impl Lock {
-    /// Until when the lock is surely ours, counting from an acquisition or renewal sent at `sent`.
+    /// Until when the lock is surely ours, counting from a renewal sent at `sent` (which sets the
+    /// TTL).
     pub fn valid_until(&self, sent: Instant) -> Instant {
         sent + self.ttl.saturating_sub(self.drift)
+    }
+
+    /// Until when the lock is surely ours as acquired (before any renewal).
+    pub fn acquired_until(&self) -> Instant {
+        self.sent + self.lease.saturating_sub(self.drift)
+    }
+
+    /// The lock after a renewal sent at `sent` succeeded: it lasts its whole TTL from then.
+    pub fn renewed_at(&mut self, sent: Instant) {
+        self.sent = sent;
+        self.lease = self.ttl;
     }
 
     /// How often a holder that keeps the lock (`exec`, `acquire --while-pid`'s keeper) renews
@@ -722,8 +742,28 @@ pub enum Attempt {
     },
 }
 
-/// How long a reservation for the first waiter lasts before the next waiter gets its turn.
+/// How long a reservation for the first waiter, or a grant to it, lasts before the next waiter
+/// gets its turn (unless the waiter claims the reservation, or extends the grant).
 pub const CLAIM_WINDOW: Duration = Duration::from_secs(2);
+
+/// A release's grant of the lock to a waiter, as the push that wakes it says (`g:FENCE:ACQ_MS`;
+/// see `grant_to` in `common.lua`). Any other push is a plain wake-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    pub fence: i64,
+    pub acquired_ms: i64,
+}
+
+impl Grant {
+    /// The grant a popped value announces, if it is one.
+    pub fn parse(pushed: &str) -> Option<Grant> {
+        let (fence, acquired_ms) = pushed.strip_prefix("g:")?.split_once(':')?;
+        Some(Grant {
+            fence: fence.parse().ok()?,
+            acquired_ms: acquired_ms.parse().ok()?,
+        })
+    }
+}
 
 /// The longest a waiter blocks before it looks at the lock again (and renews its lease).
 pub const BLOCK_CAP: Duration = Duration::from_secs(3);
@@ -794,6 +834,10 @@ pub struct Queue {
     pub preempt: bool,
     /// `--preemptible`: a later `--preempt` waiter may ask the holder to stop (recorded).
     pub preemptible: bool,
+    /// Not the waiter's first attempt: a grant pushed to it before this attempt ran, which this
+    /// attempt finds no longer ours (forced away, evicted), is cleared from its wake list, so
+    /// that a push it pops later is always a grant made after this attempt ([`Grant`]).
+    pub again: bool,
 }
 
 /// What an attempt's reply carries besides the verdict.
@@ -804,15 +848,29 @@ pub struct Reply {
     /// A waiter's status line is due: a busy attempt that queues us also returns the lock's
     /// state ([`Attempt::Busy`]'s `seen`), so that the line costs no round trip of its own.
     pub state: bool,
+    /// A waiter that joins the queue can be granted the lock by a release directly ([`Grant`]):
+    /// the store's business (one server, a plain lock; a quorum's nodes never grant).
+    pub grant: bool,
 }
 
 /// Who keeps a lock alive once it is granted (recorded, for `status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kept {
-    /// Its holder, for as long as it runs (or nobody: a lock left to expire).
+    /// Its holder, for as long as it runs (`exec`, which renews it).
     ByHolder,
+    /// Nobody: a lock left to expire (`acquire` without `--while-pid`).
+    Nobody,
     /// `acquire --while-pid`: a keeper, for as long as the holder's pid lives.
     WhilePid,
+}
+
+impl Kept {
+    /// Whether the holder renews the lock itself from the start, so that a grant for the claim
+    /// window can be used as it is (see [`Grant`]); otherwise it is extended to its TTL before
+    /// it is handed on.
+    pub fn by_holder(self) -> bool {
+        self == Kept::ByHolder
+    }
 }
 
 /// What a quorum tells about the acquisition it won (`fence.lua`): who, after how long a wait,

@@ -129,7 +129,15 @@ fn attempt_call<'s>(
         )
         .arg("preemptible", flag(queue.preemptible))
         .arg("kept", flag(kept == Kept::WhilePid))
-        .arg("preempt", flag(queue.preempt));
+        .arg("preempt", flag(queue.preempt))
+        .arg(
+            "grant",
+            match (reply.grant, queue.again) {
+                (false, _) => "",
+                (true, false) => "1",
+                (true, true) => "2",
+            },
+        );
     if let Some(spec) = spec {
         call.arg("spec", spec);
     }
@@ -152,6 +160,8 @@ fn attempt_reply(
             acquired_ms: now,
             ttl: req.ttl,
             sent,
+            lease: req.ttl,
+            taken: sent,
             drift: Duration::ZERO,
             run_ids: vec![text(run_id)],
             slot,
@@ -604,6 +614,7 @@ mod tests {
                 join: Join::Supersede,
                 preempt: true,
                 preemptible: true,
+                again: false,
             },
             reply: Reply::default(),
             kept: Kept::WhilePid,

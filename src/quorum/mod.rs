@@ -502,6 +502,8 @@ impl Nodes {
                         run_id: true,
                         // A waiter's status line shows the queue node's view.
                         state: tell && i == 0,
+                        // Never: a majority grants, not one node.
+                        grant: false,
                     },
                     kept,
                     prev: p.as_deref(),
@@ -650,6 +652,8 @@ impl Store for Nodes {
                         acquired_ms: tally.acquired_ms,
                         ttl,
                         sent,
+                        lease: ttl,
+                        taken: Instant::now(),
                         drift: drift(ttl),
                         run_ids: tally.run_ids,
                         slot: None,

@@ -421,6 +421,8 @@ mod tests {
                         acquired_ms: 1000 + i,
                         ttl: TTL,
                         sent: Instant::now(),
+                        lease: TTL,
+                        taken: Instant::now(),
                         drift: Duration::ZERO,
                         run_ids: vec![Some(format!("run{i}"))],
                         slot: None,

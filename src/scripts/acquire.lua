@@ -18,7 +18,9 @@
 --      ('user@host (pid N)': named to the waiters it supersedes), preemptible ('1': a later
 --      --preempt may ask this holder to stop; recorded in META `preemptible`), kept ('1': a
 --      keeper keeps the lock alive for the holder's pid, `acquire --while-pid`; META `kept`),
---      preempt ('1': --preempt, see below)
+--      preempt ('1': --preempt, see below), grant ('1': a waiter that joins the queue can take
+--      the lock from a release directly, see grant_to in common.lua; one server only; '2': the
+--      same, for a later attempt of the waiter, see queue_up; '' never)
 --
 -- Returns {1, fence, acquired_ms, run_id} when taken, {-2, spec, by} for a lock with more than
 -- one holder (see other_kind), {-3, at_ms, by} when a later --supersede waiter superseded this
@@ -65,7 +67,7 @@ local A = {
   want_run_id = ARGV[11], prev = ARGV[12], meta_idle_ms = ARGV[13], wait_ms = ARGV[14],
   pidns = ARGV[15], waited_ms = ARGV[16], log_max = ARGV[17], tell = ARGV[18],
   watch_all = ARGV[19], supersede_ms = ARGV[20], who = ARGV[21], preemptible = ARGV[22],
-  kept = ARGV[23], preempt = ARGV[24],
+  kept = ARGV[23], preempt = ARGV[24], grant = ARGV[25],
 }
 local token, ttl = A.token, A.ttl_ms
 watch_all = A.watch_all or ''
@@ -82,35 +84,6 @@ if ended then
   return ended
 end
 
--- Asks `holder` to stop for `by` ('user@host (pid N)'), at `now` (ms): recorded in META
--- `preempted`, announced on LOCK:events and told as `preempted` (the history kept `keep` ms).
-local function ask_to_stop(holder, by, keep, now)
-  local at = int(now)
-  redis.call('HSET', META, 'preempted', holder .. ':' .. at .. ':' .. by)
-  redis.pcall('PUBLISH', LOCK .. ':events', 'preempted:' .. holder .. ':' .. at .. ':' .. by)
-  event('preempted', holder, {'by', by}, log_max, keep, now)
-end
-
--- A --preemptible holder that takes the lock while a --preempt waiter is at the head of the
--- queue (it queued while the lock was being handed to this one) is asked to stop at once, as if
--- that waiter had asked it (see below): its ticket is below 0, ahead of every plain one.
-local function ask_if_preempted(holder, keep, now)
-  local head = redis.call('ZRANGE', QUEUE, 0, 0, 'WITHSCORES')
-  if not head[1] or tonumber(head[2]) >= 0 then
-    return
-  end
-  local who = redis.call('HGET', LEASES, who_field(head[1]))
-  local by = '?'
-  if who then
-    local f = {}
-    for field in string.gmatch(who, '([^\t]*)\t?') do
-      f[#f + 1] = field
-    end
-    by = who_is(f[4], f[5], f[3])
-  end
-  ask_to_stop(holder, by, keep, now)
-end
-
 -- `queued`: we may be in the queue (drop us from it); `woken`: the lock was reserved for us,
 -- which took us out of the queue already (hand_over), but our wake list may still hold its push.
 local function take(queued, woken)
@@ -121,57 +94,16 @@ local function take(queued, woken)
   if queued or woken then
     redis.call('DEL', wake_key(token))
   end
-  local us = now_us()
-  local now = math.floor(us / 1000)
-  local waited = math.max(tonumber(A.waited_ms) or 0, 0)
-  local before = redis.call('HMGET', META, 'fence', 'acquisitions', 'waited_ms', 'token',
-    'released_ms', 'told', 'slots')
-  -- released_ms '' (not deleted: one command less): the new holder has not released yet.
-  local record = {'token', token, 'host', A.host, 'pid', A.pid, 'user', A.user,
-    'note', A.note, 'acquired_ms', int(now), 'ttl_ms', ttl, 'expires_ms', int(now + ttl),
-    'pidns', A.pidns or '', 'released_ms', '', 'preemptible', A.preemptible or '',
-    'kept', A.kept or ''}
-  if before[7] and before[7] ~= '' then
-    -- It was a lock with more than one holder, idle now: a plain lock from here on.
-    table.insert(record, 'slots')
-    table.insert(record, '')
-  end
-  if not quorum then
-    -- `told`: the acquisition of this token is in the history, so its end will be too.
-    table.insert(record, 'told')
-    table.insert(record, token)
-    table.insert(record, 'acquisitions')
-    table.insert(record, int((tonumber(before[2]) or 0) + 1))
-    table.insert(record, 'waited_ms')
-    table.insert(record, int((tonumber(before[3]) or 0) + waited))
-  end
-  local keep = tonumber(ttl) + (tonumber(A.meta_idle_ms) or 0)
-  if before[4] and before[4] == before[6] and before[4] ~= token and (before[5] or '') == '' then
-    -- The rest of the previous holder's record, read only when it is told (an expiry is rare).
-    local was = redis.call('HMGET', META, 'acquired_ms', 'expires_ms', 'user', 'host', 'pid')
-    local from, to = tonumber(was[1]) or now, tonumber(was[2]) or now
-    event('expired', before[4], {'fence', before[1] or '', 'user', was[3] or '',
-      'host', was[4] or '', 'pid', was[5] or '', 'held_ms', math.max(to - from, 0),
-      'expires_ms', to}, log_max, keep, now)
-  end
+  local now = now_ms()
+  local before = redis.call('HMGET', META, unpack(BEFORE))
   local fence, write = next_fence(before[1])
-  if write then
-    table.insert(record, 'fence')
-    table.insert(record, int(fence))
-  end
-  redis.call('HSET', META, unpack(record))
-  if queued and A.want_run_id == '1' then
+  hold(token, {host = A.host, pid = A.pid, user = A.user, note = A.note, ttl_ms = ttl,
+    expiry_ms = tonumber(ttl), pidns = A.pidns, preemptible = A.preemptible, kept = A.kept,
+    waited = math.max(tonumber(A.waited_ms) or 0, 0)}, before, fence, write, now,
+    {log_max = log_max, meta_idle_ms = A.meta_idle_ms, quorum = quorum})
+  if queued and quorum then
     redis.call('HSET', META, 'turn', token,
       'turn_until', int(now + tonumber(A.claim_ms) + tonumber(A.block_cap_ms)))
-  end
-  keep_meta(A.meta_idle_ms, tonumber(ttl))
-  if A.preemptible == '1' then
-    ask_if_preempted(token, keep, now)
-  end
-  if not quorum then
-    event('acquired', token, {'fence', int(fence), 'user', A.user, 'host', A.host,
-      'pid', A.pid, 'note', A.note, 'waited_ms', waited, 'ttl_ms', tonumber(ttl)}, log_max,
-      keep, now)
   end
   return {1, fence, now, run_id(A.want_run_id)}
 end
@@ -234,8 +166,11 @@ if current and string.sub(current, 1, 1) == '#' and current ~= '#shared' then
 end
 if current == token then
   -- Taken already by this token: an attempt re-sent after its reply was lost (a Cluster client
-  -- retries). Report it again, with the TTL counted from now, and burn no fence.
+  -- retries), or a grant (see grant_to in common.lua) whose push the waiter never read (or an
+  -- older client, which reads it as a wake-up). Report it again, with the TTL counted from now,
+  -- and burn no fence.
   redis.call('PEXPIRE', LOCK, ttl)
+  redis.call('DEL', wake_key(token))
   redis.call('HSET', META, 'expires_ms', int(now_ms() + ttl))
   keep_meta(A.meta_idle_ms)
   local m = redis.call('HMGET', META, 'fence', 'acquired_ms')
@@ -247,7 +182,7 @@ if current == '~' .. token then
   return take(fresh, true)
 end
 if not current then
-  local first = first_live_waiter()
+  local first, how, who = first_live_waiter()
   if not first or first == token then
     return take(first ~= nil)
   end
@@ -255,9 +190,15 @@ if not current then
   if other then
     return other
   end
-  -- Free, but another waiter's turn: hand it over now rather than wait for a release.
-  hand_over(first, A.claim_ms)
-  current = '~' .. first
+  -- Free, but another waiter's turn: hand it over now rather than wait for a release (granted,
+  -- if it can take a grant: see grant_to in common.lua).
+  if how and not quorum and grant_to(first, how, who, A.claim_ms,
+      {log_max = log_max, meta_idle_ms = A.meta_idle_ms}) then
+    current = first
+  else
+    hand_over(first, A.claim_ms)
+    current = '~' .. first
+  end
 elseif string.sub(current, 1, 1) == '~' then
   local other = other_kind()
   if other then
@@ -272,7 +213,8 @@ if preempt and string.sub(current, 1, 1) ~= '~' and string.sub(current, 1, 1) ~=
   local m = redis.call('HMGET', META, 'token', 'preemptible', 'preempted')
   if m[1] == current and m[2] == '1'
       and string.sub(m[3] or '', 1, #current + 1) ~= current .. ':' then
-    ask_to_stop(current, A.who or '?', math.max(pttl, 0) + (tonumber(A.meta_idle_ms) or 0), now_ms())
+    ask_to_stop(current, A.who or '?', math.max(pttl, 0) + (tonumber(A.meta_idle_ms) or 0), now_ms(),
+      log_max)
   end
 end
 -- Busy because the lock is reserved for a waiter (its turn), not because someone holds it.

@@ -13,6 +13,11 @@
 --                (drop_waiter). (A token never contains ':', so no record is taken for a lease.)
 --                And token .. ':f' -> what the waiter asked for, one letter each: 's' a shared
 --                hold (slots.lua), 'u' --supersede (see supersede_earlier); absent: neither.
+--                And token .. ':g' -> how the waiter would hold the lock, for a release that
+--                grants it (see grant_to): 'TTL_MS\tPIDNS\tPREEMPTIBLE\tKEPT'; written only for a
+--                waiter that can take a grant (one server, a plain lock: A.grant), so a waiter
+--                without it (a quorum's, an older client's, a shared lock's reader) is reserved
+--                the lock ('~' .. waiter) and claims it with an attempt of its own, as before.
 -- Wake lists KEYS[1] .. ':w:' .. token are derived from KEYS[1]: same hash tag, same slot. So is
 -- the pub/sub channel KEYS[1] .. ':events', where a lock taken away from its holder is announced,
 -- and the tombstones KEYS[1] .. ':gone:' .. token (a string with a PX expiry) of tokens given up
@@ -163,7 +168,7 @@ end
 -- was queued).
 local function drop_waiter(token)
   local queued = redis.call('ZREM', QUEUE, token)
-  redis.call('HDEL', LEASES, token, who_field(token), token .. ':f')
+  redis.call('HDEL', LEASES, token, who_field(token), token .. ':f', token .. ':g')
   return queued == 1
 end
 
@@ -199,7 +204,9 @@ local function holder(current)
 end
 
 -- The first waiter in arrival order whose lease has not run out; dead ones are dropped on the way.
--- The loop is bounded so that a script never runs long, whatever the queue holds.
+-- The loop is bounded so that a script never runs long, whatever the queue holds. With it, what
+-- a grant needs (read in the same command as the lease): how it would hold the lock (its ':g'
+-- field, nil for a waiter that cannot take a grant) and who it is (its record).
 local function first_live_waiter()
   local now
   for _ = 1, 64 do
@@ -208,9 +215,10 @@ local function first_live_waiter()
       return nil
     end
     now = now or now_ms()
-    local lease = tonumber(redis.call('HGET', LEASES, first))
+    local found = redis.call('HMGET', LEASES, first, first .. ':g', who_field(first))
+    local lease = tonumber(found[1])
     if lease and lease >= now then
-      return first
+      return first, found[2] or nil, found[3] or nil
     end
     drop_waiter(first)
   end
@@ -240,26 +248,6 @@ local function hand_over(waiter, claim_ms, quiet)
     redis.call('PEXPIRE', wake_key(waiter), claim_ms)
   end
   return true
-end
-
--- Free the lock: hand it to the first live waiter, or delete it when nobody waits. Returns the
--- waiter it was handed to, or false. With `quiet`, the waiter is not woken yet (a quorum first
--- reserves the lock for it on its other nodes). With `to` (a quorum's other nodes, which keep no
--- queue), the lock is reserved for that waiter, whom the queue node chose. Out of memory, no
--- reservation can be written: the lock is deleted (and a waiter takes it at its next look).
-local function pass_on(claim_ms, quiet, to)
-  if to and to ~= '' then
-    if reserve(to, claim_ms) then
-      return to
-    end
-  else
-    local waiter = first_live_waiter()
-    if waiter and hand_over(waiter, claim_ms, quiet) then
-      return waiter
-    end
-  end
-  redis.call('DEL', LOCK)
-  return false
 end
 
 -- The value of INFO field `name` in `info`, or nil: a plain find for the line, then a match
@@ -375,6 +363,182 @@ local function event(kind, token, fields, log_max, keep_ms, at)
   end
 end
 
+-- Asks `holder` to stop for `by` ('user@host (pid N)'), at `now` (ms): recorded in META
+-- `preempted`, announced on LOCK:events and told as `preempted` (the history kept `keep` ms).
+local function ask_to_stop(holder, by, keep, now, log_max)
+  local at = int(now)
+  redis.call('HSET', META, 'preempted', holder .. ':' .. at .. ':' .. by)
+  redis.pcall('PUBLISH', LOCK .. ':events', 'preempted:' .. holder .. ':' .. at .. ':' .. by)
+  event('preempted', holder, {'by', by}, log_max, keep, now)
+end
+
+-- The fields of a waiter's record (see KEYS[4]) or grant field, split at tabs: `n` of them, the
+-- last one taking the rest of the line (a note is last, and nothing in it can shift the others).
+local function tab_fields(line, n)
+  local f, from = {}, 1
+  for i = 1, n - 1 do
+    local tab = string.find(line, '\t', from, true)
+    if not tab then
+      f[i] = string.sub(line, from)
+      return f
+    end
+    f[i] = string.sub(line, from, tab - 1)
+    from = tab + 1
+  end
+  f[n] = string.sub(line, from)
+  return f
+end
+
+-- A --preemptible holder that takes the lock while a --preempt waiter is at the head of the
+-- queue (it queued while the lock was being handed to this one) is asked to stop at once, as if
+-- that waiter had asked it (see acquire.lua): its ticket is below 0, ahead of every plain one.
+local function ask_if_preempted(holder, keep, now, log_max)
+  local head = redis.call('ZRANGE', QUEUE, 0, 0, 'WITHSCORES')
+  if not head[1] or tonumber(head[2]) >= 0 then
+    return
+  end
+  local who = redis.call('HGET', LEASES, who_field(head[1]))
+  local by = '?'
+  if who then
+    local f = tab_fields(who, 6)
+    by = who_is(f[4], f[5], f[3])
+  end
+  ask_to_stop(holder, by, keep, now, log_max)
+end
+
+-- What META says about the lock before a new holder's record replaces it (see hold).
+local BEFORE = {'fence', 'acquisitions', 'waited_ms', 'token', 'released_ms', 'told', 'slots'}
+
+-- Records `token` as the holder, in the step that gave it the lock (the caller set the lock key,
+-- with an expiry of h.expiry_ms): the holder record in META, the fence (`fence`, `write`: from
+-- next_fence over `before`, META's BEFORE fields as read), and, unless `how.quorum` (a quorum
+-- node's part of an attempt: fence.lua tells and counts the acquisition once a majority holds
+-- it), the count and the history: `expired` for a previous holder whose end was never told
+-- (unless `how.ended`: the caller told it), then `acquired`. `h`: host, pid, user, note, ttl_ms
+-- (the holder's TTL, which renewals keep), expiry_ms, pidns, preemptible, kept, waited (ms).
+-- `how`: log_max, meta_idle_ms, quorum, ended.
+local function hold(token, h, before, fence, write, now, how)
+  local ttl = h.ttl_ms
+  -- released_ms '' (not deleted: one command less): the new holder has not released yet.
+  local record = {'token', token, 'host', h.host, 'pid', h.pid, 'user', h.user,
+    'note', h.note, 'acquired_ms', int(now), 'ttl_ms', ttl, 'expires_ms', int(now + h.expiry_ms),
+    'pidns', h.pidns or '', 'released_ms', '', 'preemptible', h.preemptible or '',
+    'kept', h.kept or ''}
+  if before[7] and before[7] ~= '' then
+    -- It was a lock with more than one holder, idle now: a plain lock from here on.
+    table.insert(record, 'slots')
+    table.insert(record, '')
+  end
+  if not how.quorum then
+    -- `told`: the acquisition of this token is in the history, so its end will be too.
+    table.insert(record, 'told')
+    table.insert(record, token)
+    table.insert(record, 'acquisitions')
+    table.insert(record, int((tonumber(before[2]) or 0) + 1))
+    table.insert(record, 'waited_ms')
+    table.insert(record, int((tonumber(before[3]) or 0) + h.waited))
+  end
+  local log_max = how.log_max
+  local keep = tonumber(ttl) + (tonumber(how.meta_idle_ms) or 0)
+  if not how.ended and before[4] and before[4] == before[6] and before[4] ~= token
+      and (before[5] or '') == '' then
+    -- The rest of the previous holder's record, read only when it is told (an expiry is rare).
+    local was = redis.call('HMGET', META, 'acquired_ms', 'expires_ms', 'user', 'host', 'pid')
+    local from, to = tonumber(was[1]) or now, tonumber(was[2]) or now
+    event('expired', before[4], {'fence', before[1] or '', 'user', was[3] or '',
+      'host', was[4] or '', 'pid', was[5] or '', 'held_ms', math.max(to - from, 0),
+      'expires_ms', to}, log_max, keep, now)
+  end
+  if write then
+    table.insert(record, 'fence')
+    table.insert(record, int(fence))
+  end
+  redis.call('HSET', META, unpack(record))
+  keep_meta(how.meta_idle_ms, h.expiry_ms)
+  if h.preemptible == '1' then
+    ask_if_preempted(token, keep, now, log_max)
+  end
+  if not how.quorum then
+    event('acquired', token, {'fence', int(fence), 'user', h.user, 'host', h.host,
+      'pid', h.pid, 'note', h.note, 'waited_ms', h.waited, 'ttl_ms', tonumber(ttl)}, log_max,
+      keep, now)
+  end
+end
+
+-- The direct hand-over: the release (or a waiter's give-up, or an attempt that finds the lock
+-- free and another waiter first in line) makes `waiter` the holder in the same step, so that it
+-- wakes up holding the lock and sends no attempt of its own. `how`: its ':g' field (see
+-- KEYS[4]), `who`: its record; `grant`: what hold() is told (log_max, meta_idle_ms, ended).
+--
+-- The grant's expiry is the claim window (or the waiter's TTL, if shorter), not the waiter's
+-- TTL: a waiter that died or froze just before its turn holds up the queue no longer than a
+-- reservation it never claimed did, and the next waiter takes the lock when it expires. The
+-- woken holder extends it to its TTL itself, off the critical path (see acquire.rs).
+--
+-- The push that wakes it carries the grant, 'g:FENCE:ACQUIRED_MS', and expires with it, set
+-- first (no later than the lock key, on a server whose clock moves within a script): a push
+-- popped is never older than its grant. The waiter counts the lock as its own from when it sent
+-- its last attempt (which ran before this step), for the claim window: never longer than the
+-- key lasts. A waiter that misses the push (a dropped connection) finds the lock held with its
+-- own token at its next attempt, as does an older client, which reads any push as a wake-up
+-- (acquire.lua: "taken already by this token"). Returns false, having changed nothing, when
+-- the server refused the writes (out of memory): the caller reserves or frees the lock instead.
+local function grant_to(waiter, how, who, claim_ms, grant)
+  local g = tab_fields(how, 4)
+  local ttl = tonumber(g[1])
+  if not ttl or ttl < 1 then
+    return false
+  end
+  local expiry = math.min(ttl, tonumber(claim_ms))
+  local before = redis.call('HMGET', META, unpack(BEFORE))
+  local fence, write = next_fence(before[1])
+  local now = now_ms()
+  local wake = wake_key(waiter)
+  local pushed = redis.pcall('LPUSH', wake, 'g:' .. int(fence) .. ':' .. int(now))
+  if type(pushed) == 'table' and pushed.err then
+    return false
+  end
+  redis.call('PEXPIRE', wake, int(expiry))
+  local set = redis.pcall('SET', LOCK, waiter, 'PX', int(expiry))
+  if type(set) == 'table' and set.err then
+    redis.call('DEL', wake)
+    return false
+  end
+  drop_waiter(waiter)
+  local w = tab_fields(who or '', 6)
+  local since = tonumber(w[1])
+  hold(waiter, {host = w[5] or '?', pid = w[3] or '?', user = w[4] or '?', note = w[6] or '',
+    ttl_ms = g[1], expiry_ms = expiry, pidns = g[2], preemptible = g[3], kept = g[4],
+    waited = since and math.max(now - since, 0) or 0}, before, fence, write, now, grant)
+  return true
+end
+
+-- Free the lock: grant it to the first live waiter that can take a grant (see grant_to), else
+-- reserve it for the first live waiter (hand_over), or delete it when nobody waits. Returns the
+-- waiter it was handed to (or false) and whether it was granted. With `quiet`, the waiter is
+-- not woken yet (a quorum first reserves the lock for it on its other nodes). With `to` (a
+-- quorum's other nodes, which keep no queue), the lock is reserved for that waiter, whom the
+-- queue node chose. `grant`: what a grant tells and keeps (see grant_to); nil: never grant (a
+-- quorum's nodes). Out of memory, no reservation can be written: the lock is deleted (and a
+-- waiter takes it at its next look).
+local function pass_on(claim_ms, quiet, to, grant)
+  if to and to ~= '' then
+    if reserve(to, claim_ms) then
+      return to, false
+    end
+  else
+    local waiter, how, who = first_live_waiter()
+    if waiter and grant and not quiet and how and grant_to(waiter, how, who, claim_ms, grant) then
+      return waiter, true
+    end
+    if waiter and hand_over(waiter, claim_ms, quiet) then
+      return waiter, false
+    end
+  end
+  redis.call('DEL', LOCK)
+  return false, false
+end
+
 -- `--supersede`: `token`, joining the queue, makes every earlier waiter that asked for
 -- --supersede leave it at once: each is dropped from the queue, marked superseded by `by` at
 -- `at` (LOCK:gone:TOKEN = 'sup:AT:BY', for `mark_ms`: its next attempt reads it, see given_up)
@@ -449,12 +613,19 @@ end
 -- (see KEYS[4]; 'u' added for --supersede, which then supersedes the earlier ones). `now`: this
 -- server's ms; `lock_pttl`: the lock key's PTTL, for keep_meta. `ahead` (--preempt): the ticket
 -- is moved 2^50 down, ahead of every ticket handed out the plain way (HINCRBY: far fewer) and
--- behind the earlier preemptors (theirs were moved as much). Returns the busy reply {0, pttl,
--- queued, reserved[, state]} (the lock's state when the waiter's status line is due, A.tell).
+-- behind the earlier preemptors (theirs were moved as much). With A.grant, a new waiter also
+-- records how it would hold the lock, for a release that grants it (see grant_to). Returns the
+-- busy reply {0, pttl, queued, reserved[, state]} (the lock's state when the waiter's status
+-- line is due, A.tell).
 local PREEMPT_AHEAD = 2 ^ 50
 local function queue_up(A, token, now, pttl, lock_pttl, reserved, flags, log_max, ahead)
   if A.join ~= '1' then
     return {0, pttl, 0, reserved}
+  end
+  if A.grant == '2' then
+    -- A later attempt of a waiter that may have been granted the lock before it, and lost it
+    -- since (forced away, evicted): the grant's push, if unread, must not be read after this.
+    redis.call('DEL', wake_key(token))
   end
   local cap, margin = tonumber(A.block_cap_ms), tonumber(A.lease_margin_ms)
   local block = cap
@@ -469,8 +640,14 @@ local function queue_up(A, token, now, pttl, lock_pttl, reserved, flags, log_max
     end
     redis.call('ZADD', QUEUE, int(ticket), token)
     local wait = tonumber(A.wait_ms)
-    redis.call('HSET', LEASES, token, lease, who_field(token), table.concat({int(now),
-      wait and int(now + wait) or '', A.pid, A.user, A.host, A.note}, '\t'))
+    local record = {token, lease, who_field(token), table.concat({int(now),
+      wait and int(now + wait) or '', A.pid, A.user, A.host, A.note}, '\t')}
+    if (A.grant == '1' or A.grant == '2') and flags == '' then
+      -- How it would hold the lock, should a release grant it (see grant_to).
+      record[5] = token .. ':g'
+      record[6] = table.concat({A.ttl_ms, A.pidns or '', A.preemptible or '', A.kept or ''}, '\t')
+    end
+    redis.call('HSET', LEASES, unpack(record))
     local who = {'user', A.user, 'host', A.host, 'pid', A.pid, 'note', A.note}
     if wait then
       who[#who + 1] = 'deadline_ms'

@@ -50,9 +50,24 @@ if not reserved and A.for_good == '1' and current and string.sub(current, 1, 1) 
     redis.call('DEL', wake_key(held))
   end
 end
-local next = false
+-- Read, and told, before the lock is passed on: a grant (see grant_to in common.lua) writes the
+-- next holder's record over ours, and its `acquired` comes after our end.
+local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence', 'told')
+local ours = mine[1] == A.token
+if queued or reserved or ours then
+  local at = now_ms()
+  if current == A.token and ours and mine[4] == A.token then
+    -- Taken by an attempt whose reply we never read, and given back: its history closes.
+    event('released', A.token, {'fence', mine[3] or '',
+      'held_ms', math.max(at - (tonumber(mine[2]) or at), 0)}, A.log_max, tonumber(A.meta_idle_ms) or 0, at)
+  else
+    event('left', A.token, {}, A.log_max, 0, at)
+  end
+end
+local next, granted = false, false
 if reserved or current == A.token then
-  next = pass_on(A.claim_ms, A.quiet == 'quiet', A.to)
+  next, granted = pass_on(A.claim_ms, A.quiet == 'quiet', A.to,
+    {log_max = A.log_max, meta_idle_ms = A.meta_idle_ms, ended = ours})
 end
 -- A lock with more than one holder (see slots_common.lua): a place reserved for us, or taken by
 -- an attempt whose reply we never read, goes to the waiter whose turn it is; and a writer that
@@ -68,20 +83,12 @@ if current and string.sub(current, 1, 1) == '#' then
       A.claim_ms, now)
     keep_marker(view, current, now)
   end
+  if gave > 0 and not (queued or reserved or ours) then
+    event('left', A.token, {}, A.log_max, 0, now_ms())
+  end
 end
-local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence', 'told')
-if mine[1] == A.token then
+if ours and not granted then
   redis.call('HDEL', META, 'token', 'host', 'pid', 'user', 'note', 'acquired_ms', 'ttl_ms',
     'expires_ms', 'released_ms')
-end
-if queued or reserved or mine[1] == A.token or gave > 0 then
-  local at = now_ms()
-  if current == A.token and mine[1] == A.token and mine[4] == A.token then
-    -- Taken by an attempt whose reply we never read, and given back: its history closes.
-    event('released', A.token, {'fence', mine[3] or '',
-      'held_ms', math.max(at - (tonumber(mine[2]) or at), 0)}, A.log_max, tonumber(A.meta_idle_ms) or 0, at)
-  else
-    event('left', A.token, {}, A.log_max, 0, at)
-  end
 end
 return next

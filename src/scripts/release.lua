@@ -114,9 +114,11 @@ if current == A.token and not by_keeper and mine[1] == current and mine[5] == '1
   redis.pcall('HSET', META, 'release_asked', current)
   return {3, {}, false}
 end
+-- What a grant to the next waiter tells (see grant_to in common.lua): this release was told
+-- first, so the holder record it replaces is not an expiry.
+local grant = {log_max = log_max, meta_idle_ms = A.meta_idle_ms, ended = true}
 if current == A.token then
-  local next = pass_on(A.claim_ms, A.quiet == 'quiet', A.to)
-  date_release()
+  -- Told before the next holder's `acquired`, in the order it happened.
   if dated and told then
     local at = now_ms()
     local fields = {'fence', mine[3] or '', 'held_ms', math.max(at - (tonumber(mine[2]) or at), 0)}
@@ -129,6 +131,11 @@ if current == A.token then
   if dated and mine[5] == '1' and not by_keeper then
     -- Its keeper (`acquire --while-pid`) ends (see mark_released in common.lua).
     mark_released(current, mine[6])
+  end
+  local next, granted = pass_on(A.claim_ms, A.quiet == 'quiet', A.to, grant)
+  if not granted then
+    -- (A grant wrote the next holder's record over this one.)
+    date_release()
   end
   return {1, {}, next}
 end
@@ -147,10 +154,10 @@ if A.force == 'force' and not as_seen(current) then
 end
 if A.force == 'force' then
   local record = holder(current)
-  local next = pass_on(A.claim_ms, A.quiet == 'quiet', A.to)
-  date_release()
   -- A reservation ('~' .. waiter) has no holder to tell, nor to record as evicted.
   if string.sub(current, 1, 1) ~= '~' then
+    -- A holder granted the lock that has not read its grant yet never will (see grant_to).
+    redis.call('DEL', wake_key(current))
     local by = who_is(A.forcer_user, A.forcer_host, A.forcer_pid)
     local at = now_ms()
     redis.pcall('HSET', META, 'forced_token', current, 'forced_by', by, 'forced_at', int(at))
@@ -167,6 +174,10 @@ if A.force == 'force' then
     -- pcall: an ACL user without the channel (Redis 7 gives new users none) still releases; its
     -- holder learns it by renewing.
     redis.pcall('PUBLISH', LOCK .. ':events', 'forced:' .. current .. ':' .. at .. ':' .. by)
+  end
+  local next, granted = pass_on(A.claim_ms, A.quiet == 'quiet', A.to, grant)
+  if not granted then
+    date_release()
   end
   return {1, record, next}
 end

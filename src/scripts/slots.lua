@@ -4,7 +4,8 @@
 -- A as acquire.lua's (want_run_id and previous token unused: a quorum is refused before it
 --      gets here; who asks is also recorded as `slots_by` when this call sets what the lock is;
 --      preemptible and preempt unused: refused for these locks before they get here; kept
---      ('1': a keeper keeps the place alive, see kept_place in common.lua)),
+--      ('1': a keeper keeps the place alive, see kept_place in common.lua); grant unused: a
+--      place is reserved, never granted, and queue_up records no grant for a reader ('s')),
 --      then the spec: 'n:N', 'p:A,B,C' or 's' (see META `slots`).
 --
 -- Returns {1, fence, acquired_ms, false, slot} when taken (slot: the lowest index from 0 that no
@@ -29,8 +30,10 @@ local A = {
   want_run_id = ARGV[11], prev = ARGV[12], meta_idle_ms = ARGV[13], wait_ms = ARGV[14],
   pidns = ARGV[15], waited_ms = ARGV[16], log_max = ARGV[17], tell = ARGV[18],
   watch_all = ARGV[19], supersede_ms = ARGV[20], who = ARGV[21], preemptible = ARGV[22],
-  kept = ARGV[23], preempt = ARGV[24], spec = ARGV[25],
+  kept = ARGV[23], preempt = ARGV[24], grant = ARGV[25], spec = ARGV[26],
 }
+-- A place is never granted by a release (see above): no waiter of ours records a grant.
+A.grant = nil
 local token, ttl, spec = A.token, A.ttl_ms, A.spec
 watch_all = A.watch_all or ''
 local log_max = A.log_max

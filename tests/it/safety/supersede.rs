@@ -102,8 +102,8 @@ fn waiters_without_supersede_keep_their_place() {
     );
 }
 
-/// A waiter the lock was handed to (its turn came; it is stopped, so it has not claimed it yet)
-/// is the next holder: a newer --supersede waiter does not supersede it, and queues.
+/// A waiter the lock was handed to (granted; it is stopped, so it has not used it yet) is the
+/// holder: a newer --supersede waiter does not supersede it, and queues.
 #[test]
 fn a_waiter_whose_turn_came_is_not_superseded() {
     let redis = or_skip!(RedisServer::start());
@@ -124,19 +124,16 @@ fn a_waiter_whose_turn_came_is_not_superseded() {
         .run()
         .expect(0);
     let handed = redis.get(&lock_key("k")).unwrap();
-    assert!(handed.starts_with('~'), "{handed}");
+    assert!(handed != holder && !handed.starts_with('~'), "{handed}");
+    assert!(queue(&redis, "k").is_empty(), "granted, out of the queue");
     let new = redis
         .redlock()
         .args(["acquire", "k", "--supersede", "--wait", "60s"])
         .spawn_proc();
-    // Queued (or, on a machine slow enough for the stopped waiter's turn to run out first,
+    // Queued (or, on a machine slow enough for the stopped waiter's grant to run out first,
     // holding the lock): either way, it superseded nobody.
-    let settled = || {
-        queue(&redis, "k").len() == 1
-            || redis
-                .get(&lock_key("k"))
-                .is_some_and(|v| !v.starts_with('~'))
-    };
+    let settled =
+        || queue(&redis, "k").len() == 1 || redis.get(&lock_key("k")).is_some_and(|v| v != handed);
     assert!(wait_for(settled, HANG));
     assert!(
         !redis.keys().iter().any(|k| k.contains(":gone:")),
@@ -144,7 +141,7 @@ fn a_waiter_whose_turn_came_is_not_superseded() {
         redis.keys()
     );
     assert_eq!(superseded_events(&redis, "k"), 0);
-    // The stopped waiter never claims: its turn runs out and the newer one gets the lock.
+    // The stopped waiter never uses its grant: it runs out and the newer one gets the lock.
     drop(old);
     let token = new.finish(HANG).ok();
     assert_eq!(redis.get(&lock_key("k")), Some(token));

@@ -1,6 +1,8 @@
-//! Waiting for a busy lock: the queue (`queue`), what a waiting command says (`status`), and
-//! `redlock wait`, which waits for a lock to be free without taking it (`wait_free`).
+//! Waiting for a busy lock: the queue (`queue`), the direct hand-over (`grant`), what a waiting
+//! command says (`status`), and `redlock wait`, which waits for a lock to be free without taking
+//! it (`wait_free`).
 
+mod grant;
 mod queue;
 mod status;
 mod wait_free;

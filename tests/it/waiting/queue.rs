@@ -7,8 +7,9 @@
 //! bound every wait generously.
 //!
 //! The policy under test is "no barging": release hands the lock to the first live waiter by
-//! reserving it (`~TOKEN` for the claim window) in the same script that deletes the holder's
-//! token, so a newcomer finds the key taken at every instant of a hand-over. A woken waiter
+//! granting it (the waiter's token for the claim window; `~TOKEN`, a reservation, for a waiter
+//! that cannot take a grant) in the same script that deletes the holder's token, so a newcomer
+//! finds the key taken at every instant of a hand-over (the grant itself: `grant.rs`). A woken waiter
 //! therefore never finds its lock taken by someone who came later, and the case "a woken waiter
 //! loses the race and goes back to waiting without losing its place" cannot occur; instead
 //! we test that a later waiter, however often it retries, never gets in first.
@@ -27,7 +28,7 @@ use serde_json::Value;
 /// A bound for anything that should happen promptly; reaching it means a hang.
 const EVENT: Duration = Duration::from_secs(10);
 
-/// The claim window of a reservation (`lock::CLAIM_WINDOW`).
+/// The claim window of a reservation or a grant (`lock::CLAIM_WINDOW`).
 const CLAIM_MS: i64 = 2_000;
 const CLAIM_ARG: &str = "2000";
 
@@ -125,13 +126,13 @@ fn enqueue(redis: &RedisServer, name: &str, cmd: &mut Command) -> (Proc, String)
 /// link. `hold` stops delivering replies, `pass` delivers what was held and everything after.
 /// (SIGSTOP would freeze a waiter more simply, but a stopped waiter does not survive SIGCONT: see
 /// `a_waiter_suspended_and_resumed_keeps_waiting`.)
-struct SlowLink {
+pub(super) struct SlowLink {
     port: u16,
     open: Arc<(Mutex<bool>, Condvar)>,
 }
 
 impl SlowLink {
-    fn to(redis: &RedisServer) -> SlowLink {
+    pub(super) fn to(redis: &RedisServer) -> SlowLink {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let open = Arc::new((Mutex::new(true), Condvar::new()));
@@ -160,7 +161,7 @@ impl SlowLink {
     }
 
     /// `redlock` talking to the server through this link.
-    fn redlock(&self, redis: &RedisServer) -> Command {
+    pub(super) fn redlock(&self, redis: &RedisServer) -> Command {
         let mut cmd = redis.redlock();
         cmd.env("REDLOCK_URL", self.url());
         cmd
@@ -172,11 +173,11 @@ impl SlowLink {
         cvar.notify_all();
     }
 
-    fn hold(&self) {
+    pub(super) fn hold(&self) {
         self.set(false);
     }
 
-    fn pass(&self) {
+    pub(super) fn pass(&self) {
         self.set(true);
     }
 }
@@ -255,8 +256,8 @@ fn waiters_get_the_lock_in_the_order_they_arrived() {
 }
 
 /// Fails with barging: a newcomer arriving during a hand-over must not take the lock from the
-/// first waiter. The waiter is on a [`SlowLink`] held across the release, so that it cannot claim
-/// its reservation before the newcomer tries.
+/// first waiter. The waiter is on a [`SlowLink`] held across the release, so that it cannot read
+/// its grant (nor extend it) before the newcomer tries.
 #[test]
 fn a_newcomer_never_barges_into_a_hand_over() {
     let redis = or_skip!(RedisServer::start());
@@ -278,22 +279,26 @@ fn a_newcomer_never_barges_into_a_hand_over() {
     );
     link.hold();
     release(&redis, "k", &holder);
-    // Released and reserved for W1 in one step: the key never disappears.
-    assert_eq!(redis.get(&key), Some(format!("~{t1}")));
+    // Released and granted to W1 in one step, for the claim window: the key never disappears.
+    assert_eq!(redis.get(&key), Some(t1.clone()));
     let pttl = redis.pttl(&key);
-    assert!((1..=CLAIM_MS).contains(&pttl), "reservation PTTL {pttl}");
+    assert!((1..=CLAIM_MS).contains(&pttl), "grant PTTL {pttl}");
+    assert_eq!(redis.meta("k")["token"], t1, "the grant records its holder");
 
     let out = redis.redlock().args(["acquire", "k", "-n"]).run().expect(1);
     assert!(out.stderr.contains("busy"), "{out}");
-    assert_eq!(redis.get(&key), Some(format!("~{t1}")), "{out}");
+    assert_eq!(redis.get(&key), Some(t1.clone()), "{out}");
 
     link.pass();
+    // W1 reads its grant, starts its command and renews the lock to its TTL.
     assert!(
-        wait_for(|| redis.get(&key).as_deref() == Some(&t1), EVENT),
-        "W1 did not claim its reservation: {:?}\n{}",
+        wait_for(|| redis.pttl(&key) > CLAIM_MS, EVENT),
+        "W1 did not extend its grant: {:?} {}\n{}",
         redis.get(&key),
+        redis.pttl(&key),
         w1.stderr()
     );
+    assert_eq!(redis.get(&key), Some(t1.clone()));
     redis.redlock().args(["acquire", "k", "-n"]).run().expect(1);
     std::fs::write(redis.dir().join("go"), "").unwrap();
     w1.finish(EVENT).expect(0);
@@ -396,7 +401,7 @@ fn a_waiter_killed_in_the_queue_does_not_stall_it() {
     let (w3, _) = enqueue(&redis, "k", &mut recorder(&redis, "k", "W3"));
     w2.signal(libc::SIGKILL);
     assert_eq!(w2.finish(EVENT).status.code(), None, "W2 was killed");
-    // Its lease is still live: the lock will be reserved for it after W1.
+    // Its lease is still live: the lock will be granted to it after W1.
     release(&redis, "k", &holder);
     let released = Instant::now();
     w1.finish(EVENT).expect(0);
@@ -408,7 +413,7 @@ fn a_waiter_killed_in_the_queue_does_not_stall_it() {
     );
     assert_eq!(order(&redis), "W1\nW3\n");
     assert_gone(&redis, "k", &t2);
-    // W2's unclaimed wake list expires with the reservation.
+    // W2's unread wake list expires with the grant.
     assert!(
         wait_for(|| redis.keys() == [meta_key("k")], EVENT),
         "{:?}",
@@ -613,10 +618,11 @@ fn a_release_right_after_queueing_is_never_lost() {
     assert_eq!(redis.keys(), [meta_key("k")]);
 }
 
-/// Fails if a reservation for a waiter that died frozen keeps the next one out longer than the
-/// claim window plus one block cap, or if anyone gets in before the reservation ran out.
+/// Fails if a grant to a waiter that died frozen (SIGSTOPped across its grant, then SIGKILLed)
+/// keeps the next one out longer than the claim window plus one block cap, or if anyone gets in
+/// before the grant ran out.
 #[test]
-fn an_unclaimed_reservation_passes_to_the_next_waiter() {
+fn an_unused_grant_passes_to_the_next_waiter() {
     let redis = or_skip!(RedisServer::start());
     let key = lock_key("k");
     let holder = hold(&redis, "k", "30s");
@@ -625,7 +631,7 @@ fn an_unclaimed_reservation_passes_to_the_next_waiter() {
     w1.signal(libc::SIGSTOP);
     release(&redis, "k", &holder);
     let released = Instant::now();
-    assert_eq!(redis.get(&key), Some(format!("~{t1}")));
+    assert_eq!(redis.get(&key), Some(t1.clone()), "granted to W1");
     let expires = redis.now_ms() + redis.pttl(&key);
     w1.signal(libc::SIGKILL);
     assert_eq!(w1.finish(EVENT).status.code(), None);
@@ -640,18 +646,18 @@ fn an_unclaimed_reservation_passes_to_the_next_waiter() {
     let acquired: i64 = redis.meta("k")["acquired_ms"].parse().unwrap();
     assert!(
         acquired >= expires - 5,
-        "W2 got in {}ms before W1's reservation ran out",
+        "W2 got in {}ms before W1's grant ran out",
         expires - acquired
     );
     assert_gone(&redis, "k", &t1);
 }
 
-/// Fails if a waiter that gives up just as the lock is reserved for it makes the next waiter sit
+/// Fails if a waiter that gives up just as the lock is granted to it makes the next waiter sit
 /// out the claim window. The give-up is leave.lua, sent for the frozen waiter at that instant: a
 /// real signal could just as well arrive after the waiter claimed, which would be a different
 /// (and also correct) path.
 #[test]
-fn a_waiter_leaving_with_a_reservation_passes_it_on_at_once() {
+fn a_waiter_leaving_with_a_grant_passes_it_on_at_once() {
     let redis = or_skip!(RedisServer::start());
     let key = lock_key("k");
     let holder = hold(&redis, "k", "30s");
@@ -659,7 +665,7 @@ fn a_waiter_leaving_with_a_reservation_passes_it_on_at_once() {
     let (w2, t2) = enqueue(&redis, "k", redis.redlock().args(["acquire", "k"]));
     w1.signal(libc::SIGSTOP);
     release(&redis, "k", &holder);
-    assert_eq!(redis.get(&key), Some(format!("~{t1}")));
+    assert_eq!(redis.get(&key), Some(t1.clone()), "granted to W1");
     let expires = redis.now_ms() + redis.pttl(&key);
     script(&mut redis.cli(), LEAVE_LUA, "k", &t1, LEAVE_ARGS);
     w1.signal(libc::SIGKILL);
@@ -670,7 +676,7 @@ fn a_waiter_leaving_with_a_reservation_passes_it_on_at_once() {
     let acquired: i64 = redis.meta("k")["acquired_ms"].parse().unwrap();
     assert!(
         acquired < expires,
-        "W2 got in {}ms after W1's reservation would have run out: it was not passed on",
+        "W2 got in {}ms after W1's grant would have run out: it was not passed on",
         acquired - expires
     );
     assert_gone(&redis, "k", &t1);
@@ -680,7 +686,8 @@ fn a_waiter_leaving_with_a_reservation_passes_it_on_at_once() {
 /// the first waiter has exited with the lock and the other nine are blocked in BLPOP again (a
 /// woken waiter is unblocked by the release itself and blocks again only after its attempt, so by
 /// then every attempt a herd would make is counted). Between the two reads Redis sees exactly the
-/// release and the claim, and one attempt and one BLPOP for each waiter that looked again at its
+/// release (which grants the lock) and the first waiter's extension of it, and one attempt and
+/// one BLPOP for each waiter that looked again at its
 /// 3s block cap meanwhile: such a waiter blocks again on a fresh connection (its old one still
 /// has the BLPOP), so it is told apart from one woken by the release, which blocks again on the
 /// same connection.
@@ -689,10 +696,21 @@ fn a_release_wakes_one_waiter_not_all() {
     let redis = or_skip!(RedisServer::start());
     let key = lock_key("k");
     let holder = hold(&redis, "k", "30s");
-    // Load the release script into the server, so that the release below is one EVALSHA.
+    // Load the release and extend scripts into the server, so that each call below is one
+    // EVALSHA.
     redis
         .redlock()
         .args(["release", "other", "0123456789abcdef0123456789abcdef"])
+        .run();
+    redis
+        .redlock()
+        .args([
+            "extend",
+            "other",
+            "0123456789abcdef0123456789abcdef",
+            "--ttl",
+            "1s",
+        ])
         .run();
     let mut waiters = Vec::new();
     for _ in 0..10 {
@@ -738,11 +756,13 @@ fn a_release_wakes_one_waiter_not_all() {
     let scripts = redis.script_calls() - scripts;
     let blpops = redis.calls("blpop") - blpops;
     let looked_again = after.iter().filter(|id| !before.contains(id)).count() as u64;
+    // The release grants the lock to the first waiter, which extends it to its TTL before it
+    // prints the token (`acquire`: nobody renews it after that).
     assert_eq!(
         (scripts, blpops),
         (2 + looked_again, looked_again),
-        "(script calls, BLPOPs) for one release and hand-over, with {looked_again} waiters \
-         at their block cap"
+        "(script calls, BLPOPs) for one release (a grant) and the extension, with \
+         {looked_again} waiters at their block cap"
     );
     let rest: Vec<String> = waiters.iter().map(|(_, t)| t.clone()).collect();
     assert_eq!(queue(&redis, "k"), rest, "the others still wait, in order");
