@@ -1,9 +1,9 @@
 //! The bench's own etcd, for the `etcdctl lock` column of workloads 1 and 6: [`Etcd`], one
 //! member on two free loopback ports (client and peer), its data dir and log in the temp dir,
 //! default settings otherwise (a user's etcd: its write-ahead log is fsynced, on the temp dir's
-//! file system). Like the redis-servers it is registered with [`guard`](crate::guard), so it is
-//! killed at the end, on a panic and on Ctrl-C, and dies with the bench (PDEATHSIG). Above
-//! [`guard`](crate::guard) and [`tools`](crate::tools) (the `etcdctl` it asks for health).
+//! file system). Like the redis-servers it is registered with [`guard`], so it is killed at the
+//! end, on a panic and on Ctrl-C, and dies with the bench (PDEATHSIG). Above [`guard`] and
+//! [`tools`] (the `etcdctl` it asks for health).
 
 use std::net::TcpListener;
 use std::path::Path;
