@@ -85,6 +85,11 @@ impl Bench {
         line
     }
 
+    /// The CPU time the bench's etcd has used so far (all its threads), if it runs.
+    pub fn etcd_cpu(&self) -> Option<Duration> {
+        self.etcd.as_ref().map(Etcd::cpu)
+    }
+
     /// Whether the bench's etcd runs, for the etcdctl column of workloads 1 and 6.
     pub fn has_etcd(&self) -> bool {
         self.env.etcd.is_some()

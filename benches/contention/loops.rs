@@ -87,6 +87,8 @@ pub struct LoopRun {
     pub rounds: Vec<Round>,
     pub events: Vec<Event>,
     pub cmds: Option<Cmds>,
+    /// etcdctl's runs: the CPU time of the bench's etcd (its whole process) over the run.
+    pub etcd_cpu: Option<Duration>,
     /// The most critical sections inside at once (a shared lock's: readers), from the events.
     pub peak: usize,
 }
@@ -230,9 +232,11 @@ impl Bench {
     pub fn run_loops(&mut self, spec: &Spec, count: Count) -> LoopRun {
         self.reset_counter();
         let mark = spec.tool.uses_redis().then(|| self.admin.begin(count));
+        let etcd_before = (spec.tool == Tool::Etcd).then(|| self.etcd_cpu()).flatten();
         let running = self.start_loops(spec);
         let (start, rounds) = self.finish(running);
         let cmds = mark.map(|m| self.admin.end(&m));
+        let etcd_cpu = etcd_before.and_then(|b| Some(self.etcd_cpu()?.saturating_sub(b)));
         let events = self.events.collect(&spec.tag);
         let expected = spec.loops * spec.rounds;
         let peak = if spec.hold == Hold::Exclusive {
@@ -246,6 +250,7 @@ impl Bench {
             rounds,
             events,
             cmds,
+            etcd_cpu,
             peak,
         }
     }

@@ -158,7 +158,9 @@
 //!   inside scripts for the bench's instrument (a production server logs only commands slower
 //!   than 10 ms). Nothing is subtracted: the bench's own commands in the window are one `CONFIG
 //!   SET` before it and one `INFO` at each end. It includes each process's connection and the
-//!   server's timers, which every tool pays alike. Target: redlock ≤ the polling lock.
+//!   server's timers, which every tool pays alike. Target: redlock ≤ the polling lock. In workload
+//!   1, etcdctl's cell is its etcd's: the whole process's `utime` + `stime` from `/proc/PID/stat`
+//!   (all threads, 10 ms ticks) before and after each run, divided the same way.
 //! - Redis memory (a step after workload 4): `MEMORY USAGE` of a held lock's keys (`redlock
 //!   acquire`: the lock, its meta hash, its history with the one `acquired` event) and of what
 //!   one queued `redlock exec` adds (queue, leases, waiter records, meta's growth); then what

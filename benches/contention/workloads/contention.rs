@@ -441,7 +441,12 @@ fn contention_rows(
         r.row(
             w,
             &format!(
-                "Redis server CPU per CS (INFO cpu, Lua included; slow log off){}",
+                "Redis server CPU per CS (INFO cpu, Lua included; slow log off{}){}",
+                if etcd_column {
+                    "; etcdctl: etcd's whole process, /proc"
+                } else {
+                    ""
+                },
                 pooled(s, " (runs pooled)")
             ),
             cells(&|s| s.cpu.map_or("–".to_string(), fmt_us)),

@@ -89,7 +89,9 @@ pub fn notes() -> [String; 2] {
              workload 6, `etcdctl lock k true` interleaved with the others; it has no separate \
              acquire and release commands (without a command, `etcdctl lock` holds the lock \
              until it is signalled), so its acquire + release cell is \"–\". It keeps no lock in \
-             Redis: its Redis rows are \"–\".",
+             Redis: its Redis command rows are \"–\"; its server CPU is the etcd process's, all \
+             threads (utime + stime in /proc, 10 ms ticks), over each run ÷ its critical \
+             sections: what the server spends, as Redis's main thread is for the others.",
             SEM_LOOPS * SEM_ROUNDS
         ),
         "wait: from starting the lock command to entering the critical section (the tool's \
