@@ -4,9 +4,7 @@
 //! [`guard`]: every server is registered there, so that it dies with the bench.
 
 use std::collections::BTreeMap;
-use std::io;
 use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -42,23 +40,11 @@ impl Server {
                 .args(["--slowlog-max-len", "1000000"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null());
-            // SAFETY: the closure runs in the child between fork and exec and calls only prctl(2),
-            // which is async-signal-safe.
-            unsafe {
-                cmd.pre_exec(|| {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-            let mut child = cmd
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start redis-server: {e}"));
-            guard::add_service(child.id() as i32);
+            let mut child = guard::spawn_service(&mut cmd, "redis-server");
             let until = Instant::now() + STEP_TIMEOUT;
             loop {
                 if let Ok(Some(status)) = child.try_wait() {
+                    guard::stop_service(&mut child);
                     last_error = format!(
                         "redis-server on port {port} exited with {status}: {}",
                         tail(&log)
@@ -72,8 +58,7 @@ impl Server {
                     return Server { child, port };
                 }
                 if Instant::now() >= until {
-                    let _ = child.kill();
-                    let _ = child.wait();
+                    guard::stop_service(&mut child);
                     panic!(
                         "redis-server on port {port} did not answer PING within {}s; {}",
                         STEP_TIMEOUT.as_secs(),
@@ -89,10 +74,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let pid = self.child.id() as i32;
-        guard::remove_service(pid);
+        guard::stop_service(&mut self.child);
     }
 }
 

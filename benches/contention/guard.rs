@@ -1,6 +1,6 @@
 //! Process guards, the bottom layer of the bench: every process it starts is registered here, so
 //! that a failure, a timeout, a panic or Ctrl-C can kill all of them and nothing outlives the
-//! bench. Owns the registry (lock commands by process group, redis-servers, the temp dir), the
+//! bench. Owns the registry (lock commands by process group, servers, the temp dir), the
 //! first failure of a run, the watchdog that bounds a run ([`RUN_TIMEOUT`]), the panic hook and
 //! the signal handler, [`Proc`] (a registered child until it is reaped) and [`Log`] (the stderr
 //! log the commands of one run share). Imports nothing from the other modules.
@@ -21,7 +21,7 @@ pub const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Process groups of the lock commands still running (each child leads its own group).
 static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
-/// redis-server: killed last, by the panic hook and the signal handler.
+/// The servers (redis-server, etcd): killed last, by the panic hook and the signal handler.
 static SERVICES: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 /// The temp dir, removed by the panic hook and the signal handler.
 static TEMP: Mutex<Option<PathBuf>> = Mutex::new(None);
@@ -70,13 +70,32 @@ pub fn set_temp(dir: Option<PathBuf>) {
     *locked(&TEMP) = dir;
 }
 
-/// Registers a redis-server for killing on a panic or a signal.
-pub fn add_service(pid: i32) {
-    locked(&SERVICES).push(pid);
+/// Starts a server (`redis-server`, `etcd`) and registers it for killing on a panic or a signal;
+/// it also dies with the thread that started it (PDEATHSIG), so start servers from the main
+/// thread. [`stop_service`] kills, reaps and unregisters it.
+pub fn spawn_service(cmd: &mut Command, what: &str) -> Child {
+    // SAFETY: the closure runs in the child between fork and exec and calls only prctl(2),
+    // which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    locked(&SERVICES).push(child.id() as i32);
+    child
 }
 
-/// Unregisters a redis-server its owner has killed and reaped.
-pub fn remove_service(pid: i32) {
+/// Kills and reaps a server [`spawn_service`] started, and unregisters it.
+pub fn stop_service(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+    let pid = child.id() as i32;
     locked(&SERVICES).retain(|&p| p != pid);
 }
 

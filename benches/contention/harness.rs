@@ -1,10 +1,12 @@
 //! The harness every workload runs in: [`Bench`] owns the temp dir's layout (the polling lock's
 //! script, the logs, the FIFO, the counter file, GNU `sem`'s home), the bench's `redis-server`
-//! and its admin connection, and runs single commands that must succeed ([`Bench::run_one`],
+//! and its admin connection, the bench's etcd when a workload wants it ([`Bench::start_etcd`]),
+//! and runs single commands that must succeed ([`Bench::run_one`],
 //! [`Bench::time_one`]). It also takes and drops a lock from the bench itself with each tool's own
 //! commands ([`Bench::hold`], [`Bench::release`]) for the workloads that need a holder, and
 //! describes the machine for the report's header. Above [`guard`](crate::guard),
-//! [`tools`](crate::tools), [`events`](crate::events) and [`admin`](crate::admin).
+//! [`tools`](crate::tools), [`events`](crate::events), [`admin`](crate::admin) and
+//! [`etcd`](crate::etcd).
 
 use std::fs::{self, File};
 use std::io;
@@ -15,17 +17,22 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::admin::{Admin, Server};
+use crate::etcd::Etcd;
 use crate::events::Events;
 use crate::guard::{Log, Proc, check_failed, start, watched};
-use crate::tools::{Env, POLLING_LOCK_SH, RELEASE_LUA, Tool, polling_key};
+use crate::tools::{
+    ETCD_MISSING, Env, POLLING_LOCK_SH, RELEASE_LUA, TOOLS, Tool, etcd_installed, polling_key,
+};
 
-/// The bench's state: the commands' environment, the admin connection, the events and its server.
+/// The bench's state: the commands' environment, the admin connection, the events and its servers.
 pub struct Bench {
     pub env: Env,
     pub admin: Admin,
     pub events: Events,
     logs: PathBuf,
     _server: Server,
+    /// Started by [`Bench::start_etcd`]; its URL is `env.etcd`.
+    etcd: Option<Etcd>,
 }
 
 impl Bench {
@@ -51,12 +58,50 @@ impl Bench {
                 fifo,
                 counter: dir.join("counter"),
                 sem_home,
+                etcd: None,
             },
             admin,
             events,
             logs,
             _server: server,
+            etcd: None,
         }
+    }
+
+    /// Starts the bench's etcd if etcd and etcdctl are installed, for the etcdctl column; returns
+    /// the header line that says which etcd runs, or that the column says [`ETCD_MISSING`].
+    pub fn start_etcd(&mut self) -> String {
+        if !etcd_installed() {
+            return format!("etcdctl lock: {ETCD_MISSING}; its column says so.");
+        }
+        let etcd = watched("etcd", || Etcd::start(&self.env.dir));
+        let line = format!(
+            "etcdctl lock: {}, against the bench's own etcd at {} (one member, default \
+             settings, data dir in the temp dir).",
+            etcd.version, etcd.url
+        );
+        self.env.etcd = Some(etcd.url.clone());
+        self.etcd = Some(etcd);
+        line
+    }
+
+    /// The CPU time the bench's etcd has used so far (all its threads), if it runs.
+    pub fn etcd_cpu(&self) -> Option<Duration> {
+        self.etcd.as_ref().map(Etcd::cpu)
+    }
+
+    /// Whether the bench's etcd runs, for the etcdctl column of workloads 1 and 6.
+    pub fn has_etcd(&self) -> bool {
+        self.env.etcd.is_some()
+    }
+
+    /// The tools of workloads 1 and 6: [`TOOLS`], and etcdctl when the bench's etcd runs.
+    pub fn tools_with_etcd(&self) -> Vec<Tool> {
+        let mut tools = TOOLS.to_vec();
+        if self.has_etcd() {
+            tools.push(Tool::Etcd);
+        }
+        tools
     }
 
     /// The stderr log `name` in the log dir.
@@ -194,6 +239,7 @@ impl Bench {
                 let (out, _) = self.run_one(cmd, "redlock acquire (holder)", log);
                 Held::Redlock(out.trim().to_string())
             }
+            Tool::Etcd => panic!("the bench holds no etcd lock itself (etcdctl has no acquire)"),
         }
     }
 

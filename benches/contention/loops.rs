@@ -19,7 +19,7 @@ use crate::guard::{check_failed, fail, start};
 use crate::harness::Bench;
 use crate::tools::{Mode, Tool, program};
 
-/// TTL of the lock in the loops (redlock's default, and the polling lock's PX).
+/// TTL of the lock in the loops (redlock's default, the polling lock's PX, etcdctl's `--ttl`).
 pub const LOOP_TTL_MS: u64 = 30_000;
 
 /// How the loops of a run hold the lock.
@@ -87,6 +87,8 @@ pub struct LoopRun {
     pub rounds: Vec<Round>,
     pub events: Vec<Event>,
     pub cmds: Option<Cmds>,
+    /// etcdctl's runs: the CPU time of the bench's etcd (its whole process) over the run.
+    pub etcd_cpu: Option<Duration>,
     /// The most critical sections inside at once (a shared lock's: readers), from the events.
     pub peak: usize,
 }
@@ -226,13 +228,15 @@ impl Bench {
 
     /// Runs `spec` and checks it: for [`Hold::Exclusive`], exact counter and strictly alternating
     /// entries and leaves; for the others, [`Bench::verify_holders`]. For a tool with a Redis
-    /// server, `count` says what the server's figures of the run are.
+    /// server (not flock, not etcdctl), `count` says what the server's figures of the run are.
     pub fn run_loops(&mut self, spec: &Spec, count: Count) -> LoopRun {
         self.reset_counter();
-        let mark = (spec.tool != Tool::Flock).then(|| self.admin.begin(count));
+        let mark = spec.tool.uses_redis().then(|| self.admin.begin(count));
+        let etcd_before = (spec.tool == Tool::Etcd).then(|| self.etcd_cpu()).flatten();
         let running = self.start_loops(spec);
         let (start, rounds) = self.finish(running);
         let cmds = mark.map(|m| self.admin.end(&m));
+        let etcd_cpu = etcd_before.and_then(|b| Some(self.etcd_cpu()?.saturating_sub(b)));
         let events = self.events.collect(&spec.tag);
         let expected = spec.loops * spec.rounds;
         let peak = if spec.hold == Hold::Exclusive {
@@ -246,6 +250,7 @@ impl Bench {
             rounds,
             events,
             cmds,
+            etcd_cpu,
             peak,
         }
     }

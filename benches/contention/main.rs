@@ -2,7 +2,8 @@
 //! (SET NX PX with a fixed retry interval), on eleven workloads (contention at three scales, idle
 //! waiters, a dead holder, the uncontended cost, the cost of a quorum, `status` of 10,000 locks, a
 //! counting semaphore against GNU `sem`, a shared lock against `flock -s`, the start-up of the
-//! static and the dynamic binary), in one run, printed as one markdown table.
+//! static and the dynamic binary), and with `etcdctl lock` in workloads 1 and 6, in one run,
+//! printed as one markdown table.
 //!
 //! # Running part of it
 //! - `REDLOCK_BENCH_ONLY=8 cargo bench --bench contention` runs only workload 8 (about a minute;
@@ -14,7 +15,9 @@
 //!   round trips per critical section; targets: redlock's wall within 5% of it, ≤ 4.0 round
 //!   trips).
 //!
-//! Needs `redis-server`, `redis-cli`, `flock`, `sem` (GNU parallel) and `sh` on PATH; uses
+//! Needs `redis-server`, `redis-cli`, `flock`, `sem` (GNU parallel) and `sh` on PATH; `etcd` and
+//! `etcdctl` (Debian: `apt install etcd-server etcd-client`) are optional: without them the
+//! etcdctl column says "not installed (…)" and the header says so, and the rest runs. Uses
 //! loopback only; takes five to seven minutes on two CPUs (most of it the polling lock's crowd and
 //! `sem`'s runs in workload 9; workloads 9 and 10 alone take between two and three). Under `cargo
 //! test --benches` (no `--bench` argument) it does nothing.
@@ -28,6 +31,10 @@
 //!   off). It is killed at the end, on a panic and on Ctrl-C, and dies with the bench (PDEATHSIG)
 //!   if the bench is killed. Workload 7 starts
 //!   five more the same way (same guards) and kills them when it ends.
+//! - When workload 1 or 6 runs and etcd is installed, one `etcd` of its own ([`etcd::Etcd`]): two
+//!   free loopback ports (client and peer URLs), its data dir in the temp dir, default settings
+//!   otherwise, under the same guards as the redis-servers; the bench waits for `etcdctl endpoint
+//!   health` to answer (bounded), and the header gives its version and URL.
 //! - Every lock command runs in its own process group, so that a timeout or a failure kills it with
 //!   whatever it started. Each run of a workload is bounded by a 120 s watchdog that kills
 //!   everything and fails loudly (the slowest, the polling lock's crowd, takes about 50 s on two
@@ -41,24 +48,36 @@
 //!   article measured best among the retry strategies it tried), release with a Lua
 //!   compare-and-delete through `redis-cli EVAL`.
 //! - redlock: `redlock exec KEY -- sh -c CS` (and `acquire` / `release` where the workload says so).
+//! - etcdctl (workloads 1 and 6 only; its column stands before redlock's):
+//!   `etcdctl --endpoints=http://127.0.0.1:PORT lock --ttl=30 KEY -- sh -c CS` against the bench's
+//!   etcd (the `--` keeps etcdctl from taking `-c` for its own flag; `--ttl` is its session's
+//!   lease, the TTL the other tools have). etcd's own client, on v3's lock recipe: a key per
+//!   waiter under the lock's prefix, each waiting for the deletion of the one before it. It has
+//!   no separate acquire and release commands (`etcdctl lock KEY` alone holds the lock until it is
+//!   signalled), so workload 6's acquire + release cell is "–"; it keeps nothing in Redis, so its
+//!   Redis rows are "–" too.
 //!
 //! The critical section is the non-atomic counter increment `read n < C; echo $((n + 1)) > C`
 //! (plus `sleep 0.02` in workload 2), bracketed by an entry and a leave line written to a FIFO.
 //! Everything but `sleep` is a dash builtin, so the bracket costs no fork. After every run the
 //! counter must equal the number of critical sections, and entry and leave lines must strictly
-//! alternate; otherwise the bench panics (the lock let two critical sections overlap).
+//! alternate; otherwise the bench panics (the lock let two critical sections overlap). etcdctl's
+//! runs are checked the same way.
 //!
 //! # Repetitions
 //! On a small shared VM one run's wall time swings by tens of percent from run to run, more than
 //! the margins of the wall targets. So workloads 1 and 2 run flock and redlock `REPS` (5) times
 //! each, alternately (flock, redlock, flock, redlock, …), so that the two tools meet the same spells
-//! of load; the polling lock, slow and far from its targets, runs once, after them. The table gives
+//! of load; the polling lock, slow and far from its targets, runs once, after them (in workload 1,
+//! three times among them). In workload 1 etcdctl runs `REPS` times too, after redlock in each
+//! repetition (flock, redlock, etcdctl, flock, …). The table gives
 //! the median run's wall (and that run's hand-overs/s) and the wall targets compare the medians;
 //! waits, commands per critical section and client-side hand-overs pool all runs of a tool, and
 //! fairness is the worst run's. stderr has every run's figures, and per workload the walls in run
 //! order and each pair's redlock ÷ flock ratio, so the spread is visible. Workloads 3 to 5 run
 //! once per tool; workload 6's uncontended `true` and acquire + release are medians of 200 runs
-//! per command, the tools interleaved in each round (stderr adds the quartiles of `true`).
+//! per command, the tools interleaved in each round (stderr adds the quartiles of `true`);
+//! `etcdctl lock k true` is etcdctl's `true`, interleaved with the others.
 //!
 //! # Workload 7: the cost of the quorum
 //! Several `--url`s make redlock a Redlock quorum over independent masters, contacted in
@@ -139,14 +158,16 @@
 //!   inside scripts for the bench's instrument (a production server logs only commands slower
 //!   than 10 ms). Nothing is subtracted: the bench's own commands in the window are one `CONFIG
 //!   SET` before it and one `INFO` at each end. It includes each process's connection and the
-//!   server's timers, which every tool pays alike. Target: redlock ≤ the polling lock.
+//!   server's timers, which every tool pays alike. Target: redlock ≤ the polling lock. In workload
+//!   1, etcdctl's cell is its etcd's: the whole process's `utime` + `stime` from `/proc/PID/stat`
+//!   (all threads, 10 ms ticks) before and after each run, divided the same way.
 //! - Redis memory (a step after workload 4): `MEMORY USAGE` of a held lock's keys (`redlock
 //!   acquire`: the lock, its meta hash, its history with the one `acquired` event) and of what
 //!   one queued `redlock exec` adds (queue, leases, waiter records, meta's growth); then what
 //!   one event of a lock's history costs (a stream of 200 events written by 100 `exec` runs,
 //!   divided by 200); the polling lock's is its one string key.
 //! - Peak RSS: the largest `VmHWM` of the lock process itself (`redlock exec`, `flock`, the polling
-//!   lock's `sh`), sampled from `/proc` every 2 ms while its command sleeps 0.3 s, over 5 runs. Not
+//!   lock's `sh`, `etcdctl`), sampled from `/proc` every 2 ms while its command sleeps 0.3 s, over 5 runs. Not
 //!   `ru_maxrss`, which for a child spawned with vfork includes the parent's (the bench's) peak.
 
 //!
@@ -154,9 +175,10 @@
 //! One module per concern, each importing only the ones listed before it:
 //! - [`guard`]: every process registered, killed on failure, timeout, panic or Ctrl-C; the
 //!   watchdog; [`guard::Proc`] and the stderr logs.
-//! - [`tools`]: the three tools, the critical sections, the commands that run them.
+//! - [`tools`]: the tools, the critical sections, the commands that run them.
 //! - [`events`]: the critical sections' lines on the FIFO, timestamped on arrival.
 //! - [`admin`]: the `redis-server`s and the bench's own connection, which counts commands.
+//! - [`etcd`]: the bench's own `etcd`, for the etcdctl column.
 //! - [`harness`]: [`harness::Bench`], the state every workload runs in; single commands, a lock
 //!   held by the bench itself, the machine description.
 //! - [`loops`]: a run of loops × rounds, its measures and its check.
@@ -171,6 +193,7 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 mod admin;
+mod etcd;
 mod events;
 mod guard;
 mod harness;
@@ -213,6 +236,10 @@ fn main() {
     };
     if let Some(o) = &only {
         header.push(format!("Only workload(s) {o} (REDLOCK_BENCH_ONLY)."));
+    }
+
+    if run("1") || run("6") {
+        header.push(bench.start_etcd());
     }
 
     let mut report = Report::default();

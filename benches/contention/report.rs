@@ -1,8 +1,10 @@
 //! The report: the markdown table the bench prints on stdout (one [`Row`] per metric, one column
 //! per tool), the targets checked along the way and the tally of those met. The README's
 //! "Latest run" table is pasted from this output, so its shape and header stay as they are
-//! (the polling tool's column keeps its historical header "seed style"). Pure formatting: it
-//! imports nothing from the rest of the bench; the workloads fill it and write its notes.
+//! (the polling tool's column keeps its historical header "seed style"). The etcdctl column,
+//! filled by workloads 1 and 6 only, stands between the peers and redlock, so that redlock's
+//! column stays beside its targets. Pure formatting: it imports nothing from the rest of the
+//! bench; the workloads fill it and write its notes.
 
 /// The mark after a target: met or missed.
 fn mark_ok(ok: bool) -> &'static str {
@@ -13,7 +15,8 @@ fn mark_ok(ok: bool) -> &'static str {
 struct Row {
     workload: String,
     metric: String,
-    cells: [String; 3],
+    /// flock, seed style, redlock, etcdctl: the order of `Tool::index`, not the columns'.
+    cells: [String; 4],
     target: String,
 }
 
@@ -26,7 +29,22 @@ pub struct Report {
 
 impl Report {
     /// Adds a row to workload `workload`'s section (its name is printed on the first row only).
-    pub fn row(&mut self, workload: &str, metric: &str, cells: [String; 3], target: String) {
+    /// `cells`: flock, seed style, redlock, and etcdctl's if the row has one ("–" if not).
+    pub fn row(
+        &mut self,
+        workload: &str,
+        metric: &str,
+        cells: impl Into<Vec<String>>,
+        target: String,
+    ) {
+        let mut cells = cells.into();
+        assert!(
+            matches!(cells.len(), 3 | 4),
+            "{metric}: {} cells, not 3 or 4",
+            cells.len()
+        );
+        cells.resize(4, "–".to_string());
+        let cells: [String; 4] = cells.try_into().expect("four cells");
         let first = !self.rows.iter().any(|r| r.workload == workload);
         self.rows.push(Row {
             workload: if first {
@@ -53,17 +71,20 @@ impl Report {
             println!("{line}");
         }
         println!();
-        println!("| workload | metric | flock | seed style | redlock | target (redlock) |");
-        println!("|---|---|---:|---:|---:|---|");
+        println!(
+            "| workload | metric | flock | seed style | etcdctl lock | redlock | target (redlock) |"
+        );
+        println!("|---|---|---:|---:|---:|---:|---|");
         for r in &self.rows {
             let w = if r.workload.is_empty() {
                 String::new()
             } else {
                 format!("**{}**", r.workload)
             };
+            let [flock, seed, redlock, etcd] = &r.cells;
             println!(
-                "| {w} | {} | {} | {} | {} | {} |",
-                r.metric, r.cells[0], r.cells[1], r.cells[2], r.target
+                "| {w} | {} | {flock} | {seed} | {etcd} | {redlock} | {} |",
+                r.metric, r.target
             );
         }
         let met = self.targets.iter().filter(|t| t.1).count();

@@ -51,7 +51,8 @@ pub struct Summary {
     pub p99: Duration,
     /// Commands per critical section, all runs pooled: (sent, including those run inside scripts).
     pub cmds: Option<(f64, f64)>,
-    /// The Redis server's CPU time per critical section, all runs pooled (`INFO cpu`).
+    /// The server's CPU time per critical section, all runs pooled: the Redis server's main
+    /// thread (`INFO cpu`), or for etcdctl the bench's etcd's whole process (`/proc`).
     pub cpu: Option<Duration>,
     /// The worst run's fairness.
     pub fairness: f64,
@@ -79,6 +80,14 @@ pub fn log_run(label: &str, run: &LoopRun) {
     }
     if let Some(c) = &run.cmds {
         let _ = write!(line, "; {}", describe_cmds(c, n));
+    }
+    if let Some(cpu) = run.etcd_cpu {
+        let _ = write!(
+            line,
+            "; etcd CPU {} = {} per unit",
+            fmt_d(cpu),
+            fmt_us(cpu / n as u32)
+        );
     }
     eprintln!("{line}");
 }
@@ -123,6 +132,10 @@ pub fn summarize(runs: &[LoopRun], counted: &[LoopRun]) -> Summary {
     let mut sections = (0, 0);
     let mut sums = (0, 0, Duration::ZERO);
     for run in runs.iter().chain(counted) {
+        if let Some(cpu) = run.etcd_cpu {
+            sections.1 += run.rounds.len();
+            sums.2 += cpu;
+        }
         let Some(c) = &run.cmds else { continue };
         if let Some(sent) = c.sent() {
             sections.0 += run.rounds.len();

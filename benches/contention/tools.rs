@@ -1,8 +1,8 @@
-//! The three tools under test and the commands that run them: [`Tool`], the critical sections
-//! they all run, [`Env`] (every command the bench starts, with the bench's variables and none of
-//! the caller's redlock settings), the Redis keys each tool uses, and the checks that the
-//! programs the bench needs are there ([`release_binary`], [`require_tools`]). Just above
-//! [`guard`](crate::guard) in the bench's layers: it builds commands, it starts none.
+//! The tools under test and the commands that run them: [`Tool`], the critical sections they all
+//! run, [`Env`] (every command the bench starts, with the bench's variables and none of the
+//! caller's redlock or etcdctl settings), the Redis keys each tool uses, and the checks that the
+//! programs the bench needs are there ([`release_binary`], [`require_tools`], [`etcd_installed`]).
+//! Just above [`guard`](crate::guard) in the bench's layers: it builds commands, it starts none.
 //!
 //! The polling tool is `benches/seed-lock.sh`: the usual hand-written Redis lock
 //! (`SET KEY TOKEN NX PX TTL`, retried after a fixed 200 ms sleep, released with a Lua
@@ -10,6 +10,10 @@
 //! grew from, whose measurements found the 200 ms sleep the best of the retry strategies it tried
 //! (spinning, yielding, sleeping 200 ms or 2 s); the table heads its column "seed style" for that
 //! reason, and [`Tool::name`] calls it "seed".
+//!
+//! `etcdctl lock` is the peer users most often weigh redlock against; it runs only in workloads 1
+//! and 6, against the bench's own etcd ([`etcd`](crate::etcd)), and only when Debian's
+//! `etcd-server` and `etcd-client` are installed: the bench needs neither ([`ETCD_MISSING`]).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -36,8 +40,12 @@ pub const CS_100MS: &str =
 /// Workload 10's writer: the counter increment around a 20 ms sleep (as [`CS_20MS`]).
 pub const CS_WRITE_20MS: &str = CS_20MS;
 
-/// Every tool, in the order of the table's columns.
+/// The tools every workload runs, in the order of [`Tool::index`]. [`Tool::Etcd`] is not one of
+/// them: workloads 1 and 6 add it when the bench's etcd runs.
 pub const TOOLS: [Tool; 3] = [Tool::Flock, Tool::Polling, Tool::Redlock];
+
+/// The etcdctl column's cell when etcd or etcdctl is not on PATH.
+pub const ETCD_MISSING: &str = "not installed (apt install etcd-server etcd-client)";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tool {
@@ -47,6 +55,8 @@ pub enum Tool {
     Polling,
     /// `redlock exec KEY --`.
     Redlock,
+    /// `etcdctl lock KEY --`, against the bench's own etcd (workloads 1 and 6 only).
+    Etcd,
 }
 
 impl Tool {
@@ -57,16 +67,25 @@ impl Tool {
             Tool::Flock => "flock",
             Tool::Polling => "seed",
             Tool::Redlock => "redlock",
+            Tool::Etcd => "etcdctl",
         }
     }
 
-    /// The tool's column: its position in [`TOOLS`].
+    /// The tool's place in arrays of figures: its position in [`TOOLS`], then etcdctl's (3), as
+    /// in the cells of a [`Report`](crate::report::Report) row.
     pub fn index(self) -> usize {
         match self {
             Tool::Flock => 0,
             Tool::Polling => 1,
             Tool::Redlock => 2,
+            Tool::Etcd => 3,
         }
+    }
+
+    /// Whether the tool keeps its lock in the bench's redis-server (whose commands and CPU the
+    /// bench measures).
+    pub fn uses_redis(self) -> bool {
+        matches!(self, Tool::Polling | Tool::Redlock)
     }
 }
 
@@ -105,18 +124,15 @@ pub struct Env {
     pub counter: PathBuf,
     /// GNU `sem`'s home (its semaphores under `.parallel/`) and `--tmpdir`, in the temp dir.
     pub sem_home: PathBuf,
+    /// The client URL of the bench's etcd, while it runs (workloads 1 and 6, etcd installed).
+    pub etcd: Option<String>,
 }
 
 impl Env {
-    /// A command with the bench's variables and none of the caller's redlock settings.
+    /// A command with the bench's variables and none of the caller's redlock or etcdctl
+    /// settings.
     pub fn base(&self, program: impl AsRef<OsStr>) -> Command {
-        let mut cmd = Command::new(program);
-        for (name, _) in std::env::vars_os() {
-            let n = name.to_string_lossy();
-            if n.starts_with("REDLOCK_") || n == "REDIS_URL" {
-                cmd.env_remove(&name);
-            }
-        }
+        let mut cmd = command(program);
         cmd.env("BF", &self.fifo)
             .env("BC", &self.counter)
             .stdin(Stdio::null())
@@ -200,6 +216,26 @@ impl Env {
                     .args(argv);
                 cmd
             }
+            (Tool::Etcd, Mode::Slots(_) | Mode::Shared) => {
+                panic!("etcdctl lock has no {mode:?} mode")
+            }
+            (Tool::Etcd, Mode::Exclusive) => {
+                let url = self
+                    .etcd
+                    .as_deref()
+                    .expect("an etcdctl lock command without the bench's etcd running");
+                // `--`: without it etcdctl takes the command's own flags (`sh -c`) for its own.
+                // `--ttl`: the session's lease, in whole seconds, which frees the lock of a
+                // holder that died, as the other tools' TTL does.
+                let mut cmd = self.base("etcdctl");
+                cmd.arg(format!("--endpoints={url}"))
+                    .arg("lock")
+                    .arg(format!("--ttl={}", ttl_ms.div_ceil(1000)))
+                    .arg(key)
+                    .arg("--")
+                    .args(argv);
+                cmd
+            }
             (Tool::Redlock, _) => {
                 let ttl = format!("{ttl_ms}ms");
                 let slots;
@@ -218,6 +254,20 @@ impl Env {
             }
         }
     }
+}
+
+/// `program` with none of the caller's redlock settings (`REDLOCK_*`, `REDIS_URL`) or etcd
+/// settings (`ETCD_*` for etcd, `ETCDCTL_*` for etcdctl: `ETCDCTL_API=2` or a flag's variable
+/// would change what they do).
+pub fn command(program: impl AsRef<OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    for (name, _) in std::env::vars_os() {
+        let n = name.to_string_lossy();
+        if n.starts_with("REDLOCK_") || n == "REDIS_URL" || n.starts_with("ETCD") {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd
 }
 
 /// The Redis key the polling lock uses for lock `key`.
@@ -253,7 +303,6 @@ pub fn release_binary() -> PathBuf {
 
 /// Panics, naming the Debian package, unless every program the bench runs is on PATH.
 pub fn require_tools() {
-    let path = std::env::var_os("PATH").unwrap_or_default();
     for (tool, package) in [
         ("redis-server", "redis-server"),
         ("redis-cli", "redis-tools"),
@@ -264,8 +313,20 @@ pub fn require_tools() {
         ("sleep", "coreutils"),
     ] {
         assert!(
-            std::env::split_paths(&path).any(|d| d.join(tool).is_file()),
+            on_path(tool),
             "the benchmark needs `{tool}` on PATH (Debian: apt-get install {package})"
         );
     }
+}
+
+/// Whether `program` is a file in a directory of PATH.
+fn on_path(program: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|d| d.join(program).is_file())
+}
+
+/// Whether both `etcd` and `etcdctl` are on PATH (Debian: `etcd-server`, `etcd-client`); without
+/// them the etcdctl column says [`ETCD_MISSING`] and the rest runs.
+pub fn etcd_installed() -> bool {
+    on_path("etcd") && on_path("etcdctl")
 }

@@ -5,8 +5,9 @@
 //! and redlock [`REPS`] times each, interleaved; the polling tool once) and the rows every
 //! contention workload has. With `REDLOCK_BENCH_BASELINE=PATH`, workload 1 also runs that redlock
 //! binary (a build of the code before a change), interleaved with the others (flock, redlock,
-//! baseline, flock, …), for a row of its own: the hot path must not get slower. A workload: above
-//! everything but `main`.
+//! baseline, flock, …), for a row of its own: the hot path must not get slower. Workload 1 also
+//! runs `etcdctl lock` [`REPS`] times, after redlock in each repetition, when the bench's etcd
+//! runs (its column says why not otherwise). A workload: above everything but `main`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,7 +21,7 @@ use crate::report::Report;
 use crate::stats::{
     Summary, cmds_cell, fmt_d, fmt_us, log_run, log_walls, percentile, ratio, summarize,
 };
-use crate::tools::{CS_20MS, CS_EMPTY, Tool};
+use crate::tools::{CS_20MS, CS_EMPTY, ETCD_MISSING, Tool};
 
 /// Workloads 1 and 2: runs of flock and of redlock each (the polling tool runs once in workload
 /// 2, [`POLLING_REPS_W1`] times in workload 1).
@@ -32,10 +33,11 @@ const COUNTING: usize = usize::MAX;
 pub const POLLING_REPS_W1: usize = 3;
 
 /// Workload 1: 8 loops × 25 rounds, empty critical section; its fairness row and, from separate
-/// runs under MONITOR, the server-side hand-over.
+/// runs under MONITOR, the server-side hand-over; etcdctl's column when the bench's etcd runs.
 pub fn empty_cs(bench: &mut Bench, r: &mut Report) {
     let w = "1. 8 loops × 25 rounds, empty CS";
     let baseline = std::env::var_os("REDLOCK_BENCH_BASELINE").map(PathBuf::from);
+    let etcd = bench.has_etcd();
     let (s, base) = bench.run_contention(
         "w1",
         8,
@@ -44,6 +46,7 @@ pub fn empty_cs(bench: &mut Bench, r: &mut Report) {
         (REPS, POLLING_REPS_W1),
         baseline.as_deref(),
         true,
+        etcd,
     );
     let (vs_flock, vs_polling) = (ratio(s[2].wall, s[0].wall), ratio(s[2].wall, s[1].wall));
     let target = format!(
@@ -59,7 +62,7 @@ pub fn empty_cs(bench: &mut Bench, r: &mut Report) {
             format!("≤ 0.3× seed: {vs_polling:.2}×")
         )
     );
-    contention_rows(r, w, &s, target, Some("1"));
+    contention_rows(r, w, &s, target, Some("1"), true);
     if let (Some(path), Some(b)) = (&baseline, &base) {
         baseline_row(r, w, path, &s[2], b);
     }
@@ -75,7 +78,9 @@ pub fn empty_cs(bench: &mut Bench, r: &mut Report) {
             "fairness: worst loop's mean wait ÷ mean wait{}",
             pooled(&s, " (worst run)")
         ),
-        [0, 1, 2].map(|i| format!("{:.2}", s[i].fairness)),
+        s.iter()
+            .map(|s| format!("{:.2}", s.fairness))
+            .collect::<Vec<_>>(),
         target,
     );
     let polling_gaps = bench.monitored(Tool::Polling);
@@ -100,21 +105,21 @@ pub fn empty_cs(bench: &mut Bench, r: &mut Report) {
 /// Workload 2: 4 loops × 10 rounds, 20 ms critical section.
 pub fn sleepy_cs(bench: &mut Bench, r: &mut Report) {
     let w = "2. 4 loops × 10 rounds, 20 ms CS";
-    let (s, _) = bench.run_contention("w2", 4, 10, CS_20MS, (REPS, 1), None, false);
+    let (s, _) = bench.run_contention("w2", 4, 10, CS_20MS, (REPS, 1), None, false, false);
     let vs_flock = ratio(s[2].wall, s[0].wall);
     let target = r.check(
         "2: wall ≤ 1.15× flock",
         vs_flock <= 1.15,
         format!("≤ 1.15× flock: {vs_flock:.2}×"),
     );
-    contention_rows(r, w, &s, target, None);
+    contention_rows(r, w, &s, target, None, false);
 }
 
 /// Workload 3, the crowd: 100 processes at once, 3 rounds each (one run per tool).
 pub fn crowd(bench: &mut Bench, r: &mut Report) {
     let w = "3. crowd: 100 processes at once × 3 rounds";
-    let (s, _) = bench.run_contention("w3", 100, 3, CS_EMPTY, (1, 1), None, true);
-    contention_rows(r, w, &s, String::new(), Some("3"));
+    let (s, _) = bench.run_contention("w3", 100, 3, CS_EMPTY, (1, 1), None, true, false);
+    contention_rows(r, w, &s, String::new(), Some("3"), false);
 }
 
 impl Bench {
@@ -128,7 +133,8 @@ impl Bench {
     /// summaries are in `TOOLS` order, the baseline's apart. With `cpu`, those runs measure the
     /// server's CPU time (the slow log off), and each tool with a server (and the baseline) runs
     /// once more at the end, alone, to count its commands (the slow log on; see [`Count`]);
-    /// without, the runs count the commands.
+    /// without, the runs count the commands. With `etcd`, etcdctl runs `reps.0` times too, after
+    /// the redlock runs of each repetition; its summary is the fourth (no Redis figures).
     #[allow(clippy::too_many_arguments)]
     fn run_contention(
         &mut self,
@@ -139,6 +145,7 @@ impl Bench {
         (reps, polling_reps): (usize, usize),
         baseline: Option<&Path>,
         cpu: bool,
+        etcd: bool,
     ) -> (Vec<Summary>, Option<Summary>) {
         // After which repetitions the polling tool runs: spread out, the last one at the end.
         let polling_after: Vec<usize> = (0..polling_reps)
@@ -165,6 +172,9 @@ impl Bench {
             } else {
                 order.extend(pair.rev());
             }
+            if etcd {
+                order.push((Tool::Etcd, rep, None));
+            }
             for (k, _) in polling_after.iter().enumerate().filter(|(_, a)| **a == rep) {
                 order.push((Tool::Polling, k, None));
             }
@@ -176,9 +186,9 @@ impl Bench {
             }
             order.extend(baseline.map(|b| (Tool::Redlock, COUNTING, Some(b))));
         }
-        let mut runs: [Vec<LoopRun>; 3] = Default::default();
+        let mut runs: [Vec<LoopRun>; 4] = Default::default();
         let mut base_runs = Vec::new();
-        let mut counted: [Vec<LoopRun>; 3] = Default::default();
+        let mut counted: [Vec<LoopRun>; 4] = Default::default();
         let mut base_counted = Vec::new();
         for (i, (tool, rep, bin)) in order.into_iter().enumerate() {
             let counting = i >= timed;
@@ -226,6 +236,7 @@ impl Bench {
         let out: Vec<Summary> = runs
             .iter()
             .zip(&counted)
+            .take(if etcd { 4 } else { 3 })
             .map(|(r, c)| summarize(r, c))
             .collect();
         let base = (!base_runs.is_empty()).then(|| summarize(&base_runs, &base_counted));
@@ -234,6 +245,25 @@ impl Bench {
                 tag,
                 ("flock", &out[Tool::Flock.index()]),
                 &out[Tool::Redlock.index()],
+            );
+        }
+        if let Some(e) = out.get(Tool::Etcd.index()) {
+            let r = &out[Tool::Redlock.index()];
+            let list = |ws: &[Duration]| ws.iter().map(|w| fmt_d(*w)).collect::<Vec<_>>();
+            let pairs: Vec<String> = e
+                .walls
+                .iter()
+                .zip(&r.walls)
+                .map(|(e, r)| format!("{:.2}", ratio(*e, *r)))
+                .collect();
+            eprintln!(
+                "contention: {tag}: etcdctl wall per run [{}]; etcdctl ÷ redlock per pair [{}]; \
+                 medians etcdctl {}, redlock {}: {:.2}×",
+                list(&e.walls).join(", "),
+                pairs.join(", "),
+                fmt_d(e.wall),
+                fmt_d(r.wall),
+                ratio(e.wall, r.wall)
             );
         }
         if let Some(b) = &base {
@@ -328,15 +358,25 @@ fn pooled(s: &[Summary], how: &str) -> String {
     }
 }
 
-/// The rows every contention workload has.
+/// The rows every contention workload has, a cell per summary in `s` (etcdctl's, the fourth, has
+/// no Redis figures: "–"). With `etcd_column` but no etcdctl summary, etcd is not installed, and
+/// the first row's etcdctl cell says so.
 fn contention_rows(
     r: &mut Report,
     w: &str,
     s: &[Summary],
     wall_target: String,
     cmds_target: Option<&str>,
+    etcd_column: bool,
 ) {
-    let cells = |f: &dyn Fn(&Summary) -> String| [f(&s[0]), f(&s[1]), f(&s[2])];
+    let mut missing = etcd_column && s.get(Tool::Etcd.index()).is_none();
+    let mut cells = |f: &dyn Fn(&Summary) -> String| {
+        let mut c: Vec<String> = s.iter().map(f).collect();
+        if std::mem::take(&mut missing) {
+            c.push(ETCD_MISSING.to_string());
+        }
+        c
+    };
     let runs = s.iter().map(|s| s.runs).max().unwrap_or(1);
     r.row(
         w,
@@ -401,7 +441,12 @@ fn contention_rows(
         r.row(
             w,
             &format!(
-                "Redis server CPU per CS (INFO cpu, Lua included; slow log off){}",
+                "Redis server CPU per CS (INFO cpu, Lua included; slow log off{}){}",
+                if etcd_column {
+                    "; etcdctl: etcd's whole process, /proc"
+                } else {
+                    ""
+                },
                 pooled(s, " (runs pooled)")
             ),
             cells(&|s| s.cpu.map_or("–".to_string(), fmt_us)),

@@ -73,6 +73,7 @@ impl Bench {
                 Tool::Flock => None,
                 Tool::Polling => Some(self.admin.pttl(&polling_key("w5"))),
                 Tool::Redlock => Some(self.admin.pttl(&redlock_key("w5"))),
+                Tool::Etcd => unreachable!("workload 5 runs no etcdctl"),
             };
             let killed = Instant::now();
             kill(-holder.pid());

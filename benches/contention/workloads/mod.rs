@@ -25,15 +25,14 @@ pub use uncontended::uncontended;
 use crate::guard::watched;
 use crate::harness::Bench;
 use crate::loops::LOOP_TTL_MS;
-use crate::tools::TOOLS;
 
-/// A few uncontended runs of each tool, so that no workload pays for a cold cache (page cache,
-/// Redis's script cache).
+/// A few uncontended runs of each tool (etcdctl's too, if the bench's etcd runs), so that no
+/// workload pays for a cold cache (page cache, Redis's script cache).
 pub fn warm_up(bench: &mut Bench) {
     watched("warm-up", || {
         let log = bench.log("warm-up");
         for i in 0..3 {
-            for tool in TOOLS {
+            for tool in bench.tools_with_etcd() {
                 let cmd = bench
                     .env
                     .under_lock(tool, "warm-up", LOOP_TTL_MS, &["true"]);
@@ -82,7 +81,17 @@ pub fn notes() -> [String; 2] {
              9, never more than {SEM_SLOTS} critical sections inside at once, {SEM_SLOTS} \
              reached, every round done; in workload 10, the writer entered only an empty lock \
              and nobody entered while it was inside, readers were inside together, every round \
-             done, the counter only the writer increments exact.",
+             done, the counter only the writer increments exact. etcdctl lock (workloads 1 \
+             and 6 only, when etcd and etcdctl are installed): `etcdctl --endpoints=URL lock \
+             --ttl=30 KEY -- sh -c CS` against the bench's own etcd (one member on loopback, \
+             default settings, so its write-ahead log is fsynced), the same critical section and \
+             checks; in workload 1 it ran {REPS} times, after redlock in each repetition; in \
+             workload 6, `etcdctl lock k true` interleaved with the others; it has no separate \
+             acquire and release commands (without a command, `etcdctl lock` holds the lock \
+             until it is signalled), so its acquire + release cell is \"–\". It keeps no lock in \
+             Redis: its Redis command rows are \"–\"; its server CPU is the etcd process's, all \
+             threads (utime + stime in /proc, 10 ms ticks), over each run ÷ its critical \
+             sections: what the server spends, as Redis's main thread is for the others.",
             SEM_LOOPS * SEM_ROUNDS
         ),
         "wait: from starting the lock command to entering the critical section (the tool's \

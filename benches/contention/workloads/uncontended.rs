@@ -1,8 +1,11 @@
 //! Workload 6, uncontended: what a lock costs a script when nobody else wants it. 6a: `true`
 //! run under each tool's lock; 6b: a bare acquire + release (`redis-cli SET NX PX` + `EVAL`
 //! against `redlock acquire` + `release`); both medians of [`UNCONTENDED_RUNS`] runs per command,
-//! the tools interleaved in each round. 6c: the peak RSS of the lock process itself. A workload:
-//! above everything but `main`.
+//! the tools interleaved in each round. 6c: the peak RSS of the lock process itself. etcdctl
+//! takes part in 6a and 6c when the bench's etcd runs (`etcdctl lock k true` is its uncontended
+//! `true`); it has no 6b: `etcdctl lock` has no separate acquire and release commands (without a
+//! command it holds the lock until it is signalled), so its cell is "–". A workload: above
+//! everything but `main`.
 
 use std::time::Duration;
 
@@ -11,7 +14,7 @@ use crate::harness::Bench;
 use crate::loops::LOOP_TTL_MS;
 use crate::report::Report;
 use crate::stats::{fmt_d, percentile, ratio};
-use crate::tools::{RELEASE_LUA, TOOLS, polling_key};
+use crate::tools::{ETCD_MISSING, RELEASE_LUA, Tool, polling_key};
 
 /// Runs of each command.
 pub const UNCONTENDED_RUNS: usize = 200;
@@ -22,6 +25,10 @@ const RSS_RUNS: usize = 5;
 pub fn uncontended(bench: &mut Bench, r: &mut Report) {
     let w = "6. uncontended";
     let medians = bench.uncontended_true();
+    let mut cells: Vec<String> = medians.iter().map(|m| fmt_d(*m)).collect();
+    if !bench.has_etcd() {
+        cells.push(ETCD_MISSING.to_string());
+    }
     let vs_flock = ratio(medians[2], medians[0]);
     let target = r.check(
         "6: exec -- true ≤ 1.5× flock f true",
@@ -30,14 +37,14 @@ pub fn uncontended(bench: &mut Bench, r: &mut Report) {
     );
     r.row(
         w,
-        "run `true` under the lock: median of 200 (`flock f true`, `seed-lock.sh k true`, `redlock exec k -- true`)",
-        medians.map(fmt_d),
+        "run `true` under the lock: median of 200 (`flock f true`, `seed-lock.sh k true`, `etcdctl lock k true`, `redlock exec k -- true`)",
+        cells,
         target,
     );
     let (polling_ar, redlock_ar) = bench.uncontended_acquire_release();
     r.row(
         w,
-        "acquire + release: median of 200 (`redis-cli` SET NX PX + EVAL; `redlock acquire` + `release`)",
+        "acquire + release: median of 200 (`redis-cli` SET NX PX + EVAL; `redlock acquire` + `release`; etcdctl has no such pair)",
         ["–".to_string(), fmt_d(polling_ar), fmt_d(redlock_ar)],
         String::new(),
     );
@@ -50,25 +57,29 @@ pub fn uncontended(bench: &mut Bench, r: &mut Report) {
     r.row(
         w,
         "peak RSS of the lock process itself (VmHWM)",
-        rss.map(|k| format!("{:.1} MiB", k as f64 / 1024.0)),
+        rss.iter()
+            .map(|k| format!("{:.1} MiB", *k as f64 / 1024.0))
+            .collect::<Vec<_>>(),
         target,
     );
 }
 
 impl Bench {
-    /// Workload 6a: median wall of `true` under each tool's lock, runs interleaved.
-    fn uncontended_true(&mut self) -> [Duration; 3] {
+    /// Workload 6a: median wall of `true` under each tool's lock (etcdctl's last, if it runs),
+    /// runs interleaved.
+    fn uncontended_true(&mut self) -> Vec<Duration> {
         watched("w6-true", || {
             let log = self.log("w6-true");
-            let mut walls: [Vec<Duration>; 3] = Default::default();
+            let tools = self.tools_with_etcd();
+            let mut walls: Vec<Vec<Duration>> = vec![Vec::new(); tools.len()];
             for i in 0..UNCONTENDED_RUNS {
-                for tool in TOOLS {
+                for &tool in &tools {
                     let cmd = self.env.under_lock(tool, "w6", LOOP_TTL_MS, &["true"]);
                     let what = format!("w6 {} `true` run {i}", tool.name());
                     walls[tool.index()].push(self.time_one(cmd, &what, &log));
                 }
             }
-            let medians = walls.each_ref().map(|w| percentile(w, 0.5));
+            let medians: Vec<Duration> = walls.iter().map(|w| percentile(w, 0.5)).collect();
             let quartiles = |w: &[Duration]| {
                 format!(
                     "{} / {} / {}",
@@ -77,14 +88,22 @@ impl Bench {
                     fmt_d(percentile(w, 0.75))
                 )
             };
+            let each: Vec<String> = tools
+                .iter()
+                .map(|t| format!("{} {}", t.name(), quartiles(&walls[t.index()])))
+                .collect();
             eprintln!(
                 "contention: w6-true: {UNCONTENDED_RUNS} interleaved runs each, p25 / median / \
-                 p75: flock {}, seed {}, redlock {}; redlock ÷ flock medians {:.2}×",
-                quartiles(&walls[0]),
-                quartiles(&walls[1]),
-                quartiles(&walls[2]),
+                 p75: {}; redlock ÷ flock medians {:.2}×",
+                each.join(", "),
                 ratio(medians[2], medians[0])
             );
+            if let Some(e) = medians.get(Tool::Etcd.index()) {
+                eprintln!(
+                    "contention: w6-true: etcdctl ÷ redlock medians {:.2}×",
+                    ratio(*e, medians[2])
+                );
+            }
             medians
         })
     }
@@ -127,12 +146,14 @@ impl Bench {
         })
     }
 
-    /// Workload 6c: peak RSS (KiB) of each tool's own process running `sleep 0.3` under the lock.
-    fn peak_rss(&mut self) -> [u64; 3] {
+    /// Workload 6c: peak RSS (KiB) of each tool's own process running `sleep 0.3` under the lock
+    /// (etcdctl's last, if it runs).
+    fn peak_rss(&mut self) -> Vec<u64> {
         watched("w6-rss", || {
             let log = self.log("w6-rss");
-            let mut peak = [0; 3];
-            for tool in TOOLS {
+            let tools = self.tools_with_etcd();
+            let mut peak = vec![0; tools.len()];
+            for &tool in &tools {
                 for i in 0..RSS_RUNS {
                     let mut cmd =
                         self.env
@@ -146,10 +167,11 @@ impl Bench {
                     peak[tool.index()] = peak[tool.index()].max(kib);
                 }
             }
-            eprintln!(
-                "contention: w6-rss: peak KiB flock {}, seed {}, redlock {}",
-                peak[0], peak[1], peak[2]
-            );
+            let each: Vec<String> = tools
+                .iter()
+                .map(|t| format!("{} {}", t.name(), peak[t.index()]))
+                .collect();
+            eprintln!("contention: w6-rss: peak KiB {}", each.join(", "));
             peak
         })
     }
