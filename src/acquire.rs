@@ -76,6 +76,11 @@ pub enum Wait {
 pub struct Wanted<'a> {
     pub wait: Wait,
     pub request: Request<'a>,
+    /// The lock must last its whole TTL when it is handed back: a release's grant (for the claim
+    /// window) is extended first. Not for a holder that renews it from the start (`exec`),
+    /// unless it waits for replicas (WAIT counts the client's own writes: the extension is one,
+    /// made after the grant).
+    pub whole_ttl: bool,
 }
 
 /// The outcome of [`acquire`]. (One per command, moved once: not worth a box.)
@@ -385,9 +390,9 @@ impl Waiter<'_> {
     }
 
     /// The lock a release granted us (see [`Grant`]): ours from when our last busy attempt was
-    /// sent, for the claim window. Extended to its TTL first unless its holder renews it itself
-    /// ([`Kept::by_holder`](crate::lock::Kept::by_holder): `exec`) and we read the push in time; `None` if it is no longer ours
-    /// by then (the next attempt queues us again, or finds it ours after all).
+    /// sent, for the claim window. Extended to its TTL first when [`Wanted::whole_ttl`] asks,
+    /// or when we read the push late; `None` if it is no longer ours by then (the next attempt
+    /// queues us again, or finds it ours after all).
     fn granted(&mut self, store: &mut dyn Store, grant: Grant) -> Option<Lock> {
         let request = &self.wanted.request;
         let sent = self.busy_sent?;
@@ -409,7 +414,7 @@ impl Waiter<'_> {
         // was slow to read the push (stopped, starved): it makes sure the lock is still its own
         // (a forced release or a restart may have taken it meanwhile) before it uses it.
         let late = Instant::now() >= lock.sent + lock.lease / 3;
-        if (late || !request.kept.by_holder()) && !extend_grant(store, &mut lock) {
+        if (late || self.wanted.whole_ttl) && !extend_grant(store, &mut lock) {
             return None;
         }
         Some(lock)

@@ -129,6 +129,7 @@ pub fn take_lock(
             wait: None,
             waited: std::time::Duration::ZERO,
         },
+        whole_ttl: !kept.by_holder() || args.wait_replicas > 0,
     };
     let started = std::time::Instant::now();
     match acquire::acquire(store, keys, &wanted, &mut parker)? {

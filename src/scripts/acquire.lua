@@ -78,7 +78,8 @@ local quorum = A.want_run_id == '1'
 
 -- Given up already (leave.lua left a tombstone): this is an attempt that arrived after its
 -- client gave up on it. Do nothing: busy, not queued. Or superseded: say by whom (see
--- given_up). One GET per attempt.
+-- given_up). One GET per attempt. (Not with the lock key in one MGET: MGET answers nil for a key
+-- of another type, where GET fails, and a foreign key in the lock's place must fail.)
 local ended = given_up(token)
 if ended then
   return ended

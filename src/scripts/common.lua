@@ -303,7 +303,8 @@ end
 -- fingerprint is told: a token can release the lock); `fields`: name, value, name, value...
 -- (strings or integers); `log_max`: how many entries the stream keeps (0 or not a number: no
 -- history); `keep_ms`: how long the stream outlives this write (the history of a lock nobody
--- uses expires, as meta does); `at`: now (ms).
+-- uses expires, as meta does; 0: the caller sets it, see expire_log); `at`: now (ms). Returns
+-- whether the stream took the entry.
 -- Every call is a pcall: telling must never stop the change it tells of (a server out of
 -- memory refuses XADD; an ACL user may lack the channel; anyone may write a key of another type
 -- under the stream's name).
@@ -360,6 +361,17 @@ local function event(kind, token, fields, log_max, keep_ms, at)
     if type(added) == 'string' and (tonumber(keep_ms) or 0) >= 1 then
       redis.pcall('PEXPIRE', log, int(keep_ms))
     end
+    return type(added) == 'string'
+  end
+  return false
+end
+
+-- The history outlives this step by `keep_ms`: for an event told with keep_ms 0 (its caller
+-- knew a later one in the same step might set a longer expiry), once it knows none did. Only on
+-- a stream the event was written to (`logged`): never on a key of another type planted there.
+local function expire_log(logged, keep_ms)
+  if logged and (tonumber(keep_ms) or 0) >= 1 then
+    redis.pcall('PEXPIRE', LOCK .. ':log', int(keep_ms))
   end
 end
 
@@ -468,7 +480,8 @@ end
 -- The direct hand-over: the release (or a waiter's give-up, or an attempt that finds the lock
 -- free and another waiter first in line) makes `waiter` the holder in the same step, so that it
 -- wakes up holding the lock and sends no attempt of its own. `how`: its ':g' field (see
--- KEYS[4]), `who`: its record; `grant`: what hold() is told (log_max, meta_idle_ms, ended).
+-- KEYS[4]), `who`: its record; `grant`: what hold() is told (log_max, meta_idle_ms, ended), and
+-- `before`, META's BEFORE fields if the caller read them already.
 --
 -- The grant's expiry is the claim window (or the waiter's TTL, if shorter), not the waiter's
 -- TTL: a waiter that died or froze just before its turn holds up the queue no longer than a
@@ -490,7 +503,7 @@ local function grant_to(waiter, how, who, claim_ms, grant)
     return false
   end
   local expiry = math.min(ttl, tonumber(claim_ms))
-  local before = redis.call('HMGET', META, unpack(BEFORE))
+  local before = grant.before or redis.call('HMGET', META, unpack(BEFORE))
   local fence, write = next_fence(before[1])
   local now = now_ms()
   local wake = wake_key(waiter)
@@ -633,12 +646,13 @@ local function queue_up(A, token, now, pttl, lock_pttl, reserved, flags, log_max
     block = pttl
   end
   local lease = int(now + block + margin)
-  if not redis.call('ZSCORE', QUEUE, token) then
-    local ticket = redis.call('HINCRBY', META, 'tickets', 1)
-    if ahead then
-      ticket = ticket - PREEMPT_AHEAD
-    end
-    redis.call('ZADD', QUEUE, int(ticket), token)
+  -- A ticket for a waiter that joins: ZADD NX keeps a queued waiter's own (and its place), and
+  -- says which it was in the same command (a later attempt burns a ticket number: harmless).
+  local ticket = redis.call('HINCRBY', META, 'tickets', 1)
+  if ahead then
+    ticket = ticket - PREEMPT_AHEAD
+  end
+  if redis.call('ZADD', QUEUE, 'NX', int(ticket), token) == 1 then
     local wait = tonumber(A.wait_ms)
     local record = {token, lease, who_field(token), table.concat({int(now),
       wait and int(now + wait) or '', A.pid, A.user, A.host, A.note}, '\t')}

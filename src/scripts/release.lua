@@ -98,7 +98,7 @@ end
 -- noeviction) refuses HSET but not DEL, and a release must not fail for want of a date.
 local log_max, keep = A.log_max, tonumber(A.meta_idle_ms) or 0
 local mine = redis.call('HMGET', META, 'token', 'acquired_ms', 'fence', 'told', 'kept', 'ttl_ms',
-  'draining')
+  'draining', 'acquisitions', 'waited_ms', 'released_ms', 'slots')
 -- Only an acquisition in the history has its end told (a quorum's attempt that did not win a
 -- majority, given back, was never an acquisition).
 local told = mine[4] == current
@@ -115,10 +115,14 @@ if current == A.token and not by_keeper and mine[1] == current and mine[5] == '1
   return {3, {}, false}
 end
 -- What a grant to the next waiter tells (see grant_to in common.lua): this release was told
--- first, so the holder record it replaces is not an expiry.
-local grant = {log_max = log_max, meta_idle_ms = A.meta_idle_ms, ended = true}
+-- first, so the holder record it replaces is not an expiry. And META as read above, in the
+-- order of BEFORE (common.lua): nothing below writes those fields before the grant.
+local grant = {log_max = log_max, meta_idle_ms = A.meta_idle_ms, ended = true,
+  before = {mine[3], mine[8], mine[9], mine[1], mine[10], mine[4], mine[11]}}
 if current == A.token then
-  -- Told before the next holder's `acquired`, in the order it happened.
+  -- Told before the next holder's `acquired`, in the order it happened; the history's expiry is
+  -- set after the hand-over, unless a grant's `acquired` set a later one.
+  local logged = false
   if dated and told then
     local at = now_ms()
     local fields = {'fence', mine[3] or '', 'held_ms', math.max(at - (tonumber(mine[2]) or at), 0)}
@@ -126,7 +130,7 @@ if current == A.token then
       fields[#fields + 1] = 'status'
       fields[#fields + 1] = tonumber(A.status)
     end
-    event('released', current, fields, log_max, keep, at)
+    logged = event('released', current, fields, log_max, 0, at)
   end
   if dated and mine[5] == '1' and not by_keeper then
     -- Its keeper (`acquire --while-pid`) ends (see mark_released in common.lua).
@@ -136,6 +140,7 @@ if current == A.token then
   if not granted then
     -- (A grant wrote the next holder's record over this one.)
     date_release()
+    expire_log(logged, keep)
   end
   return {1, {}, next}
 end

@@ -5,4 +5,5 @@
 mod grant;
 mod queue;
 mod status;
+mod upgrade;
 mod wait_free;
