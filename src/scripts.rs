@@ -1,11 +1,14 @@
 //! The Lua scripts, one file each under `src/scripts/`, assembled and hashed at build time.
 //!
 //! Each script is the unit of atomicity for one lock operation; the comment at the top of each
-//! file says what it makes atomic and why. `build.rs` assembles what is sent: `common.lua` (key
-//! names, the queue helpers) first in every script, so all of them agree on the layout, and
-//! `guard.lua`'s server check around the attempt a connection sends first. It also computes
-//! each one's SHA1 there: hashing them at every start cost more than the rest of `redlock exec
-//! KEY -- true` together. [`Script`] runs them with EVALSHA and loads one with SCRIPT LOAD when
+//! file says what it makes atomic and why. `build.rs` assembles what is sent: the definitions of
+//! `common.lua` (key names, the queue helpers) that a script uses before it, so all of them agree
+//! on the layout, and `guard.lua`'s server check around the attempt a connection sends first.
+//! Only those it uses: Redis runs the whole of a script on every call, and a closure made for
+//! each helper it carries was most of what a short script cost. A helper left out would fail at
+//! run time, and only on the path that uses it: the tests compile every script with `luac5.1`
+//! and fail on any global Redis does not provide. `build.rs` also computes each one's SHA1:
+//! hashing them at every start cost more than the rest of `redlock exec KEY -- true` together. [`Script`] runs them with EVALSHA and loads one with SCRIPT LOAD when
 //! the server does not know it (after a restart or SCRIPT FLUSH), as `redis::Script` does.
 //!
 //! Arguments by name. A script's arguments are positional on the wire (`ARGV[n]`), and each script
@@ -182,9 +185,14 @@ mod tests {
     /// The hash `build.rs` computed is the SHA1 of what is sent (as `redis::Script` computes it).
     #[test]
     fn every_hash_is_its_scripts_sha1() {
+        // Every script carries the key names (see `a_script_carries_only_the_helpers_it_uses`).
+        let key_names = include_str!("scripts/common.lua")
+            .lines()
+            .find(|l| l.starts_with("local "))
+            .unwrap();
         for s in ALL {
             assert_eq!(s.get_hash(), redis::Script::new(s.code).get_hash());
-            assert!(s.code.starts_with(include_str!("scripts/common.lua")));
+            assert!(s.code.contains(key_names), "{}", s.code);
         }
         assert!(
             ACQUIRE_CHECKED
@@ -193,21 +201,59 @@ mod tests {
         );
     }
 
+    /// The `local function`s a script defines at its top level, in order.
+    fn functions(code: &str) -> Vec<&str> {
+        code.lines()
+            .filter_map(|l| l.strip_prefix("local function "))
+            .map(|l| l.split('(').next().unwrap())
+            .collect()
+    }
+
+    /// Each script carries the helpers it uses, and only those (`build.rs`): `status` reads, and
+    /// needs four of the functions of `common.lua`.
+    #[test]
+    fn a_script_carries_only_the_helpers_it_uses() {
+        assert_eq!(
+            functions(STATUS.code),
+            ["who_field", "now_us", "now_ms", "snapshot"]
+        );
+        assert!(!STATUS.code.contains("local watch_all"));
+        // Transitively: fence.lua calls keep_meta and event, which call int and listened.
+        let fence = functions(FENCE.code);
+        for f in ["keep_meta", "int", "event", "listened", "now_ms"] {
+            assert!(fence.contains(&f), "{f}: {fence:?}");
+        }
+        assert!(!fence.contains(&"snapshot"), "{fence:?}");
+        // The checked attempts carry guard.lua's, and everything the attempt uses.
+        let checked = functions(SLOTS_ACQUIRE_CHECKED.code);
+        for f in functions(SLOTS_ACQUIRE.code) {
+            assert!(checked.contains(&f), "{f}: {checked:?}");
+        }
+        for f in ["server_check", "guarded", "info_field", "attempt"] {
+            assert!(checked.contains(&f), "{f}: {checked:?}");
+        }
+    }
+
     /// No script reads ARGV by number but in its declaration: each reads its arguments by the
     /// names it declares (which `build.rs` found: `lock`'s tests hold every call to them), and a
     /// script that takes arguments declares them.
     #[test]
     fn scripts_read_their_arguments_by_name() {
-        let common = include_str!("scripts/common.lua");
         let code = |lua: &str| {
             lua.lines()
                 .filter(|l| !l.trim_start().starts_with("--"))
                 .collect::<Vec<_>>()
                 .join("\n")
         };
-        assert!(!code(common).contains("ARGV"));
+        for helpers in [
+            include_str!("scripts/common.lua"),
+            include_str!("scripts/slots_common.lua"),
+            include_str!("scripts/guard.lua"),
+        ] {
+            assert!(!code(helpers).contains("ARGV"));
+        }
         for s in ALL {
-            let own = &s.code[common.len()..];
+            let own = code(s.code);
             assert_eq!(own.matches("ARGV[").count(), s.names.len(), "{own}");
             if s.get_hash() != STATUS.get_hash() {
                 assert!(s.names.len() >= 5, "{:?}", s.names);
@@ -217,5 +263,110 @@ mod tests {
         assert_eq!(SLOTS_ACQUIRE.names[..25], *ACQUIRE.names);
         assert_eq!(SLOTS_ACQUIRE.names[25], "spec");
         assert_eq!(RELEASE.names, SLOTS_RELEASE.names);
+    }
+
+    /// The globals Redis gives a script, of those the scripts use. Any other name a script reads
+    /// as a global is a helper it does not carry: Redis fails that only when the path that uses
+    /// it runs ("Script attempted to access nonexistent global variable"). Add a name here only
+    /// if Redis's Lua has it (its base library, string, table, math, cjson, cmsgpack, bit,
+    /// struct).
+    const REDIS_GLOBALS: [&str; 12] = [
+        "ARGV", "KEYS", "cjson", "ipairs", "math", "pairs", "redis", "string", "table", "tonumber",
+        "type", "unpack",
+    ];
+
+    /// The globals `code` reads or writes (`Err` when luac5.1 cannot compile it), as
+    /// `luac5.1 -p -l` lists them: `GETGLOBAL`, `SETGLOBAL` (Redis's Lua is 5.1).
+    fn globals(luac: &std::path::Path, code: &str) -> Result<Vec<String>, String> {
+        use std::io::Write as _;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(luac)
+            .args(["-p", "-l", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn luac5.1");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(code.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        let listing = String::from_utf8(out.stdout).unwrap();
+        let mut found: Vec<String> = listing
+            .lines()
+            .filter(|l| l.contains("\tGETGLOBAL") || l.contains("\tSETGLOBAL"))
+            .map(|l| {
+                let (_, name) = l.rsplit_once("; ").expect("luac names the global");
+                let write = if l.contains("\tSETGLOBAL") {
+                    "written: "
+                } else {
+                    ""
+                };
+                format!("{write}{name}")
+            })
+            .collect();
+        found.sort();
+        found.dedup();
+        Ok(found)
+    }
+
+    /// The globals of `code` that Redis does not provide (reads), and every write (Redis 7
+    /// refuses them all).
+    fn strangers(luac: &std::path::Path, code: &str) -> Vec<String> {
+        globals(luac, code)
+            .unwrap_or_else(|e| panic!("luac5.1 cannot compile a script: {e}\n{code}"))
+            .into_iter()
+            .filter(|g| !REDIS_GLOBALS.contains(&g.as_str()))
+            .collect()
+    }
+
+    /// luac5.1 (Debian's `lua5.1`), or None, said on stderr past the test harness's capture; a
+    /// failure under CI=true.
+    fn luac() -> Option<std::path::PathBuf> {
+        use std::io::Write as _;
+        let there = std::process::Command::new("luac5.1")
+            .arg("-v")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if there {
+            return Some("luac5.1".into());
+        }
+        if std::env::var_os("CI").is_some_and(|v| v == "true") {
+            panic!("luac5.1 is not on PATH and CI=true: apt-get install lua5.1");
+        }
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "NOTE: luac5.1 is not installed (apt-get install lua5.1): the scripts' globals are \
+             NOT checked"
+        );
+        None
+    }
+
+    /// Every script compiles (as Redis's Lua 5.1 would) and uses no global but Redis's own: each
+    /// carries every helper it calls, on every path (build.rs leaves out those it does not).
+    #[test]
+    fn scripts_use_only_the_globals_redis_provides() {
+        let Some(luac) = luac() else {
+            return;
+        };
+        for s in ALL {
+            assert_eq!(strangers(&luac, s.code), Vec::<String>::new(), "{}", s.code);
+        }
+        // The check sees a helper left out, and a global written.
+        let int = ACQUIRE.code.find("\nlocal function int(").unwrap() + 1;
+        let end = int + ACQUIRE.code[int..].find("\nend\n").unwrap() + "\nend\n".len();
+        let without = format!("{}{}", &ACQUIRE.code[..int], &ACQUIRE.code[end..]);
+        assert_eq!(strangers(&luac, &without), ["int"]);
+        let written = format!(
+            "{}\nnow = 1\n",
+            STATUS.code.replace("return snapshot()", "")
+        );
+        assert_eq!(strangers(&luac, &written), ["written: now"]);
     }
 }

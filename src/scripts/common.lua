@@ -1,5 +1,20 @@
--- Shared by every script that changes a lock; prepended to each at load time (see scripts.rs).
+-- Shared by every script: build.rs puts before each script the definitions of this file that it
+-- uses, directly or through another one, in this file's order (see scripts.rs).
 --
+-- The layout build.rs relies on to pick them (slots_common.lua and guard.lua, which it picks from
+-- too, keep it as well); a file that breaks it fails the build, saying where:
+-- - Every top-level statement is a definition, and starts at column 0 with `local function NAME(`
+--   or `local NAME[, NAME...] [= VALUE]`. A function's only column-0 line after that is its
+--   closing `end`; a value's other lines are indented, or column-0 closing brackets.
+-- - A definition is that statement with the comment lines right above it (no blank line between)
+--   and whatever follows it up to the next definition's. It is kept where a name it declares is
+--   used: a name token (not in a comment or a string) of the script, or of a definition kept.
+-- - A value calls nothing (it would run whether a script uses it or not): constants, KEYS, other
+--   values. A name is defined once among the files of one script.
+-- This opening paragraph is sent with no script. A definition left out fails only on the path
+-- that uses it, at run time: scripts.rs's tests compile every script with luac5.1 and fail on a
+-- global that Redis does not provide.
+
 -- KEYS[1] lock   string: the holder's token with a PX expiry, or '~' .. waiter while the lock is
 --                reserved for the waiter at the head of the queue (a hand-over in progress)
 -- KEYS[2] meta   hash: fence counter, ticket counter, the last holder's record; it expires after

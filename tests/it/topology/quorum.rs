@@ -542,20 +542,7 @@ fn an_attempt_slower_than_the_ttl_fails_and_is_undone() {
 fn a_late_undo_of_a_failed_attempt_spares_the_next_attempts_grant() {
     let nodes = or_skip!(Nodes::behind_proxies(3));
     let key = lock_key("k");
-    let leave = redis::Script::new(concat!(
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/src/scripts/common.lua"
-        )),
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/src/scripts/slots_common.lua"
-        )),
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/src/scripts/leave.lua"
-        ))
-    ));
+    let leave = redis::Script::new(include_str!(concat!(env!("OUT_DIR"), "/leave.lua")));
     // Loaded, so that redlock sends EVALSHA with the SHA1 (not EVAL after a NOSCRIPT).
     for s in nodes.servers() {
         let sha = leave.prepare_invoke().load(&mut s.cli()).unwrap();

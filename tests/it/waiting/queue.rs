@@ -32,32 +32,10 @@ const EVENT: Duration = Duration::from_secs(10);
 const CLAIM_MS: i64 = 2_000;
 const CLAIM_ARG: &str = "2000";
 
-/// The release and leave scripts as redlock runs them, for the two tests that must hit an exact
+/// The release and leave scripts as redlock runs them (as `build.rs` assembles them), for the two tests that must hit an exact
 /// instant of the protocol.
-const RELEASE_LUA: &str = concat!(
-    include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src/scripts/common.lua"
-    )),
-    include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src/scripts/release.lua"
-    ))
-);
-const LEAVE_LUA: &str = concat!(
-    include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src/scripts/common.lua"
-    )),
-    include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src/scripts/slots_common.lua"
-    )),
-    include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src/scripts/leave.lua"
-    ))
-);
+const RELEASE_LUA: &str = include_str!(concat!(env!("OUT_DIR"), "/release.lua"));
+const LEAVE_LUA: &str = include_str!(concat!(env!("OUT_DIR"), "/leave.lua"));
 /// What `lock::release` passes after the token, for a plain (not forced, not quorum) release:
 /// force, the claim window, quiet, to.
 const RELEASE_ARGS: &[&str] = &["", CLAIM_ARG, "", ""];
@@ -822,16 +800,7 @@ fn an_acquire_whose_reply_is_lost_gives_the_lock_back() {
 }
 
 /// The acquire script as redlock runs it.
-const ACQUIRE_LUA: &str = concat!(
-    include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src/scripts/common.lua"
-    )),
-    include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src/scripts/acquire.lua"
-    ))
-);
+const ACQUIRE_LUA: &str = include_str!(concat!(env!("OUT_DIR"), "/acquire.lua"));
 
 /// Fails if an attempt that reaches the server after its client gave up on it (the give-up sent
 /// on another connection ran first: a frozen server thawing) takes the free lock for a token

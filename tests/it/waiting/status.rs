@@ -68,18 +68,9 @@ fn a_waiter_in_a_log_says_what_it_waits_for_and_when_it_got_it() {
 
 /// The hash of `status.lua` as the server caches it: the script that a status read runs.
 fn status_script() -> String {
-    redis::Script::new(concat!(
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/src/scripts/common.lua"
-        )),
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/src/scripts/status.lua"
-        ))
-    ))
-    .get_hash()
-    .to_string()
+    redis::Script::new(include_str!(concat!(env!("OUT_DIR"), "/status.lua")))
+        .get_hash()
+        .to_string()
 }
 
 /// Whether `server` ever ran a status read (`redlock status`, or a waiter's own look): the first
