@@ -59,7 +59,9 @@ fn parse_monitor(line: &str) -> Option<(i64, Vec<String>)> {
 /// Release-to-acquisition gaps on `key`, by the server's clock. The lock key's value is tracked:
 /// a release is a DEL while it holds a token, or a SET of a `~reservation` over a token; an
 /// acquisition is a SET of a token value that succeeds (SET NX on an existing key, or SET XX on a
-/// missing one, fails and changes nothing). Each release pairs with the next acquisition.
+/// missing one, fails and changes nothing). Each release pairs with the next acquisition. A SET
+/// of another token over a token is both (redlock's direct hand-over: the release grants the lock
+/// to the next waiter in the same script): a gap of zero.
 fn server_handovers(monitor: &str, key: &str) -> Vec<Duration> {
     let mut value: Option<String> = None;
     let mut released: Option<i64> = None;
@@ -86,6 +88,8 @@ fn server_handovers(monitor: &str, key: &str) -> Vec<Duration> {
                     if holds_token {
                         released = Some(t);
                     }
+                } else if holds_token && value.as_deref() != Some(v.as_str()) {
+                    out.push(Duration::ZERO);
                 } else if let Some(r) = released.take() {
                     out.push(Duration::from_micros(u64::try_from(t - r).unwrap_or(0)));
                 }
