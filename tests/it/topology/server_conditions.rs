@@ -580,11 +580,11 @@ fn repl_offset(server: &RedisServer) -> i64 {
         .unwrap_or(-1)
 }
 
-/// `--wait-replicas` must count a write of the waiter's own that made the lock its own (WAIT
-/// counts the writes of the connection that sends it): a waiter woken by a release claims the
-/// lock on its own connection before WAIT. (A version that let the release write the waiter's
-/// lock failed here: the waiter's last write was its queueing attempt, which the replica had, and
-/// the command ran with the replica stopped.)
+/// `--wait-replicas` must count a write of the waiter's own made after the lock became its own
+/// (WAIT counts the writes of the connection that sends it): a waiter the release granted the
+/// lock to extends it on its own connection before WAIT (and its BLPOP, which popped the grant's
+/// push, is such a write too). (A version whose waiter's last write was its queueing attempt,
+/// which the replica had, ran the command with the replica stopped.)
 #[test]
 fn wait_replicas_covers_a_lock_handed_to_a_waiter() {
     let master = or_skip!(RedisServer::start());
