@@ -23,8 +23,9 @@ use std::cell::UnsafeCell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The arena's size: what a short run keeps allocated at once, with room to spare.
-pub const ARENA_BYTES: usize = 512 * 1024;
+/// The arena's size: what a short run takes from it, with room to spare (`exec k -- true`
+/// takes 560 KiB: its blocks rounded up to their classes, and each class's own).
+pub const ARENA_BYTES: usize = 1024 * 1024;
 
 /// The size classes: 16, 32, ... 64 KiB (clap's tables, the connection's buffers). A bigger
 /// block, or one aligned to more than [`ALIGN`], is the system's.
@@ -88,15 +89,16 @@ impl<const N: usize> Arena<N> {
         self.free.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A block of `class` from the arena: a freed one, or a new one; `None` when it is spent.
-    fn take(&self, class: usize) -> Option<*mut u8> {
+    /// A block of `class` from the arena, and whether it is new (all zeros: never handed out)
+    /// rather than freed before; `None` when the arena is spent.
+    fn take(&self, class: usize) -> Option<(*mut u8, bool)> {
         {
             let mut free = self.free_lists();
             let head = free[class];
             if head != 0 {
                 // SAFETY: a free block of this arena, aligned, whose first word `give` wrote.
                 free[class] = unsafe { *(head as *const usize) };
-                return Some(head as *mut u8);
+                return Some((head as *mut u8, false));
             }
         }
         let size = Self::class_size(class);
@@ -112,7 +114,7 @@ impl<const N: usize> Arena<N> {
                 .compare_exchange_weak(used, end, Ordering::Relaxed, Ordering::Relaxed)
             {
                 // The offset is within the array (end <= N), so the pointer stays in bounds.
-                Ok(_) => return Some(self.bytes.get().cast::<u8>().wrapping_add(used)),
+                Ok(_) => return Some((self.bytes.get().cast::<u8>().wrapping_add(used), true)),
                 Err(now) => used = now,
             }
         }
@@ -141,9 +143,24 @@ impl<const N: usize> Default for Arena<N> {
 unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         match Self::class(layout).and_then(|class| self.take(class)) {
-            Some(ptr) => ptr,
+            Some((ptr, _)) => ptr,
             // SAFETY: the caller's layout has a non-zero size, as GlobalAlloc requires.
             None => unsafe { System.alloc(layout) },
+        }
+    }
+
+    /// A new block is zeros already: left untouched, its pages cost nothing until used (the
+    /// 64 KiB stack `spawn` gives its child, of which the child uses a few hundred bytes).
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        match Self::class(layout).and_then(|class| self.take(class)) {
+            Some((ptr, true)) => ptr,
+            Some((ptr, false)) => {
+                // SAFETY: a block of at least layout.size() bytes, ours until freed.
+                unsafe { ptr.write_bytes(0, layout.size()) };
+                ptr
+            }
+            // SAFETY: the caller's layout has a non-zero size, as GlobalAlloc requires.
+            None => unsafe { System.alloc_zeroed(layout) },
         }
     }
 
