@@ -141,6 +141,7 @@ impl<const N: usize> Default for Arena<N> {
 // allocator that made it (`owns`). A block's true class is never smaller than the class of the
 // layout it is freed or grown with, so a free list holds blocks at least its class's size.
 unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
+    #[inline(never)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         match Self::class(layout).and_then(|class| self.take(class)) {
             Some((ptr, _)) => ptr,
@@ -151,6 +152,7 @@ unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
 
     /// A new block is zeros already: left untouched, its pages cost nothing until used (the
     /// 64 KiB stack `spawn` gives its child, of which the child uses a few hundred bytes).
+    #[inline(never)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         match Self::class(layout).and_then(|class| self.take(class)) {
             Some((ptr, true)) => ptr,
@@ -164,6 +166,7 @@ unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
         }
     }
 
+    #[inline(never)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         match Self::class(layout) {
             Some(class) if self.owns(ptr) => self.give(ptr, class),
@@ -172,6 +175,7 @@ unsafe impl<const N: usize> GlobalAlloc for Arena<N> {
         }
     }
 
+    #[inline(never)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if !self.owns(ptr) {
             // SAFETY: the system's block, with its layout; the caller's new size is valid.
