@@ -10,8 +10,9 @@
 //! Bottom first. A module uses only modules of lower layers (`tests/layers.rs` checks it, reading
 //! this list):
 //!
-//! 0. `exit`, `os`, `printable`, `redact`, `scripts`, `tell`: tables, pure text helpers, the Lua
-//!    scripts, the safe wrappers of the OS calls, the word a release sends its keeper
+//! 0. `arena`, `exit`, `os`, `printable`, `redact`, `scripts`, `tell`: the allocator; tables, pure
+//!    text helpers, the Lua scripts, the safe wrappers of the OS calls, the word a release sends
+//!    its keeper
 //! 1. `cli`, `error`, `signals`, `spawn`, `work`: the command line's definition; the error kinds
 //!    and their exit codes; signal delivery, starting the command, the processes a `--while-pid`
 //!    pid started
@@ -49,13 +50,14 @@
 //! - Decisions that are pure (a quorum's verdict, a renewal's due time) are functions with table
 //!   tests; side effects happen around them.
 //! - `unsafe` lives in `os.rs` (the few calls rustix lacks), `spawn.rs` (the measured vfork-style
-//!   spawn, async-signal-safe code only) and `brief.rs` (the keeper's `pre_exec`), each block with
-//!   its `SAFETY` note; everything else calls safe wrappers.
+//!   spawn, async-signal-safe code only), `brief.rs` (the keeper's `pre_exec`) and `arena.rs` (the
+//!   allocator), each block with its `SAFETY` note; everything else calls safe wrappers.
 //! - Tests: one integration crate, `tests/it/`, in feature folders, on real redis-servers
 //!   (`or_skip!` skips without one, fails under `REDLOCK_REQUIRE_REDIS`); `tests/chaos.rs`,
 //!   `tests/generated.rs` and `tests/layers.rs` stand alone.
 
 mod acquire;
+mod arena;
 mod backend;
 mod brief;
 pub mod cli;
@@ -92,6 +94,7 @@ mod wait;
 mod watch;
 mod work;
 
+pub use arena::Arena;
 pub use complete::answer_shell as answer_completion;
 pub use messages::{report_error, usage_error};
 
