@@ -86,7 +86,7 @@
 //! only `--url` and once with the five extra servers as five `--url`s, interleaved in each cycle
 //! and the 1- and 5-node order alternating, so that machine noise and warm caches hit both alike.
 //! All servers have the same settings, so the only difference is the number of nodes. The table
-//! gives median / p90 of each; the target is 5-node median ≤ 1.5 × 1-node median. The first
+//! gives median / p90 of each; the target is 5-node median ≤ 1.3 × 1-node median. The first
 //! cycle checks, on every server, that the lock key held the printed token and was gone after the
 //! release. The flock cell is `flock -n f true` interleaved with them: the same take-and-drop in
 //! one process (flock has no second command and no network), the floor of a process start, for

@@ -24,9 +24,9 @@ pub fn quorum(bench: &mut Bench, r: &mut Report) {
     let [fl, one, many] = bench.run_quorum();
     let vs_one = ratio(many.0, one.0);
     let target = r.check(
-        "7: acquire + release on 5 nodes ≤ 1.5× on 1",
-        vs_one <= 1.5,
-        format!("≤ 1.5× 1 node: {vs_one:.2}×"),
+        "7: acquire + release on 5 nodes ≤ 1.3× on 1",
+        vs_one <= 1.3,
+        format!("≤ 1.3× 1 node: {vs_one:.2}×"),
     );
     let cell = |(median, p90): (Duration, Duration)| format!("{} / {}", fmt_d(median), fmt_d(p90));
     r.row(
