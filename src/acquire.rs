@@ -404,7 +404,7 @@ impl Waiter<'_> {
             acquired_ms: grant.acquired_ms,
             ttl: request.ttl,
             sent,
-            lease: crate::lock::CLAIM_WINDOW.min(request.ttl),
+            lease: grant.lease.min(request.ttl),
             taken: Instant::now(),
             drift: Duration::ZERO,
             run_ids: vec![None],

@@ -746,22 +746,28 @@ pub enum Attempt {
 /// gets its turn (unless the waiter claims the reservation, or extends the grant).
 pub const CLAIM_WINDOW: Duration = Duration::from_secs(2);
 
-/// A release's grant of the lock to a waiter, as the push that wakes it says (`g:FENCE:ACQ_MS`;
-/// see `grant_to` in `common.lua`). Any other push is a plain wake-up.
+/// A release's grant of the lock to a waiter, as the push that wakes it says
+/// (`g:FENCE:ACQUIRED_MS:EXPIRY_MS`; see `grant_to` in `common.lua`). Any other push is a plain
+/// wake-up, and the waiter's next attempt claims what was reserved for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Grant {
     pub fence: i64,
     pub acquired_ms: i64,
+    /// How long the releaser made the grant last (the claim window, or the waiter's TTL if
+    /// shorter): what the waiter counts on, whatever its own version's claim window is.
+    pub lease: Duration,
 }
 
 impl Grant {
     /// The grant a popped value announces, if it is one.
     pub fn parse(pushed: &str) -> Option<Grant> {
-        let (fence, acquired_ms) = pushed.strip_prefix("g:")?.split_once(':')?;
-        Some(Grant {
-            fence: fence.parse().ok()?,
-            acquired_ms: acquired_ms.parse().ok()?,
-        })
+        let mut f = pushed.strip_prefix("g:")?.split(':');
+        let grant = Grant {
+            fence: f.next()?.parse().ok()?,
+            acquired_ms: f.next()?.parse().ok()?,
+            lease: Duration::from_millis(f.next()?.parse().ok()?),
+        };
+        f.next().is_none().then_some(grant)
     }
 }
 
@@ -940,6 +946,30 @@ pub fn watch_all_channel(prefix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fails if a push that is not exactly a grant (a plain wake-up, another version's layout)
+    /// is read as one: it would make the waiter a holder.
+    #[test]
+    fn only_a_whole_grant_is_read_as_one() {
+        assert_eq!(
+            Grant::parse("g:17:1700000000000:2000"),
+            Some(Grant {
+                fence: 17,
+                acquired_ms: 1_700_000_000_000,
+                lease: Duration::from_secs(2),
+            })
+        );
+        for other in [
+            "1",
+            "g:17:1700000000000",
+            "g:17:1:2000:5",
+            "g:x:1:2000",
+            "",
+            "g:",
+        ] {
+            assert_eq!(Grant::parse(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn modes_round_trip_their_spec_and_a_long_pool_is_shortened() {

@@ -503,7 +503,8 @@ end
 -- reservation it never claimed did, and the next waiter takes the lock when it expires. The
 -- woken holder extends it to its TTL itself, off the critical path (see acquire.rs).
 --
--- The push that wakes it carries the grant, 'g:FENCE:ACQUIRED_MS', and expires with it, set
+-- The push that wakes it carries the grant, 'g:FENCE:ACQUIRED_MS:EXPIRY_MS' (the waiter counts
+-- on the expiry it says, not on a claim window of its own version's), and expires with it, set
 -- first (no later than the lock key, on a server whose clock moves within a script): a push
 -- popped is never older than its grant. The waiter counts the lock as its own from when it sent
 -- its last attempt (which ran before this step), for the claim window: never longer than the
@@ -522,7 +523,8 @@ local function grant_to(waiter, how, who, claim_ms, grant)
   local fence, write = next_fence(before[1])
   local now = now_ms()
   local wake = wake_key(waiter)
-  local pushed = redis.pcall('LPUSH', wake, 'g:' .. int(fence) .. ':' .. int(now))
+  local pushed = redis.pcall('LPUSH', wake, 'g:' .. int(fence) .. ':' .. int(now) .. ':' ..
+    int(expiry))
   if type(pushed) == 'table' and pushed.err then
     return false
   end

@@ -446,7 +446,10 @@ fn contention_rows(
             if let Some(max) = t.in_scripts {
                 let inside = total - sent;
                 checks.push(r.check(
-                    &format!("{}: ≤ {max} commands inside scripts per critical section", t.n),
+                    &format!(
+                        "{}: ≤ {max} commands inside scripts per critical section",
+                        t.n
+                    ),
                     inside <= max,
                     format!("≤ {max} inside scripts: {inside:.1}"),
                 ));
