@@ -90,6 +90,22 @@ fn assert_one_at_a_time(redis: &RedisServer, order: &[&str]) {
     assert_eq!(log(redis), expected, "two holders at once, or out of order");
 }
 
+/// `w1` (token `t1`), which found its grant gone, queues again behind W2, which holds the lock
+/// and waits for `go-W2`; then W2 lets go: both ran, W2 first, one at a time.
+#[track_caller]
+fn queues_again_behind_w2(redis: &RedisServer, w1: Proc, t1: &str, w2: Proc) {
+    assert!(
+        wait_for(|| queue(redis, "k") == [t1], EVENT),
+        "W1 did not queue again:\n{}\n{}",
+        w1.stderr(),
+        log(redis)
+    );
+    go(redis, "W2");
+    w2.finish(EVENT).expect(0);
+    w1.finish(EVENT).expect(0);
+    assert_one_at_a_time(redis, &["W2", "W1"]);
+}
+
 /// Fails if a hand-over still costs the waiter an attempt of its own: between the holder's
 /// release and the waiter's exit, the server runs two scripts (the release, which grants the
 /// lock, and the waiter's own release at the end of its command) and no other command that
@@ -149,16 +165,7 @@ fn a_waiter_stopped_across_its_grant_never_runs_beside_the_next_holder() {
     entered(&redis, "W2");
     assert_eq!(redis.get(&key), Some(t2));
     w1.signal(libc::SIGCONT);
-    assert!(
-        wait_for(|| queue(&redis, "k") == [t1.clone()], EVENT),
-        "W1 did not queue again:\n{}\n{}",
-        w1.stderr(),
-        log(&redis)
-    );
-    go(&redis, "W2");
-    w2.finish(EVENT).expect(0);
-    w1.finish(EVENT).expect(0);
-    assert_one_at_a_time(&redis, &["W2", "W1"]);
+    queues_again_behind_w2(&redis, w1, &t1, w2);
     assert_eq!(redis.keys(), [meta_key("k")]);
 }
 
@@ -206,16 +213,7 @@ fn a_grant_forced_away_before_its_waiter_read_it_is_not_used() {
         "the server's clock stands still"
     );
     link.pass();
-    assert!(
-        wait_for(|| queue(&redis, "k") == [t1.clone()], EVENT),
-        "W1 did not queue again:\n{}\n{}",
-        w1.stderr(),
-        log(&redis)
-    );
-    go(&redis, "W2");
-    w2.finish(EVENT).expect(0);
-    w1.finish(EVENT).expect(0);
-    assert_one_at_a_time(&redis, &["W2", "W1"]);
+    queues_again_behind_w2(&redis, w1, &t1, w2);
 }
 
 /// Fails if a grant does not survive a restart of a server that keeps its data (an fsynced
