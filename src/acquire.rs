@@ -17,16 +17,18 @@
 //!   attempt claims the reservation. Newcomers see the key and queue up behind: nobody overtakes
 //!   the queue.
 //! - A grant is the waiter's from when its last busy attempt was sent (the grant came after that
-//!   attempt ran), for the claim window; a holder that renews it (`exec`) uses it at once and
-//!   renews it to its TTL [`GRANT_RENEWAL`](crate::renew::GRANT_RENEWAL) later, off the critical
-//!   path (a shorter command never renews it; until then a stall of more than the claim window
-//!   loses it, as one past its TTL loses a lock taken otherwise); one that does not (`acquire`,
-//!   which hands the token to a script) extends it first; and a waiter that reads its grant after that third (it was stopped or starved)
-//!   extends it before it uses it, which tells it whether the grant is still its own (a forced
-//!   release or a restart may have taken it). The push expires with the grant, and every later
-//!   attempt of the waiter clears an unread one, so a push read is never older than the waiter's
-//!   last attempt. A waiter that never reads it (dead, frozen) holds the queue up for the claim
-//!   window, no longer than an unclaimed reservation did.
+//!   attempt ran), for the expiry the push states (the claim window); a holder that renews it
+//!   (`exec`) uses it at once and renews it to its TTL
+//!   [`GRANT_RENEWAL`](crate::renew::GRANT_RENEWAL) later, off the critical path (a shorter
+//!   command never renews it; until then a stall of more than the claim window loses it, as one
+//!   past its TTL loses a lock taken otherwise); one that does not (`acquire`, which hands the
+//!   token to a script) extends it first; and a waiter that reads its grant more than a third of
+//!   the window after its last attempt (it was stopped or starved) extends it before it uses it,
+//!   which tells it whether the grant is still its own (a forced release or a restart may have
+//!   taken it). The push expires with the grant, and every later attempt of the waiter clears an
+//!   unread one, so a push read is never older than the waiter's last attempt. A waiter that
+//!   never reads it (dead, frozen) holds the queue up for the claim window, no longer than an
+//!   unclaimed reservation did.
 //! - No lost wake-ups: the waiter is queued before it blocks, and a push that arrives before the
 //!   BLPOP stays in the list until the BLPOP takes it.
 //! - A waiter that gives up runs `leave.lua` (and passes on a grant or reservation made for it).
