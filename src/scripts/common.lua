@@ -663,13 +663,19 @@ local function queue_up(A, token, now, pttl, lock_pttl, reserved, flags, log_max
     block = pttl
   end
   local lease = int(now + block + margin)
-  -- A ticket for a waiter that joins: ZADD NX keeps a queued waiter's own (and its place), and
-  -- says which it was in the same command (a later attempt burns a ticket number: harmless).
-  local ticket = redis.call('HINCRBY', META, 'tickets', 1)
-  if ahead then
-    ticket = ticket - PREEMPT_AHEAD
+  -- A waiter's first attempt (A.grant '1') is not queued yet, unless it is the same attempt sent
+  -- again (a Cluster client's retry): ZADD NX keeps the place it took then, and tells the two
+  -- apart in the same command. A later attempt (or a quorum's) asks ZSCORE first: a queued
+  -- waiter, the usual case then, costs no ticket.
+  local added = false
+  if A.grant == '1' or not redis.call('ZSCORE', QUEUE, token) then
+    local ticket = redis.call('HINCRBY', META, 'tickets', 1)
+    if ahead then
+      ticket = ticket - PREEMPT_AHEAD
+    end
+    added = redis.call('ZADD', QUEUE, 'NX', int(ticket), token) == 1
   end
-  if redis.call('ZADD', QUEUE, 'NX', int(ticket), token) == 1 then
+  if added then
     local wait = tonumber(A.wait_ms)
     local record = {token, lease, who_field(token), table.concat({int(now),
       wait and int(now + wait) or '', A.pid, A.user, A.host, A.note}, '\t')}
