@@ -324,15 +324,6 @@ impl Campaign {
     }
 }
 
-/// A server with an fsynced append-only file: a restart keeps its data unless the file goes.
-fn aof() -> Builder {
-    RedisServer::builder()
-        .arg("--appendonly")
-        .arg("yes")
-        .arg("--appendfsync")
-        .arg("always")
-}
-
 /// The servers of a topology: one with AOF, or five of which the first three have AOF. Returns
 /// them with which ones persist.
 fn servers(n: usize) -> Option<(Nodes, Vec<bool>)> {
@@ -342,7 +333,7 @@ fn servers(n: usize) -> Option<(Nodes, Vec<bool>)> {
         let i = next.get();
         next.set(i + 1);
         if persistent[i] {
-            aof()
+            RedisServer::persistent()
         } else {
             RedisServer::builder()
         }

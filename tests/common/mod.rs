@@ -374,6 +374,16 @@ impl RedisServer {
         Builder::default()
     }
 
+    /// A server with an fsynced append-only file: its data survives kill -9 and a restart
+    /// ([`restart`](Self::restart)) unless the file goes.
+    pub fn persistent() -> Builder {
+        Builder::default()
+            .arg("--appendonly")
+            .arg("yes")
+            .arg("--appendfsync")
+            .arg("always")
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -16,16 +16,6 @@ const EVENT: Duration = Duration::from_secs(15);
 /// What a waiter prints once when it loses the server and goes on trying.
 const NOTICE: &str = "retrying until the wait runs out";
 
-/// A server whose data survives kill -9 (an fsynced append-only file).
-fn persistent() -> Option<RedisServer> {
-    RedisServer::builder()
-        .arg("--appendonly")
-        .arg("yes")
-        .arg("--appendfsync")
-        .arg("always")
-        .start()
-}
-
 /// `redlock -v acquire NAME --wait 30s` (plus `extra` global options), started and queued;
 /// returns it with its token.
 #[track_caller]
@@ -86,7 +76,7 @@ fn assert_one_notice(out: &Output) {
 /// keep its queue entry (the data survives), and get the lock with the same token.
 #[test]
 fn a_waiter_rides_out_a_restart_and_keeps_its_place() {
-    let mut redis = or_skip!(persistent());
+    let mut redis = or_skip!(RedisServer::persistent().start());
     let holder = hold(&redis, "k", "60s");
     let (mut w, token) = waiter(&redis, "k", &[]);
     redis.kill();

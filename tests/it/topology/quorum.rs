@@ -686,7 +686,7 @@ fn a_restarted_server_without_persistence_loses_the_lock() {
 /// restart, renewal carries on, and the command finishes normally.
 #[test]
 fn a_restarted_server_with_an_fsynced_aof_keeps_the_lock() {
-    let mut redis = or_skip!(persistent().start());
+    let mut redis = or_skip!(RedisServer::persistent().start());
     let ttl = Duration::from_secs(2);
     let mut proc = crate::support::exec::exec(&redis)
         .args(["k", "--ttl", "2s", "-c", &waiter()])
@@ -712,15 +712,6 @@ fn a_restarted_server_with_an_fsynced_aof_keeps_the_lock() {
     let out = proc.finish(EVENT).expect(0);
     assert_eq!(out.stdout, "finished\n", "{out}");
     assert_eq!(redis.get(&lock_key("k")), None, "released:\n{out}");
-}
-
-/// A server with an fsynced append-only file: its data survives kill -9.
-fn persistent() -> Builder {
-    RedisServer::builder()
-        .arg("--appendonly")
-        .arg("yes")
-        .arg("--appendfsync")
-        .arg("always")
 }
 
 /// Node 1 of 5 (each started from `builder`) is killed and restarted during an `exec` hold:
@@ -758,7 +749,7 @@ fn a_node_restarted_empty_is_reported_and_the_hold_goes_on() {
 
 #[test]
 fn a_node_restarted_with_its_data_is_reported_and_the_hold_goes_on() {
-    restarted_node(persistent);
+    restarted_node(RedisServer::persistent);
 }
 
 /// How many waiters are queued for lock `name` on the queue node (the first URL).

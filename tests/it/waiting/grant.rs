@@ -23,12 +23,16 @@ const CLAIM_MS: i64 = 2_000;
 /// `redlock exec k` whose command writes `enter LABEL`, then waits for `go-LABEL` if `wait`,
 /// then writes `leave LABEL`.
 fn bracketed(redis: &RedisServer, label: &str, wait: bool) -> Command {
+    bracket(redis.redlock(), redis, label, wait)
+}
+
+/// [`bracketed`] from `cmd`, a `redlock` command (e.g. on a [`SlowLink`]).
+fn bracket(mut cmd: Command, redis: &RedisServer, label: &str, wait: bool) -> Command {
     let body = if wait {
         format!("while [ ! -e go-{label} ]; do sleep 0.02; done")
     } else {
         ":".to_string()
     };
-    let mut cmd = redis.redlock();
     cmd.current_dir(redis.dir()).args([
         "exec",
         "k",
@@ -184,14 +188,7 @@ fn a_grant_forced_away_before_its_waiter_read_it_is_not_used() {
     let holder = hold(&redis, "k", "30s");
     let (w1, t1) = parked(
         &redis,
-        link.redlock(&redis).current_dir(redis.dir()).args([
-            "exec",
-            "k",
-            "--",
-            "sh",
-            "-c",
-            "echo 'enter W1' >> log.txt; echo 'leave W1' >> log.txt",
-        ]),
+        &mut bracket(link.redlock(&redis), &redis, "W1", false),
     );
     let (w2, t2) = parked(&redis, &mut bracketed(&redis, "W2", true));
     // When W1's last attempt queued it, by the server's clock (its waiter record's first field).
@@ -222,14 +219,7 @@ fn a_grant_forced_away_before_its_waiter_read_it_is_not_used() {
 /// attempt if its blocked read was cut), and a newcomer finds it busy meanwhile.
 #[test]
 fn a_grant_survives_a_restart_of_a_server_that_keeps_its_data() {
-    let mut redis = or_skip!(
-        RedisServer::builder()
-            .arg("--appendonly")
-            .arg("yes")
-            .arg("--appendfsync")
-            .arg("always")
-            .start()
-    );
+    let mut redis = or_skip!(RedisServer::persistent().start());
     let key = lock_key("k");
     let holder = hold(&redis, "k", "30s");
     let (w1, t1) = parked(&redis, &mut bracketed(&redis, "W1", true));
