@@ -25,6 +25,7 @@ mod common;
 mod support;
 
 mod cli;
+mod docs;
 mod exec;
 mod inspect;
 mod lock;
