@@ -125,7 +125,6 @@ fn add(
     session: &mut String,
     steps: &mut Vec<Step>,
 ) -> Result<(), String> {
-    let place = format!("block at line {} ({})", block.line, block.info);
     let bin = common::bin();
     match block.kind {
         Kind::Text => {
@@ -180,7 +179,7 @@ fn add(
     }
     if block.kind != Kind::Text && block.kind != Kind::ParseOnly {
         // What runs is parsed too, so a bad flag is named by the parser, not by a status.
-        parse_all(block, &block.text()).map_err(|e| format!("{place}: {e}"))?;
+        parse_all(block, &block.text())?;
     }
     Ok(())
 }
@@ -193,31 +192,32 @@ fn is_cron_variable(entry: &str) -> bool {
 
 /// Parses every redlock invocation of the block with the binary's own clap definition.
 fn parse_all(block: &Block, text: &str) -> Result<(), String> {
-    let body = if block.kind == Kind::Console || block.info.starts_with("console") {
-        // Only the commands of a session, not the output shown under them.
+    // A session's commands, not the output shown under them; any other block whole.
+    let pieces: Vec<(usize, String)> = if block.info.starts_with("console") {
         markdown::commands(block)?
-            .iter()
-            .map(|c| c.text.clone())
-            .collect::<Vec<_>>()
-            .join("\n")
+            .into_iter()
+            .map(|c| (c.line, c.text))
+            .collect()
     } else {
-        text.to_string()
+        vec![(block.line, text.to_string())]
     };
-    for args in markdown::invocations(&body) {
-        let argv = std::iter::once("redlock".to_string()).chain(args.iter().cloned());
-        if let Err(e) = redlock::cli::command().try_get_matches_from(argv) {
-            let first = e.to_string();
-            let first = first.lines().next().unwrap_or_default().to_string();
+    for (line, body) in pieces {
+        for args in markdown::invocations(&body) {
+            let argv = std::iter::once("redlock".to_string()).chain(args.iter().cloned());
+            let Err(e) = redlock::cli::command().try_get_matches_from(argv) else {
+                continue;
+            };
             if matches!(
                 e.kind(),
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
             ) {
                 continue;
             }
+            let message = e.to_string();
             return Err(format!(
-                "line {}: `redlock {}` does not parse: {first}",
-                block.line,
-                args.join(" ")
+                "line {line}: `redlock {}` does not parse: {}",
+                args.join(" "),
+                message.lines().next().unwrap_or_default()
             ));
         }
     }
