@@ -119,7 +119,7 @@ pub fn closed_port() -> u16 {
     }
 }
 
-fn redis_server_installed() -> bool {
+pub fn redis_server_installed() -> bool {
     std::env::var_os("PATH")
         .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join("redis-server").is_file()))
 }

@@ -10,6 +10,9 @@
 //! - `safety`: exclusion, fences, forced releases, secrets, hostile data, the keeper
 //!   (`--while-pid`), preemption, time limits, and tests that leave nothing behind.
 //!
+//! - `docs`: every example in README.md, CONTRIBUTING.md and docs/, run;
+//! - `suite`: what the suite needs from the machine (`redis-server`), said loudly.
+//!
 //! Support: `tests/common` (shared with the chaos campaign, `tests/chaos.rs`) and `support`
 //! (only this crate). The other test crates are `chaos`, `generated` (completions and man
 //! pages) and `layers` (the layer list of `src/lib.rs`).
@@ -30,5 +33,6 @@ mod exec;
 mod inspect;
 mod lock;
 mod safety;
+mod suite;
 mod topology;
 mod waiting;
