@@ -279,6 +279,10 @@ fn split(text: &str) -> Vec<Word> {
             }
             continue;
         }
+        if let Some(after) = redirection(&chars, i) {
+            i = after;
+            continue;
+        }
         let quoted = c == '"' || c == '\'';
         let mut text = String::new();
         let mut substitutions = Vec::new();
@@ -341,6 +345,31 @@ fn split(text: &str) -> Vec<Word> {
         });
     }
     words
+}
+
+/// Skips a redirection starting at `i` (`>> file`, `2>&1`, `</dev/null`, `2> err`) and returns
+/// the index after it and its target, or `None` if no redirection starts there.
+fn redirection(chars: &[char], mut i: usize) -> Option<usize> {
+    while i < chars.len() && chars[i].is_ascii_digit() {
+        i += 1;
+    }
+    if !matches!(chars.get(i), Some('>' | '<')) {
+        return None;
+    }
+    while matches!(chars.get(i), Some('>' | '<')) {
+        i += 1;
+    }
+    if chars.get(i) == Some(&'&') {
+        i += 1;
+    }
+    while matches!(chars.get(i), Some(' ' | '\t')) {
+        i += 1;
+    }
+    // The target: one plain word.
+    while i < chars.len() && !" \t\n;|&)`".contains(chars[i]) {
+        i += 1;
+    }
+    Some(i)
 }
 
 /// Copies one `$...` expansion starting at `i` into `text` (and the command of a `$(...)` into
@@ -419,6 +448,10 @@ mod tests {
             ),
             ("redlock: k is held by host:1", &[]),
             ("echo redlock exec k", &[]),
+            (
+                "redlock log k --follow --json >> k.events 2>&1 </dev/null",
+                &[&["log", "k", "--follow", "--json"]],
+            ),
             ("the redlock binary", &[]),
         ];
         for (line, want) in cases {

@@ -79,6 +79,44 @@ fn docs_there_are() -> Vec<String> {
     files
 }
 
+/// The man pages' examples (the `.nf` blocks of their EXAMPLES sections, written in
+/// tests/generated.rs) cannot run without their hosts and files, but each redlock line in them
+/// must parse.
+#[test]
+fn man_page_examples_parse() {
+    let mut failures = Vec::new();
+    let mut examples = 0;
+    for entry in std::fs::read_dir(root().join("man")).unwrap().flatten() {
+        let page = std::fs::read_to_string(entry.path()).unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let mut verbatim = false;
+        for (i, line) in page.lines().enumerate() {
+            match line {
+                ".nf" => verbatim = true,
+                ".fi" => verbatim = false,
+                _ if verbatim => {
+                    let text = line.replace("\\-", "-").replace("\\*(Aq", "'");
+                    for args in markdown::invocations(&text) {
+                        examples += 1;
+                        let argv = std::iter::once("redlock".to_string()).chain(args);
+                        if let Err(e) = redlock::cli::command().try_get_matches_from(argv) {
+                            let e = e.to_string();
+                            failures.push(format!(
+                                "{name}:{}: {text}\n  {}",
+                                i + 1,
+                                e.lines().next().unwrap_or_default()
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(examples > 10, "only {examples} examples found in man/");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn every_doc_has_its_test() {
     let mut tested: Vec<String> = TESTED.iter().map(|s| s.to_string()).collect();
