@@ -3,8 +3,10 @@
 //! `REDLOCK_COMPLETE=bash redlock` prints a completion function for bash (also zsh, fish, elvish,
 //! powershell) that calls `redlock` back with `REDLOCK_COMPLETE` set and the words typed so far;
 //! clap_complete's engine then completes subcommands, flags and values from the CLI definition
-//! and asks [`lock_names`] for the name of a lock. (The variable is ours rather than clap's
-//! default `COMPLETE`, which is too common a name to take over.)
+//! and asks [`lock_names`] for the name of a lock: every name the server knows
+//! ([`lock::Names::Known`]: held, waited for, or with a record or a history), so that a lock free
+//! right now still completes for `log`, `wait` or the next `exec`. (The variable is ours rather
+//! than clap's default `COMPLETE`, which is too common a name to take over.)
 //!
 //! The lookup runs while a person waits at a prompt, so it must never hang the shell: it honours
 //! the URL, prefix and TLS settings typed on the command line or set in the environment, but
@@ -41,12 +43,14 @@ const LIMIT: Duration = Duration::from_millis(1000);
 const CAP: usize = 200;
 
 /// The arguments that name an existing lock, by subcommand.
-const LOCK_ARGS: [(&str, &str); 5] = [
+const LOCK_ARGS: [(&str, &str); 7] = [
     ("acquire", "key"),
     ("release", "key"),
     ("extend", "key"),
     ("exec", "key"),
     ("status", "keys"),
+    ("log", "key"),
+    ("wait", "key"),
 ];
 
 /// Answers a completion request and exits when `REDLOCK_COMPLETE` is set; returns otherwise.
@@ -113,7 +117,14 @@ fn lookup(words: &[OsString], start: &str) -> Result<Vec<String>> {
     };
     let prefix = config.prefix.clone();
     if !redis.is_cluster() {
-        return lock::scan_names(&mut redis, &prefix, start, CAP, Some(deadline));
+        return lock::scan_names(
+            &mut redis,
+            &prefix,
+            lock::Names::Known,
+            start,
+            CAP,
+            Some(deadline),
+        );
     }
     // SCAN sees one node's keys: ask every master.
     let mut names = Vec::new();
@@ -121,6 +132,7 @@ fn lookup(words: &[OsString], start: &str) -> Result<Vec<String>> {
         names.extend(lock::scan_names(
             &mut master,
             &prefix,
+            lock::Names::Known,
             start,
             CAP,
             Some(deadline),
@@ -144,6 +156,19 @@ mod tests {
         for (sub, arg) in LOCK_ARGS {
             let sub = cmd.find_subcommand(sub).unwrap();
             assert!(sub.get_arguments().any(|a| a.get_id() == arg), "{arg}");
+        }
+    }
+
+    #[test]
+    fn every_subcommand_that_takes_a_lock_name_completes_it() {
+        for sub in Cli::command().get_subcommands() {
+            for arg in sub.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "key" | "keys") {
+                    let listed = LOCK_ARGS.contains(&(sub.get_name(), id));
+                    assert!(listed, "{} {id} is not in LOCK_ARGS", sub.get_name());
+                }
+            }
         }
     }
 }

@@ -878,7 +878,10 @@ fn root_sections(r: &mut Roff) {
         [roman(
             "A shell's name (bash, zsh, fish, elvish, powershell): print the completion glue for \
              that shell instead of running, as in source <(REDLOCK_COMPLETE=bash redlock). It \
-             completes lock names from the server, bounded to about a second.",
+             completes the lock names the server knows (held, waited for, or with a history), \
+             bounded to about a second. The bash completion file the package installs \
+             (subcommands and flags only) is loaded only with the bash-completion package; \
+             this glue works without it.",
         )],
     );
     item(

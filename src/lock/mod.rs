@@ -126,6 +126,19 @@ impl Keys {
             .strip_suffix('}')
             .map(str::to_string)
     }
+
+    /// The lock name of a key that makes a lock known ([`Names::Known`]): the lock key, its
+    /// queue, its meta hash or its history. The wake lists, leases and tombstones are left out:
+    /// they never outlive the queue and the meta hash. A lock key always ends in `}`, so a name
+    /// ending in `}:q` is read as a lock's, never as the queue of a shorter name.
+    fn known_name_of(prefix: &str, key: &str) -> Option<String> {
+        let lock = [":q", ":meta", ":log"]
+            .iter()
+            .find_map(|aux| key.strip_suffix(aux))
+            .filter(|lock| lock.ends_with('}'))
+            .unwrap_or(key);
+        Keys::name_of(prefix, lock)
+    }
 }
 
 /// What the acquirer says about itself; shown by `status`.
@@ -1008,6 +1021,25 @@ mod tests {
         for aux in [&k.meta, &k.queue, &k.leases, &k.wake("t")] {
             assert_eq!(Keys::name_of("redlock:", aux), None, "{aux}");
         }
+    }
+
+    #[test]
+    fn a_lock_is_known_by_its_key_its_queue_its_meta_and_its_history() {
+        for name in ["deploy", "a}b{c}", "x}:q", "y}:meta"] {
+            let k = Keys::new("redlock:", name).unwrap();
+            for key in [&k.lock, &k.queue, &k.meta, &k.log()] {
+                assert_eq!(
+                    Keys::known_name_of("redlock:", key).as_deref(),
+                    Some(name),
+                    "{key}"
+                );
+            }
+            for aux in [&k.leases, &k.wake("t"), &format!("{}:gone:t", k.lock)] {
+                assert_eq!(Keys::known_name_of("redlock:", aux), None, "{aux}");
+            }
+        }
+        assert_eq!(Keys::known_name_of("redlock:", "redlock:{x}:w:t:q"), None);
+        assert_eq!(Keys::known_name_of("redlock:", "other:{x}:q"), None);
     }
 
     #[test]

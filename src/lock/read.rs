@@ -6,7 +6,7 @@
 //!
 //! Layer 5 of the list in `lib.rs` (part of `lock`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
 use anyhow::Result;
@@ -396,54 +396,74 @@ pub(super) fn state_of(keys: &Keys, reply: &[Value]) -> Result<State> {
 
 /// Every lock currently held under `prefix`, found with SCAN (never KEYS), sorted by name.
 pub fn scan(redis: &mut Redis, prefix: &str) -> Result<Vec<Keys>> {
-    let names = scan_names(redis, prefix, "", usize::MAX, None)?;
+    let names = scan_names(redis, prefix, Names::Held, "", usize::MAX, None)?;
     names.iter().map(|n| Keys::new(prefix, n)).collect()
+}
+
+/// Which locks [`scan_names`] finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Names {
+    /// Those whose lock key exists (held, or reserved for a waiter): what `status` lists.
+    Held,
+    /// Those redlock knows: held, waited for (a queue), or with a record or a history (meta, the
+    /// log; they outlive the lock by `--meta-ttl`): what shell completion offers.
+    Known,
 }
 
 /// The lock name in a key SCAN found under `prefix`, if the key can be a redlock lock at all.
 /// Other keys under the prefix (anyone can write there: `redlock:{}`, a name too long, one that
 /// is not UTF-8 or has control characters) are skipped, so one stray key cannot break `status`
 /// for every lock.
-fn lock_name(prefix: &str, key: &[u8]) -> Option<String> {
-    let name = Keys::name_of(prefix, std::str::from_utf8(key).ok()?)?;
+fn lock_name(prefix: &str, which: Names, key: &[u8]) -> Option<String> {
+    let key = std::str::from_utf8(key).ok()?;
+    let name = match which {
+        Names::Held => Keys::name_of(prefix, key)?,
+        Names::Known => Keys::known_name_of(prefix, key)?,
+    };
     Keys::new(prefix, &name).ok().map(|_| name)
 }
 
-/// Up to `cap` names of locks held under `prefix` that start with `start`, sorted: SCAN (never
-/// KEYS) with a MATCH on the lock keys, until the cursor comes back, `cap` names are found, or
-/// `deadline` passes (shell completion: a huge keyspace takes many SCAN calls).
+/// Up to `cap` names of locks under `prefix` that start with `start` (`which` of them), sorted,
+/// each once: SCAN (never KEYS) with a MATCH on the keys of those names, until the cursor comes
+/// back, `cap` names are found, or `deadline` passes (shell completion: a huge keyspace takes
+/// many SCAN calls).
 pub fn scan_names(
     redis: &mut Redis,
     prefix: &str,
+    which: Names,
     start: &str,
     cap: usize,
     deadline: Option<Instant>,
 ) -> Result<Vec<String>> {
-    let pattern = format!("{}{{{}*}}", glob_escape(prefix), glob_escape(start));
+    let tag = format!("{}{{{}*", glob_escape(prefix), glob_escape(start));
+    // Held: the lock keys only, strings (a plain lock's token, or the marker of a lock with more
+    // than one holder). Known: every key of those names, sorted out by `known_name_of`.
+    let (pattern, kind) = match which {
+        Names::Held => (format!("{tag}}}"), Some("string")),
+        Names::Known => (tag, None),
+    };
     let mut cursor: u64 = 0;
-    let mut names = Vec::new();
+    let mut names = BTreeSet::new();
     loop {
         let (next, batch): (u64, Vec<Vec<u8>>) = redis.call("scan", |con| {
-            redis::cmd("SCAN")
-                .arg(cursor)
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
                 .arg("COUNT")
-                .arg(1000)
-                .arg("TYPE")
-                .arg("string")
-                .query(con)
+                .arg(1000);
+            if let Some(kind) = kind {
+                scan.arg("TYPE").arg(kind);
+            }
+            scan.query(con)
         })?;
-        names.extend(batch.iter().filter_map(|k| lock_name(prefix, k)));
+        names.extend(batch.iter().filter_map(|k| lock_name(prefix, which, k)));
         cursor = next;
         if cursor == 0 || names.len() >= cap || deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
     }
-    names.sort();
-    names.dedup();
-    names.truncate(cap);
-    Ok(names)
+    Ok(names.into_iter().take(cap).collect())
 }
 
 pub fn glob_escape(s: &str) -> String {

@@ -37,8 +37,9 @@ fn lock_names_complete_from_the_server() {
     ] {
         redis.redlock().args(args).run().ok();
     }
-    // A meta hash and a queue are not locks.
-    redis.query::<()>(&["SET", &format!("{}:q", lock_key("deadline")), "x"]);
+    // Leases and wake lists make no name known (a lock's key, queue, record or history does).
+    redis.query::<()>(&["SET", &format!("{}:leases", lock_key("deadline")), "x"]);
+    redis.query::<()>(&["SET", &format!("{}:w:t", lock_key("deadline")), "x"]);
 
     let out = complete(redis.redlock(), &["status", "dep"]);
     assert_eq!(out.stdout, "deploy-prod", "{out}");
@@ -65,6 +66,77 @@ fn lock_names_complete_from_the_server() {
     assert_eq!(candidates(out), set(&["status"]));
     let out = complete(redis.redlock(), &["exec", "db", "--on-lost", "k"]);
     assert_eq!(candidates(out), set(&["kill"]));
+}
+
+/// Completion offers the names the server knows, not only the held ones: a lock free right now is
+/// what `log`, `wait` and the next `exec` are typed for.
+#[test]
+fn known_names_complete_held_waited_for_or_with_a_history() {
+    let redis = or_skip!(RedisServer::start());
+    hold(&redis, "job-held", "1m");
+    // Taken and released: the lock's record and its history stay (for --meta-ttl).
+    let token = hold(&redis, "job-history", "1m");
+    release(&redis, "job-history", &token);
+    assert_eq!(redis.get(&lock_key("job-history")), None);
+    // Waited for only: a waiter queues behind a holder, dies there (SIGKILL: no leave), and the
+    // lock's key, record and history go; only the queue and the leases are left.
+    hold(&redis, "job-waited", "1m");
+    let waiter = redis
+        .redlock()
+        .args(["acquire", "job-waited", "--wait", "1m"])
+        .spawn_proc();
+    assert!(wait_for(|| queue(&redis, "job-waited").len() == 1, HANG));
+    drop(waiter);
+    let waited = lock_key("job-waited");
+    redis.query::<()>(&[
+        "DEL",
+        &waited,
+        &format!("{waited}:meta"),
+        &format!("{waited}:log"),
+    ]);
+    // The dead waiter's lease would let the queue expire in seconds.
+    redis.query::<()>(&["PERSIST", &format!("{waited}:q")]);
+    let left: Vec<String> = redis
+        .keys_and_histories()
+        .into_iter()
+        .filter(|k| k.contains("{job-waited}"))
+        .collect();
+    assert_eq!(left, [format!("{waited}:leases"), format!("{waited}:q")]);
+
+    let known = ["job-held", "job-history", "job-waited"];
+    for sub in [
+        "log", "wait", "exec", "status", "acquire", "release", "extend",
+    ] {
+        let out = complete(redis.redlock(), &[sub, "job-"]);
+        // Sorted, and each once (a held lock has a key, a record and a history).
+        assert_eq!(
+            out.stdout.lines().collect::<Vec<_>>(),
+            known,
+            "{sub}: {out}"
+        );
+    }
+}
+
+/// At most 200 names, each counted once toward the limit however many keys it has: here 250
+/// names known only by their record and history, among enough other keys that SCAN finds them
+/// over many calls (counting keys instead of names would stop it at about 100 names).
+#[test]
+fn known_names_are_capped_each_counted_once() {
+    let redis = or_skip!(RedisServer::start());
+    let plant = "for i = 1, 20000 do redis.call('SET', 'other:' .. i, 'x') end \
+        for i = 1, 250 do \
+        local lock = 'redlock:{many-' .. string.format('%03d', i) .. '}' \
+        redis.call('HSET', lock .. ':meta', 'fence', i) \
+        redis.call('XADD', lock .. ':log', '*', 'event', 'released') end";
+    redis.query::<()>(&["EVAL", plant, "0"]);
+    let out = complete(redis.redlock(), &["log", "many-"]);
+    let names: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(names.len(), 200, "{out}");
+    assert!(
+        names.is_sorted() && names.windows(2).all(|w| w[0] != w[1]),
+        "{out}"
+    );
+    assert!(names.iter().all(|n| n.starts_with("many-")), "{out}");
 }
 
 #[test]
