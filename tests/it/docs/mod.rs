@@ -60,6 +60,15 @@ macro_rules! docs {
 
 docs! {
     readme => "README.md",
+    contributing => "CONTRIBUTING.md",
+    benchmarks => "docs/benchmarks.md",
+    completions => "docs/completions.md",
+    design => "docs/design.md",
+    exec => "docs/exec.md",
+    holders => "docs/holders.md",
+    script_lock => "docs/script-lock.md",
+    waiting => "docs/waiting.md",
+    servers => "docs/servers.md",
 }
 
 /// The markdown files whose examples must run.

@@ -128,7 +128,7 @@ fn add(
     let bin = common::bin();
     match block.kind {
         Kind::Text => {
-            if let Some(i) = block.lines.iter().position(|l| markdown::invokes(l)) {
+            if let Some(i) = block.lines.iter().position(|l| runs_redlock(l)) {
                 return Err(format!(
                     "line {}: a text block runs redlock; make it console, sh or parse-only",
                     block.line + i
@@ -182,6 +182,23 @@ fn add(
         parse_all(block, &block.text())?;
     }
     Ok(())
+}
+
+/// Whether a line of a text block is a command someone would copy: it starts with redlock (or
+/// `$ redlock`) and a subcommand or a flag follows. (A sentence like "Under test: redlock 0.1.0"
+/// is not.)
+fn runs_redlock(line: &str) -> bool {
+    let line = line.trim_start();
+    let line = line.strip_prefix("$ ").unwrap_or(line);
+    let Some(args) = markdown::invocations(line).into_iter().next() else {
+        return false;
+    };
+    let starts = line.starts_with("redlock ") || line.starts_with("/usr/bin/redlock ");
+    let subcommands = redlock::cli::command();
+    starts
+        && args.first().is_some_and(|a| {
+            a.starts_with('-') || subcommands.get_subcommands().any(|c| c.get_name() == a)
+        })
 }
 
 fn is_cron_variable(entry: &str) -> bool {
