@@ -22,6 +22,24 @@ redlock takes a lock with SET NX PX, releases and extends it only with the holde
 Lua compare-and-delete / compare-and-PEXPIRE), hands out a strictly increasing fencing token with \
 every acquisition, and records who holds each lock so that 'redlock status' can show it.";
 
+/// The examples a newcomer needs first, between the usage and the commands of `-h` and `--help`
+/// (see `HELP_TEMPLATE`): `exec` from cron and from CI, and a lock held as long as a script
+/// runs. Each line fits 80 columns (clap would wrap it).
+const EXAMPLES: &str = "\
+Examples:
+  redlock exec nightly-backup -n -- /usr/local/sbin/backup.sh
+      cron: one host at a time; while another host's run holds the lock, skip
+      this one (exit 1; with -E 0 -q, quietly and as a success)
+  redlock exec deploy-prod --wait 30m -- ./deploy.sh
+      CI: wait up to 30 minutes for the running deploy to finish, then deploy
+  T=$(redlock acquire migrate --while-pid $$) || exit
+      a script: hold the lock until the script and what it started have ended";
+
+/// clap's default layout with the examples (`before_help`) moved below the usage, so that they
+/// come before the reference: the commands and the options.
+const HELP_TEMPLATE: &str =
+    "{about-with-newline}\n{usage-heading} {usage}\n\n{before-help}{all-args}{after-help}";
+
 /// The text after `--help`: the duration syntax and the exit table from `exit::TABLE`.
 ///
 /// Each entry is wrapped here, under its meaning, to fit 80 columns: clap would wrap a longer
@@ -174,7 +192,9 @@ pub fn subcommand_in(cmd: &clap::Command, args: &[OsString]) -> Option<String> {
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
+    before_help = EXAMPLES,
     after_help = after_help(),
+    help_template = HELP_TEMPLATE,
     propagate_version = true,
     max_term_width = 100
 )]
@@ -315,6 +335,17 @@ pub struct GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Take a lock, run a command while renewing it, release it when the command exits
+    #[command(
+        override_usage = "redlock exec [OPTIONS] <KEY> -- CMD [ARGS...]\n       \
+                          redlock exec [OPTIONS] <KEY> -c <SHELL-COMMAND>",
+        after_help = "Examples:\n  \
+        redlock exec nightly-backup -n -- ./backup.sh\n  \
+        redlock exec deploy-prod --wait 30m -- ./deploy.sh\n  \
+        redlock exec report -c 'make report && mail -s done ops < report.txt'"
+    )]
+    Exec(ExecArgs),
+
     /// Take a lock and print its token (the lock stays held after redlock exits)
     #[command(
         after_help = "Example:\n  REDLOCK_TOKEN=$(redlock acquire migrate --ttl 5m) || exit\n  \
@@ -346,17 +377,6 @@ pub enum Command {
     /// Wait until a lock is free, without taking it or joining its queue
     #[command(after_help = "Example:\n  redlock wait deploy-prod --wait 30m && ./smoke-tests.sh")]
     Wait(WaitArgs),
-
-    /// Take a lock, run a command while renewing it, release it when the command exits
-    #[command(
-        override_usage = "redlock exec [OPTIONS] <KEY> -- CMD [ARGS...]\n       \
-                          redlock exec [OPTIONS] <KEY> -c <SHELL-COMMAND>",
-        after_help = "Examples:\n  \
-        redlock exec nightly-backup -n -- ./backup.sh\n  \
-        redlock exec deploy-prod --wait 30m -- ./deploy.sh\n  \
-        redlock exec report -c 'make report && mail -s done ops < report.txt'"
-    )]
-    Exec(ExecArgs),
 }
 
 /// How to take a lock: shared by `acquire` and `exec`.

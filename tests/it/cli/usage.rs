@@ -303,6 +303,46 @@ fn subcommand_help_does_not_bury_its_own_options() {
     assert!(out.stderr.contains("redis://127.0.0.1:1"), "{out}");
 }
 
+/// `redlock -h` and `--help` lead with the main job: examples of `exec` (cron, CI) and of a
+/// script-long lock right below the usage, then the commands with `exec` first (before: `exec`
+/// listed last, no examples); at 80 columns nothing in the examples wraps.
+#[test]
+fn the_top_level_help_leads_with_exec_and_examples() {
+    for flag in ["-h", "--help"] {
+        let help = redlock()
+            .arg(flag)
+            .env("COLUMNS", "80")
+            .run()
+            .expect(0)
+            .stdout;
+        let examples = help.find("\nExamples:\n").expect(&help);
+        let commands = help.find("\nCommands:\n").expect(&help);
+        assert!(
+            help.find("\nUsage: ").unwrap() < examples && examples < commands,
+            "{flag}: the examples are not between the usage and the commands:\n{help}"
+        );
+        let shown = &help[examples..commands];
+        for example in [
+            "  redlock exec nightly-backup -n -- /usr/local/sbin/backup.sh\n",
+            "  redlock exec deploy-prod --wait 30m -- ./deploy.sh\n",
+            "  T=$(redlock acquire migrate --while-pid $$) || exit\n",
+        ] {
+            assert!(
+                shown.contains(example),
+                "{flag}: no {example:?} in\n{shown}"
+            );
+        }
+        for line in shown.lines() {
+            assert!(line.chars().count() <= 80, "{flag}: too wide: {line:?}");
+        }
+        let first = help[commands..].lines().nth(2).unwrap_or_default();
+        assert!(
+            first.starts_with("  exec "),
+            "{flag}: exec is not the first command:\n{help}"
+        );
+    }
+}
+
 /// The exit table in `--help` keeps each entry whole: a wrapped entry continues indented under
 /// its meaning, never at the left margin where it reads like a new entry.
 #[test]
