@@ -70,6 +70,31 @@ fn bad_durations_are_usage_errors() {
     ]);
 }
 
+/// A duration option left without its value takes the next argument, an option: said as the
+/// missing value it is (before: "invalid value '--' for '--wait <DUR>': '--' is negative").
+#[test]
+fn a_missing_duration_is_said_to_be_missing() {
+    assert_usage_errors(&[
+        case(
+            &["exec", "k", "-w", "--", "true"],
+            "-w/--wait needs a duration, e.g. -w 30s; the next argument, '--', is not one",
+        ),
+        case(
+            &["exec", "k", "--wait", "-n", "--", "true"],
+            "-w/--wait needs a duration, e.g. -w 30s; the next argument, '-n', is not one",
+        ),
+        case(
+            &["acquire", "k", "--ttl", "-n"],
+            "--ttl needs a duration, e.g. --ttl 30s; the next argument, '-n', is not one",
+        ),
+        case(&["wait", "-w", "--", "k"], "-w/--wait needs a duration"),
+        // A negative duration is still refused as one.
+        case(&["exec", "k", "-w", "-5s", "--", "true"], "negative"),
+    ]);
+    let out = redlock().args(["exec", "k", "-w", "--", "true"]).run();
+    assert!(!out.stderr.contains("negative"), "{out}");
+}
+
 #[test]
 fn bad_urls_are_usage_errors() {
     let dir = tempfile::tempdir().unwrap();
