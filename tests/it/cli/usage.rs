@@ -111,7 +111,11 @@ fn bad_urls_are_usage_errors() {
             "malformed",
         ),
         case(&["--url", "redis://[::1", "status"], "malformed"),
-        case(&["--url", "localhost:6379", "status"], "scheme"),
+        case(
+            &["--url", "localhost:6391", "status"],
+            "the Redis URL 'localhost:6391' has no scheme; use redis://localhost:6391",
+        ),
+        case(&["--url", "s3cret:6391", "status"], "not printed"),
         case(&["--url", "http://127.0.0.1:6379", "status"], "scheme"),
         case(&["--url", "redis://", "status"], "host"),
         case(&["--url", "unix://", "status"], "socket"),
