@@ -1,7 +1,7 @@
 //! The command-line definition, and nothing else.
 //!
-//! This file depends only on clap, humantime, `crate::exit` and `crate::printable` (both
-//! std-only), so that the completion and man-page generators in `tests/generated.rs` can include
+//! This file depends only on clap, humantime, `crate::env`, `crate::exit` and `crate::printable`
+//! (all std-only), so that the completion and man-page generators in `tests/generated.rs` can include
 //! them with `#[path]` and render exactly what users see. Parsing helpers that clap calls (`parse_duration`) live here for
 //! that reason.
 //!
@@ -67,6 +67,36 @@ fn after_help() -> String {
         s.push('\n');
     }
     s
+}
+
+/// The text after `--help` (not `-h`): [`after_help`], then the environment variables from
+/// `env::TABLE`, each name on a line of its own and its meaning indented below it.
+fn after_long_help() -> String {
+    let mut s = after_help();
+    s.push_str("\nEnvironment:\n");
+    for var in crate::env::TABLE {
+        s.push_str(&format!("  {}\n", var.names));
+        push_wrapped(&mut s, &crate::env::plain(var.meaning), 6);
+    }
+    s
+}
+
+/// Appends `text` in lines indented by `indent` that fit 78 columns (clap would wrap a longer
+/// one back to the margin).
+fn push_wrapped(s: &mut String, text: &str, indent: usize) {
+    let mut line = " ".repeat(indent);
+    for word in text.split(' ') {
+        if line.len() > indent && line.chars().count() + 1 + word.chars().count() > 78 {
+            s.push_str(&line);
+            s.push('\n');
+            line = " ".repeat(indent);
+        } else if line.len() > indent {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    s.push_str(&line);
+    s.push('\n');
 }
 
 /// What `redlock --version` says after the name: the version, then the git commit (when built
@@ -194,6 +224,7 @@ pub fn subcommand_in(cmd: &clap::Command, args: &[OsString]) -> Option<String> {
     long_about = LONG_ABOUT,
     before_help = EXAMPLES,
     after_help = after_help(),
+    after_long_help = after_long_help(),
     help_template = HELP_TEMPLATE,
     propagate_version = true,
     max_term_width = 100

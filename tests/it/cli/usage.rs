@@ -372,6 +372,35 @@ fn the_top_level_help_leads_with_exec_and_examples() {
     }
 }
 
+/// `--help` lists every environment variable redlock reads, from the one table the man page and
+/// the docs render too (`src/env.rs`), each name on its own line, its meaning under it, within
+/// 80 columns; `-h` stays short without them.
+#[test]
+fn the_long_help_lists_the_environment() {
+    let help = redlock()
+        .arg("--help")
+        .env("COLUMNS", "80")
+        .run()
+        .expect(0)
+        .stdout;
+    let start = help
+        .find("\nEnvironment:\n")
+        .unwrap_or_else(|| panic!("no environment in --help:\n{help}"));
+    let listed = &help[start..];
+    for var in redlock::env::TABLE {
+        assert!(
+            listed.contains(&format!("\n  {}\n      ", var.names)),
+            "{} is not listed:\n{listed}",
+            var.names
+        );
+    }
+    for line in listed.lines() {
+        assert!(line.chars().count() <= 80, "too wide: {line:?}");
+    }
+    let short = redlock().arg("-h").run().expect(0).stdout;
+    assert!(!short.contains("Environment:"), "{short}");
+}
+
 /// The exit table in `--help` keeps each entry whole: a wrapped entry continues indented under
 /// its meaning, never at the left margin where it reads like a new entry.
 #[test]
