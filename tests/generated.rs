@@ -229,6 +229,25 @@ fn every_subcommand_has_a_man_page_with_examples() {
     }
 }
 
+/// Every example that names redlock's path names the one the package installs: a crontab line
+/// copied with `/usr/local/bin/redlock` failed with "not found" (127), silently on a host
+/// without mail.
+#[test]
+fn examples_use_the_installed_path() {
+    for (path, text) in generated_files() {
+        assert!(
+            !text.contains("/usr/local/bin/redlock"),
+            "{path} names /usr/local/bin/redlock; the package installs /usr/bin/redlock"
+        );
+    }
+    let help = cli::command().render_long_help().to_string();
+    assert!(!help.contains("/usr/local/bin/redlock"), "{help}");
+    for sub in cli::command().get_subcommands_mut() {
+        let help = sub.render_long_help().to_string();
+        assert!(!help.contains("/usr/local/bin/redlock"), "{help}");
+    }
+}
+
 /// SYNOPSIS shows what each option takes, and where `exec`'s command goes (clap_mangen's own
 /// synopsis lists bare option names, without their arguments or `--`).
 #[test]
@@ -785,13 +804,15 @@ fn root_sections(r: &mut Roff) {
             ),
             bold("-E 0 -q"),
             roman(
-                "), so cron mails nothing. cron's PATH is /usr/bin:/bin, so give redlock's full \
-                 path, and the Redis URL:",
+                "), so cron mails nothing. Give redlock's full path, which stays right wherever \
+                 the line is copied (/usr/bin/redlock from the package, in cron's PATH of \
+                 /usr/bin:/bin; ~/.cargo/bin/redlock from cargo install, which is not), and the \
+                 Redis URL:",
             ),
         ],
         &[
             "REDLOCK_URL=redis://redis.internal:6379",
-            "0 3 * * * /usr/local/bin/redlock exec nightly-backup -n -E 0 -q -- /usr/local/bin/backup.sh",
+            "0 3 * * * /usr/bin/redlock exec nightly-backup -n -E 0 -q -- /usr/local/bin/backup.sh",
         ],
     );
     example(
@@ -834,7 +855,7 @@ fn root_sections(r: &mut Roff) {
         ],
         &[
             "[Service]",
-            "ExecStart=/usr/local/bin/redlock exec report -n -- /usr/local/bin/make-report",
+            "ExecStart=/usr/bin/redlock exec report -n -- /usr/local/bin/make-report",
             "KillMode=mixed",
         ],
     );
@@ -1226,9 +1247,7 @@ fn exec_sections(r: &mut Roff) {
             "In a crontab: skip the run, quietly and with exit status 0, while another host's \
              run still holds the lock:",
         )],
-        &[
-            "0 3 * * * /usr/local/bin/redlock exec nightly-backup -n -E 0 -q -- /usr/local/bin/backup.sh",
-        ],
+        &["0 3 * * * /usr/bin/redlock exec nightly-backup -n -E 0 -q -- /usr/local/bin/backup.sh"],
     );
     example(
         r,
