@@ -71,7 +71,7 @@ _redlock() {
 
     case "${cmd}" in
         redlock)
-            opts="-u -q -v -h -V --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --log-max --connect-timeout --io-timeout --quiet --verbose --help --version acquire release extend status log wait exec help"
+            opts="-u -q -v -h -V --url --password-file --tls-ca --tls-cert --tls-key --cluster --sentinel --prefix --meta-ttl --log-max --connect-timeout --io-timeout --quiet --verbose --help --version exec acquire release extend status log wait help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -450,7 +450,7 @@ _redlock() {
             return 0
             ;;
         redlock__subcmd__help)
-            opts="acquire release extend status log wait exec help"
+            opts="exec acquire release extend status log wait help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -40,14 +40,51 @@ complete -c redlock -n "__fish_redlock_needs_command" -s q -l quiet -d 'Print no
 complete -c redlock -n "__fish_redlock_needs_command" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_needs_command" -s V -l version -d 'Print version'
+complete -c redlock -n "__fish_redlock_needs_command" -f -a "exec" -d 'Take a lock, run a command while renewing it, release it when the command exits'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "acquire" -d 'Take a lock and print its token (the lock stays held after redlock exits)'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "release" -d 'Release a lock held with TOKEN (never someone else\'s)'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "extend" -d 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "status" -d 'Show who holds locks: the named KEYs, or every lock under the prefix'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "log" -d 'Show a lock\'s history: who took it, when, how long they waited and held it, how it ended'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "wait" -d 'Wait until a lock is free, without taking it or joining its queue'
-complete -c redlock -n "__fish_redlock_needs_command" -f -a "exec" -d 'Take a lock, run a command while renewing it, release it when the command exits'
 complete -c redlock -n "__fish_redlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l ttl -d 'Lock lifetime: it frees itself DUR after it was taken or renewed (exec renews every TTL/3)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; first come, first served)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l note -d 'Describe the holder in \'redlock status\' (default: the command line); secrets show as ***' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l wait-replicas -d 'After acquiring, wait (up to --io-timeout) until N replicas have the lock, or fail' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l slots -d 'Let up to N holders in at once; exec\'s command gets its place in REDLOCK_SLOT (0 to N-1)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l pool -d 'One holder per named resource; exec\'s command gets the one it holds in REDLOCK_RESOURCE' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l on-lost -d 'What to do with the command if the lock is lost while it runs' -r -f -a "term\t'SIGTERM, then SIGKILL after --kill-after'
+kill\t'SIGKILL at once'
+ignore\t'Warn and let the command finish'"
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l kill-after -d 'SIGKILL the command if it still runs DUR after a SIGTERM or SIGINT (passed on, or sent)' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l max-runtime -d 'Stop the command after it held the lock for DUR (SIGTERM, then SIGKILL) and exit 124' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l warn-after -d 'Warn (stderr, and the lock\'s history) once the command has held the lock for DUR' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l report -d 'When exec ends, append one JSON line about the run to FILE (- for stdout)' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -s c -l command -d 'Run this shell command with /bin/sh -c instead of CMD' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l prefix -d 'Namespace for every Redis key redlock uses' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l log-max -d 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -s n -l no-wait -d 'Do not wait: fail at once if the lock is busy'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l allow-eviction -d 'Lock even on a server that may evict it: maxmemory-policy allkeys-* (refused without this)'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l shared -d 'Hold it shared: any number of --shared holders, or one without (a writer, who goes first)'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l supersede -d 'Make earlier --supersede waiters give up (exit -E); a later one makes this one give up'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l preempt -d 'Go ahead of the waiters without --preempt; stop a --preemptible holder (it exits 75)'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l preemptible -d 'Once held, a --preempt waiter may stop the command (acquire: needs --while-pid)'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -s v -l verbose -d 'Log every Redis round trip to stderr'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c redlock -n "__fish_redlock_using_subcommand exec" -s V -l version -d 'Print version'
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -l ttl -d 'Lock lifetime: it frees itself DUR after it was taken or renewed (exec renews every TTL/3)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; first come, first served)' -r
 complete -c redlock -n "__fish_redlock_using_subcommand acquire" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
@@ -182,48 +219,11 @@ complete -c redlock -n "__fish_redlock_using_subcommand wait" -s q -l quiet -d '
 complete -c redlock -n "__fish_redlock_using_subcommand wait" -s v -l verbose -d 'Log every Redis round trip to stderr'
 complete -c redlock -n "__fish_redlock_using_subcommand wait" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock -n "__fish_redlock_using_subcommand wait" -s V -l version -d 'Print version'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l ttl -d 'Lock lifetime: it frees itself DUR after it was taken or renewed (exec renews every TTL/3)' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -s w -l wait -d 'Wait at most DUR for a busy lock (default: until it is free; first come, first served)' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit status when the lock is busy (not acquired); 0 makes a skipped cron run succeed' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l note -d 'Describe the holder in \'redlock status\' (default: the command line); secrets show as ***' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l wait-replicas -d 'After acquiring, wait (up to --io-timeout) until N replicas have the lock, or fail' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l slots -d 'Let up to N holders in at once; exec\'s command gets its place in REDLOCK_SLOT (0 to N-1)' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l pool -d 'One holder per named resource; exec\'s command gets the one it holds in REDLOCK_RESOURCE' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l on-lost -d 'What to do with the command if the lock is lost while it runs' -r -f -a "term\t'SIGTERM, then SIGKILL after --kill-after'
-kill\t'SIGKILL at once'
-ignore\t'Warn and let the command finish'"
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l kill-after -d 'SIGKILL the command if it still runs DUR after a SIGTERM or SIGINT (passed on, or sent)' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l max-runtime -d 'Stop the command after it held the lock for DUR (SIGTERM, then SIGKILL) and exit 124' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l warn-after -d 'Warn (stderr, and the lock\'s history) once the command has held the lock for DUR' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l report -d 'When exec ends, append one JSON line about the run to FILE (- for stdout)' -r -F
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -s c -l command -d 'Run this shell command with /bin/sh -c instead of CMD' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -s u -l url -d 'Redis server URL: redis://, rediss:// (TLS), redis+unix:// or unix://; repeat for a quorum' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l password-file -d 'Read the Redis password from FILE (its first line, at most 4 KiB); overrides the URL and $REDLOCK_PASSWORD' -r -F
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-ca -d 'PEM file with the CA certificate(s) that signed the server\'s certificate (rediss://)' -r -F
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-cert -d 'PEM file with a client certificate for mutual TLS (rediss://, needs --tls-key)' -r -F
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l tls-key -d 'PEM file with the private key of --tls-cert' -r -F
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l sentinel -d 'The URLs are Sentinels: lock on the master they know as MASTER, found anew by every command' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l prefix -d 'Namespace for every Redis key redlock uses' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l meta-ttl -d 'Keep a lock\'s record (fence counter, last holder) for DUR after its last use' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l log-max -d 'Keep the last N events of each lock in its history (`redlock log`); 0 keeps none' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l connect-timeout -d 'Give up connecting to Redis after DUR' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l io-timeout -d 'Give up on a Redis reply after DUR (a silent server never means a hang); with several --url it bounds each server\'s reply, so keep it well under --ttl' -r
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -s n -l no-wait -d 'Do not wait: fail at once if the lock is busy'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l allow-eviction -d 'Lock even on a server that may evict it: maxmemory-policy allkeys-* (refused without this)'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l shared -d 'Hold it shared: any number of --shared holders, or one without (a writer, who goes first)'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l supersede -d 'Make earlier --supersede waiters give up (exit -E); a later one makes this one give up'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l preempt -d 'Go ahead of the waiters without --preempt; stop a --preemptible holder (it exits 75)'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l preemptible -d 'Once held, a --preempt waiter may stop the command (acquire: needs --while-pid)'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -l cluster -d 'The URLs are seed nodes of a Redis Cluster (the lock\'s keys share one hash slot)'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -s q -l quiet -d 'Print nothing on stderr except errors (and whom `release --force` evicted)'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -s v -l verbose -d 'Log every Redis round trip to stderr'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c redlock -n "__fish_redlock_using_subcommand exec" -s V -l version -d 'Print version'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "acquire" -d 'Take a lock and print its token (the lock stays held after redlock exits)'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "release" -d 'Release a lock held with TOKEN (never someone else\'s)'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "extend" -d 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "status" -d 'Show who holds locks: the named KEYs, or every lock under the prefix'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "log" -d 'Show a lock\'s history: who took it, when, how long they waited and held it, how it ended'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "wait" -d 'Wait until a lock is free, without taking it or joining its queue'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "exec" -d 'Take a lock, run a command while renewing it, release it when the command exits'
-complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from acquire release extend status log wait exec help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from exec acquire release extend status log wait help" -f -a "exec" -d 'Take a lock, run a command while renewing it, release it when the command exits'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from exec acquire release extend status log wait help" -f -a "acquire" -d 'Take a lock and print its token (the lock stays held after redlock exits)'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from exec acquire release extend status log wait help" -f -a "release" -d 'Release a lock held with TOKEN (never someone else\'s)'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from exec acquire release extend status log wait help" -f -a "extend" -d 'Reset the TTL of a lock held with TOKEN (an expired lock is never brought back)'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from exec acquire release extend status log wait help" -f -a "status" -d 'Show who holds locks: the named KEYs, or every lock under the prefix'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from exec acquire release extend status log wait help" -f -a "log" -d 'Show a lock\'s history: who took it, when, how long they waited and held it, how it ended'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from exec acquire release extend status log wait help" -f -a "wait" -d 'Wait until a lock is free, without taking it or joining its queue'
+complete -c redlock -n "__fish_redlock_using_subcommand help; and not __fish_seen_subcommand_from exec acquire release extend status log wait help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -705,15 +705,20 @@ fn ran_out(keys: &Keys, error: anyhow::Error) -> anyhow::Error {
     let Some(f) = error.downcast_ref::<Failure>() else {
         return error;
     };
-    match f.message.split_once(" did not answer ") {
-        Some((server, step)) if step.ends_with(" within --io-timeout") => failure(
+    let timed_out = f
+        .message
+        .split_once(" did not answer ")
+        .and_then(|(server, step)| Some((server, step.rsplit_once(" within ")?.1)))
+        .filter(|(_, bound)| bound.ends_with(" (--io-timeout)"));
+    match timed_out {
+        Some((server, bound)) => failure(
             f.kind,
             format!(
-                "{server} did not answer within --io-timeout while waiting for '{}'",
+                "{server} did not answer within {bound} while waiting for '{}'",
                 keys.name
             ),
         ),
-        _ => error,
+        None => error,
     }
 }
 

@@ -1,7 +1,7 @@
 //! The command-line definition, and nothing else.
 //!
-//! This file depends only on clap, humantime, `crate::exit` and `crate::printable` (both
-//! std-only), so that the completion and man-page generators in `tests/generated.rs` can include
+//! This file depends only on clap, humantime, `crate::env`, `crate::exit` and `crate::printable`
+//! (all std-only), so that the completion and man-page generators in `tests/generated.rs` can include
 //! them with `#[path]` and render exactly what users see. Parsing helpers that clap calls (`parse_duration`) live here for
 //! that reason.
 //!
@@ -21,6 +21,24 @@ A distributed lock for shell scripts, cron jobs and CI, backed by Redis.
 redlock takes a lock with SET NX PX, releases and extends it only with the holder's token (atomic \
 Lua compare-and-delete / compare-and-PEXPIRE), hands out a strictly increasing fencing token with \
 every acquisition, and records who holds each lock so that 'redlock status' can show it.";
+
+/// The examples a newcomer needs first, between the usage and the commands of `-h` and `--help`
+/// (see `HELP_TEMPLATE`): `exec` from cron and from CI, and a lock held as long as a script
+/// runs. Each line fits 80 columns (clap would wrap it).
+const EXAMPLES: &str = "\
+Examples:
+  redlock exec nightly-backup -n -- /usr/local/sbin/backup.sh
+      cron: one host at a time; while another host's run holds the lock, skip
+      this one (exit 1; with -E 0 -q, quietly and as a success)
+  redlock exec deploy-prod --wait 30m -- ./deploy.sh
+      CI: wait up to 30 minutes for the running deploy to finish, then deploy
+  T=$(redlock acquire migrate --while-pid $$) || exit
+      a script: hold the lock until the script and what it started have ended";
+
+/// clap's default layout with the examples (`before_help`) moved below the usage, so that they
+/// come before the reference: the commands and the options.
+const HELP_TEMPLATE: &str =
+    "{about-with-newline}\n{usage-heading} {usage}\n\n{before-help}{all-args}{after-help}";
 
 /// The text after `--help`: the duration syntax and the exit table from `exit::TABLE`.
 ///
@@ -49,6 +67,36 @@ fn after_help() -> String {
         s.push('\n');
     }
     s
+}
+
+/// The text after `--help` (not `-h`): [`after_help`], then the environment variables from
+/// `env::TABLE`, each name on a line of its own and its meaning indented below it.
+fn after_long_help() -> String {
+    let mut s = after_help();
+    s.push_str("\nEnvironment:\n");
+    for var in crate::env::TABLE {
+        s.push_str(&format!("  {}\n", var.names));
+        push_wrapped(&mut s, &crate::env::plain(var.meaning), 6);
+    }
+    s
+}
+
+/// Appends `text` in lines indented by `indent` that fit 78 columns (clap would wrap a longer
+/// one back to the margin).
+fn push_wrapped(s: &mut String, text: &str, indent: usize) {
+    let mut line = " ".repeat(indent);
+    for word in text.split(' ') {
+        if line.len() > indent && line.chars().count() + 1 + word.chars().count() > 78 {
+            s.push_str(&line);
+            s.push('\n');
+            line = " ".repeat(indent);
+        } else if line.len() > indent {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    s.push_str(&line);
+    s.push('\n');
 }
 
 /// What `redlock --version` says after the name: the version, then the git commit (when built
@@ -174,7 +222,10 @@ pub fn subcommand_in(cmd: &clap::Command, args: &[OsString]) -> Option<String> {
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
+    before_help = EXAMPLES,
     after_help = after_help(),
+    after_long_help = after_long_help(),
+    help_template = HELP_TEMPLATE,
     propagate_version = true,
     max_term_width = 100
 )]
@@ -315,6 +366,17 @@ pub struct GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Take a lock, run a command while renewing it, release it when the command exits
+    #[command(
+        override_usage = "redlock exec [OPTIONS] <KEY> -- CMD [ARGS...]\n       \
+                          redlock exec [OPTIONS] <KEY> -c <SHELL-COMMAND>",
+        after_help = "Examples:\n  \
+        redlock exec nightly-backup -n -- ./backup.sh\n  \
+        redlock exec deploy-prod --wait 30m -- ./deploy.sh\n  \
+        redlock exec report -c 'make report && mail -s done ops < report.txt'"
+    )]
+    Exec(ExecArgs),
+
     /// Take a lock and print its token (the lock stays held after redlock exits)
     #[command(
         after_help = "Example:\n  REDLOCK_TOKEN=$(redlock acquire migrate --ttl 5m) || exit\n  \
@@ -346,17 +408,6 @@ pub enum Command {
     /// Wait until a lock is free, without taking it or joining its queue
     #[command(after_help = "Example:\n  redlock wait deploy-prod --wait 30m && ./smoke-tests.sh")]
     Wait(WaitArgs),
-
-    /// Take a lock, run a command while renewing it, release it when the command exits
-    #[command(
-        override_usage = "redlock exec [OPTIONS] <KEY> -- CMD [ARGS...]\n       \
-                          redlock exec [OPTIONS] <KEY> -c <SHELL-COMMAND>",
-        after_help = "Examples:\n  \
-        redlock exec nightly-backup -n -- ./backup.sh\n  \
-        redlock exec deploy-prod --wait 30m -- ./deploy.sh\n  \
-        redlock exec report -c 'make report && mail -s done ops < report.txt'"
-    )]
-    Exec(ExecArgs),
 }
 
 /// How to take a lock: shared by `acquire` and `exec`.

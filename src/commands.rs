@@ -17,6 +17,7 @@ use crate::acquire::Wait;
 use crate::backend;
 use crate::brief;
 use crate::cli::{AcquireArgs, ExtendArgs, LogArgs, ReleaseArgs, StatusArgs, StatusFormat};
+use crate::client::Redis;
 use crate::config::{Config, Servers};
 use crate::error::{Kind, failure, usage};
 use crate::exit;
@@ -538,14 +539,7 @@ pub fn log(config: &Config, args: &LogArgs) -> Result<u8> {
     }
     if !args.follow {
         if last.is_none() && !args.json {
-            messages::notice(
-                config,
-                format_args!(
-                    "no history for '{}' (none kept with --log-max 0, or a Redis user without \
-                     XADD)",
-                    keys.name
-                ),
-            );
+            messages::notice(config, nothing_listed(redis, &keys, args.since));
         }
         return Ok(exit::OK);
     }
@@ -569,6 +563,25 @@ pub fn log(config: &Config, args: &LogArgs) -> Result<u8> {
         if print_entries(&new, &keys.name, args.json)?.is_break() || stdout_closed() {
             return Ok(exit::OK);
         }
+    }
+}
+
+/// Why `redlock log` listed nothing: no event in the range asked for, or no history at all, for
+/// one of the reasons there can be none (not only `--log-max 0`: a name never used is the usual
+/// one). One more round trip, on this path only.
+fn nothing_listed(redis: &mut Redis, keys: &Keys, since: Option<std::time::Duration>) -> String {
+    let name = &keys.name;
+    match (history::exists(redis, keys), since) {
+        (Ok(true), Some(d)) => format!(
+            "no events for '{name}' in the last {}",
+            humantime::format_duration(d)
+        ),
+        (Ok(true), None) => format!("no events for '{name}': its history is empty"),
+        _ => format!(
+            "no history is recorded for '{name}': it was never used, or its history expired \
+             (--meta-ttl after its last use), or its holders kept none (--log-max 0, or a Redis \
+             user without XADD)"
+        ),
     }
 }
 

@@ -498,6 +498,16 @@ pub fn parse_url(
         )));
     }
     if !has_scheme(raw) {
+        if let Some(url) = with_scheme(raw) {
+            return Err(usage(format!(
+                "the Redis URL '{raw}' has no scheme; use {url}{}",
+                if url.starts_with("redis://") {
+                    " (rediss:// for TLS)"
+                } else {
+                    ""
+                }
+            )));
+        }
         // `-u "$PASSWORD"` (the password where the URL goes) is the usual way to get here: the
         // value is not printed at all.
         return Err(usage(
@@ -649,6 +659,43 @@ fn has_scheme(raw: &str) -> bool {
     raw.find("://").is_some_and(|i| is_scheme(&raw[..i]))
 }
 
+/// `raw` with the scheme it lacks, when it has the shape of an address and nothing else (so that
+/// it can be printed: it is no password): `host:port` with a host that is `localhost`, an IP
+/// address or a lower-case name with a dot (`redis.internal:6379`), or `localhost` or an IP
+/// address alone; a socket's absolute path ending in `.sock`. `None` for anything else.
+fn with_scheme(raw: &str) -> Option<String> {
+    let host_like = |h: &str, alone: bool| {
+        let ip = h.parse::<std::net::Ipv4Addr>().is_ok()
+            || h.strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok());
+        let name = !alone
+            && h.contains('.')
+            && h.split('.').all(|label| {
+                !label.is_empty()
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            });
+        h == "localhost" || ip || name
+    };
+    if raw.starts_with('/')
+        && raw.ends_with(".sock")
+        && !raw.contains(|c: char| c.is_whitespace() || c.is_control())
+    {
+        return Some(format!("unix://{raw}"));
+    }
+    if host_like(raw, true) {
+        return Some(format!("redis://{raw}:6379"));
+    }
+    let (host, port) = raw.rsplit_once(':')?;
+    let port_ok = !port.is_empty()
+        && port.len() <= 5
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && port.parse::<u16>().is_ok_and(|p| p > 0);
+    (port_ok && host_like(host, false)).then(|| format!("redis://{raw}"))
+}
+
 /// A string that did not parse as a URL, safe to print: whatever its shape (`redis:/:PW@h`,
 /// `redis//:PW@h`, `redis:PW@h`), everything before its last `@` is hidden but a leading
 /// `scheme://`, and so is the value of a `pass=` or `password=` parameter. Without a leading
@@ -767,6 +814,48 @@ mod tests {
         // `password=` does nothing for the driver, but users try it: never shown either.
         let ep = parse_url("redis://h:6379/0?Password=s3cret", None, None).unwrap();
         assert!(!ep.display.contains("s3cret") && !ep.public.contains("s3cret"));
+    }
+
+    /// An address without its scheme is shown with the scheme it needs; anything that may be a
+    /// password is not shown at all.
+    #[test]
+    fn an_address_without_a_scheme_gets_one_suggested() {
+        for (raw, url) in [
+            ("localhost:6391", "redis://localhost:6391"),
+            ("127.0.0.1:6379", "redis://127.0.0.1:6379"),
+            ("[::1]:6380", "redis://[::1]:6380"),
+            ("redis.internal:6379", "redis://redis.internal:6379"),
+            ("localhost", "redis://localhost:6379"),
+            ("10.0.0.5", "redis://10.0.0.5:6379"),
+            ("/run/redis/redis.sock", "unix:///run/redis/redis.sock"),
+        ] {
+            assert_eq!(with_scheme(raw).as_deref(), Some(url), "{raw}");
+            let err = match parse_url(raw, None, None) {
+                Ok(_) => panic!("{raw} was accepted"),
+                Err(e) => format!("{e:#}"),
+            };
+            assert!(
+                err.contains(&format!("'{raw}' has no scheme; use {url}")),
+                "{err}"
+            );
+        }
+        for raw in [
+            "s3cret",
+            "s3cret:1234",
+            "Hunter2.Pass:6379",
+            "pass.word:99999",
+            "a.b:",
+            "redis:6379",
+            "/tmp/s3cret",
+            "hunter2.example",
+        ] {
+            assert_eq!(with_scheme(raw), None, "{raw}");
+            let err = match parse_url(raw, None, None) {
+                Ok(_) => panic!("{raw} was accepted"),
+                Err(e) => format!("{e:#}"),
+            };
+            assert!(!err.contains(raw) && err.contains("not printed"), "{err}");
+        }
     }
 
     #[test]

@@ -188,6 +188,15 @@ pub fn server_ms(redis: &mut Redis) -> Result<i64> {
     Ok(secs * 1000 + micros / 1000)
 }
 
+/// Whether `keys`' history exists at all (its stream key, however few entries it keeps): tells
+/// "nothing in this range" from "nothing recorded" when a listing comes back empty.
+pub fn exists(redis: &mut Redis, keys: &Keys) -> Result<bool> {
+    let n: i64 = redis.call("history", |con| {
+        redis::cmd("EXISTS").arg(keys.log()).query(con)
+    })?;
+    Ok(n > 0)
+}
+
 /// The entries of `keys`' history in `range`, oldest first.
 ///
 /// Without a limit, page by page ([`PAGE`] entries per round trip), each page passed to `each`

@@ -3,14 +3,15 @@
 //! The binary (`main.rs`) parses the command line, calls [`run`] and reports the outcome with
 //! [`report_error`] or [`usage_error`]. The modules are private: the crate's interface is the
 //! command line, and its tests run the binary (plus unit tests inside the modules). `cli` is
-//! public for the binary, `exit` for `tests/it/cli/usage.rs`, which checks the exit table's length.
+//! public for the binary, `exit` for `tests/it/cli/usage.rs`, which checks the exit table's length,
+//! and `env` beside it (the docs' copy of both tables is rendered by `tests/generated.rs`).
 //!
 //! # Layers
 //!
 //! Bottom first. A module uses only modules of lower layers (`tests/layers.rs` checks it, reading
 //! this list):
 //!
-//! 0. `arena`, `exit`, `os`, `printable`, `redact`, `scripts`, `tell`: the allocator; tables, pure
+//! 0. `arena`, `env`, `exit`, `os`, `printable`, `redact`, `scripts`, `tell`: the allocator; tables, pure
 //!    text helpers, the Lua scripts, the safe wrappers of the OS calls, the word a release sends
 //!    its keeper
 //! 1. `cli`, `error`, `signals`, `spawn`, `work`: the command line's definition; the error kinds
@@ -65,6 +66,7 @@ mod client;
 mod commands;
 mod complete;
 mod config;
+pub mod env;
 mod error;
 mod events;
 mod exec;

@@ -237,6 +237,17 @@ pub fn usage_error(e: &clap::Error) -> u8 {
             exit::OK
         };
     }
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let cmd = cli::command();
+    let sub = cli::subcommand_in(&cmd, &args);
+    let help = match &sub {
+        Some(sub) => format!("redlock {sub} --help"),
+        None => "redlock --help".to_string(),
+    };
+    if let Some(line) = missing_duration(e, &cmd, sub.as_deref()) {
+        eline!("redlock: {line} (see '{help}')");
+        return exit::USAGE;
+    }
     let rendered = e.render().to_string();
     let first: Vec<&str> = rendered
         .lines()
@@ -255,13 +266,47 @@ pub fn usage_error(e: &clap::Error) -> u8 {
         line.push_str(tip);
     }
     let line = line.strip_prefix("error: ").unwrap_or(&line);
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    let help = match cli::subcommand_in(&cli::command(), &args) {
-        Some(sub) => format!("redlock {sub} --help"),
-        None => "redlock --help".to_string(),
-    };
     eline!("redlock: {} (see '{help}')", printable(line));
     exit::USAGE
+}
+
+/// A duration option whose value was left out, so that it took the next argument, an option
+/// (`exec k -w -- cmd`): said as the missing value it is. (Duration options take values that
+/// start with `-`, so that a negative one is refused by name rather than taken for an option;
+/// before, this said "'--' is negative".)
+fn missing_duration(e: &clap::Error, cmd: &clap::Command, sub: Option<&str>) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    if e.kind() != ErrorKind::ValueValidation {
+        return None;
+    }
+    let Some(ContextValue::String(value)) = e.get(ContextKind::InvalidValue) else {
+        return None;
+    };
+    let mut chars = value.chars();
+    let an_option = chars.next() == Some('-')
+        && chars
+            .next()
+            .is_some_and(|c| c == '-' || c.is_ascii_alphabetic());
+    if !an_option {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = arg.split(' ').next()?.strip_prefix("--")?;
+    let scope = sub.and_then(|s| cmd.find_subcommand(s)).unwrap_or(cmd);
+    let option = scope.get_arguments().find(|a| a.get_long() == Some(long))?;
+    if option.get_value_names()?.first()?.as_str() != "DUR" {
+        return None;
+    }
+    let (names, example) = match option.get_short() {
+        Some(short) => (format!("-{short}/--{long}"), format!("-{short} 30s")),
+        None => (format!("--{long}"), format!("--{long} 30s")),
+    };
+    Some(format!(
+        "{names} needs a duration, e.g. {example}; the next argument, '{}', is not one",
+        printable(value)
+    ))
 }
 
 #[cfg(test)]

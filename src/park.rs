@@ -131,21 +131,26 @@ pub const REDRAW_EVERY: Duration = Duration::from_secs(1);
 /// How often a waiter whose stderr is not a terminal (a CI log) prints a status line.
 pub const LOG_EVERY: Duration = Duration::from_secs(60);
 
-/// "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m 12s;
-/// 2 ahead of you; waited 41s". Durations in whole seconds: the line is redrawn every second.
+/// "waiting for 'deploy': 2 ahead of you; waited 41s; held by ci@runner-3 (pid 812) for 3m 12s,
+/// running './deploy.sh'". Our place and our wait first, the holder last and its note at the
+/// very end: a terminal cuts the line to its width, and a long note must not push the place and
+/// the wait out of sight. Durations in whole seconds: the line is redrawn every second.
 pub fn status_text(w: &Waiting) -> String {
-    let mut s = format!("waiting for '{}'", w.keys.name);
+    let mut s = format!("waiting for '{}': ", w.keys.name);
+    match w.ahead {
+        Some(0) => s.push_str("next in line; "),
+        Some(n) => s.push_str(&format!("{n} ahead of you; ")),
+        None => {}
+    }
+    s.push_str(&format!("waited {}", secs(w.waited)));
     if let Some(state) = w.state {
-        s.push_str(": ");
+        s.push_str("; ");
         match &state.holder {
-            _ if !state.held() => s.push_str("free"),
+            _ if !state.held() => s.push_str("the lock is free"),
             // A lock with more than one holder: how many, and the first of them.
             _ if state.slots.is_some() => s.push_str(&state.describe_holders()),
             Some(h) => {
                 s.push_str(&format!("held by {}", h.who()));
-                if !h.note.is_empty() {
-                    s.push_str(&format!(" running '{}'", crate::printable::shown(&h.note)));
-                }
                 if let Some(d) = state.held_for() {
                     s.push_str(&format!(" for {}", secs(d)));
                 }
@@ -157,6 +162,9 @@ pub fn status_text(w: &Waiting) -> String {
                 } else if w.preempt && !h.preemptible {
                     s.push_str(" (not preemptible: it did not opt in with --preemptible)");
                 }
+                if !h.note.is_empty() {
+                    s.push_str(&format!(", running '{}'", crate::printable::shown(&h.note)));
+                }
             }
             None if state.handing_over() => s.push_str("being handed over to the next waiter"),
             None => s.push_str("held by an unknown client (no redlock record)"),
@@ -165,12 +173,6 @@ pub fn status_text(w: &Waiting) -> String {
             s.push_str(" (no quorum)");
         }
     }
-    match w.ahead {
-        Some(0) => s.push_str("; next in line"),
-        Some(n) => s.push_str(&format!("; {n} ahead of you")),
-        None => {}
-    }
-    s.push_str(&format!("; waited {}", secs(w.waited)));
     s
 }
 
@@ -340,7 +342,7 @@ mod tests {
         }
     }
 
-    /// The status line names the holder, what it runs and for how long, our place, our wait.
+    /// The status line names our place, our wait, then the holder, for how long, and what it runs.
     #[test]
     fn status_text_says_who_holds_it_and_our_place() {
         let keys = Keys::new("redlock:", "deploy").unwrap();
@@ -363,27 +365,27 @@ mod tests {
         };
         assert_eq!(
             status_text(&w(Some(&held), Some(2))),
-            "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m \
-             12s; 2 ahead of you; waited 41s"
+            "waiting for 'deploy': 2 ahead of you; waited 41s; held by ci@runner-3 (pid 812) for \
+             3m 12s, running './deploy.sh'"
         );
         assert_eq!(
             status_text(&w(Some(&held), Some(0))),
-            "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m \
-             12s; next in line; waited 41s"
+            "waiting for 'deploy': next in line; waited 41s; held by ci@runner-3 (pid 812) for 3m \
+             12s, running './deploy.sh'"
         );
         let over = state(Some("~t"), None);
         assert_eq!(
             status_text(&w(Some(&over), None)),
-            "waiting for 'deploy': being handed over to the next waiter; waited 41s"
+            "waiting for 'deploy': waited 41s; being handed over to the next waiter"
         );
         assert_eq!(
             status_text(&w(None, None)),
-            "waiting for 'deploy'; waited 41s"
+            "waiting for 'deploy': waited 41s"
         );
         let free = state(None, None);
         assert_eq!(
             status_text(&w(Some(&free), Some(1))),
-            "waiting for 'deploy': free; 1 ahead of you; waited 41s"
+            "waiting for 'deploy': 1 ahead of you; waited 41s; the lock is free"
         );
         // A preemptor hears who declined; every waiter hears of a preemption under way.
         let preempting = Waiting {
@@ -392,8 +394,8 @@ mod tests {
         };
         assert_eq!(
             status_text(&preempting),
-            "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m \
-             12s (not preemptible: it did not opt in with --preemptible); next in line; waited 41s"
+            "waiting for 'deploy': next in line; waited 41s; held by ci@runner-3 (pid 812) for 3m \
+             12s (not preemptible: it did not opt in with --preemptible), running './deploy.sh'"
         );
         let mut asked = held.clone();
         if let Some(h) = asked.holder.as_mut() {
@@ -405,9 +407,9 @@ mod tests {
         }
         assert_eq!(
             status_text(&w(Some(&asked), Some(1))),
-            "waiting for 'deploy': held by ci@runner-3 (pid 812) running './deploy.sh' for 3m \
-             12s (asked to stop by ops@web (pid 9): it stops, then hands the lock on); 1 ahead \
-             of you; waited 41s"
+            "waiting for 'deploy': 1 ahead of you; waited 41s; held by ci@runner-3 (pid 812) for \
+             3m 12s (asked to stop by ops@web (pid 9): it stops, then hands the lock on), running \
+             './deploy.sh'"
         );
     }
 }

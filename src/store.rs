@@ -81,6 +81,12 @@ pub trait Store: Send {
     fn wait_replicas(&mut self, keys: &Keys, replicas: u32, timeout: Duration) -> Result<i64>;
     /// Remembers the servers' run_ids seen when the lock was taken, to report restarts.
     fn track_restarts(&mut self, _run_ids: &[Option<String>]) {}
+    /// Whether the server that keeps `keys` surely restarted after the lock was taken, `held`
+    /// ago by our clock: then a lock found gone is the restart's doing. `false` when it cannot
+    /// tell (a quorum reports its restarted nodes as it meets them).
+    fn restarted_within(&mut self, _keys: &Keys, _held: Duration) -> bool {
+        false
+    }
 }
 
 impl Store for Redis {
@@ -191,6 +197,18 @@ impl Store for Redis {
         Redis::recover(self)
     }
 
+    // One INFO, on the path of a lost lock only; a server that refuses it (an ACL user
+    // without it) cannot tell.
+    fn restarted_within(&mut self, keys: &Keys, held: Duration) -> bool {
+        let mut info = redis::cmd("INFO");
+        info.arg("server");
+        self.call_on_master_of("INFO", &keys.lock, &info)
+            .ok()
+            .and_then(|reply| redis::from_redis_value::<String>(reply).ok())
+            .and_then(|text| uptime(&text))
+            .is_some_and(|uptime| started_within(uptime, held))
+    }
+
     fn wait_replicas(&mut self, keys: &Keys, replicas: u32, timeout: Duration) -> Result<i64> {
         let ms = u64::try_from(timeout.as_millis())
             .unwrap_or(u64::MAX)
@@ -211,9 +229,27 @@ impl Store for Redis {
     }
 }
 
+/// `uptime_in_seconds` from the text of `INFO server`.
+fn uptime(info: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// Whether a server up for `uptime_secs` (whole seconds, rounded down) surely started within
+/// the last `held`: its start is then after our acquisition, which came before `held` began. A
+/// restart in the first second of a hold cannot be told (and is not claimed); a server up since
+/// before the acquisition never is (its uptime is at least `held`).
+fn started_within(uptime_secs: u64, held: Duration) -> bool {
+    Duration::from_secs(uptime_secs.saturating_add(1)) <= held
+}
+
+/// What a lock found gone after its server restarted says, instead of the usual reasons.
+const RESTARTED: &str = "the Redis server restarted (its data was not kept)";
+
 /// Why a renewal or the release found the lock no longer ours: the verdict and, if a forced
-/// release took it, who forced it and when (one more read, on this rare path; without an answer,
-/// the verdict alone).
+/// release took it, who forced it and when, or if the server restarted since the lock was taken
+/// (one or two more reads, on this rare path; without an answer, the verdict alone).
 pub fn loss_reason(store: &mut dyn Store, lock: &Lock, verdict: &Verdict) -> String {
     let forced = store
         .inspect(&lock.keys)
@@ -224,6 +260,15 @@ pub fn loss_reason(store: &mut dyn Store, lock: &Lock, verdict: &Verdict) -> Str
             format!("{}; {}", forced_reason(Some(&f)), lost_reason(verdict))
         }
         (Some(f), _) => forced_reason(Some(&f)),
+        (None, Verdict::Free | Verdict::PlaceGone | Verdict::HeldByOther(_))
+            if store.restarted_within(&lock.keys, lock.taken.elapsed()) =>
+        {
+            match verdict {
+                Verdict::HeldByOther(_) => format!("{RESTARTED}; {}", lost_reason(verdict)),
+                Verdict::PlaceGone => format!("{RESTARTED}: our place in the lock is gone"),
+                _ => format!("{RESTARTED}: the lock key is gone"),
+            }
+        }
         (None, _) => lost_reason(verdict),
     }
 }
@@ -247,6 +292,42 @@ pub fn lost_reason(v: &Verdict) -> String {
         Verdict::Slots => "the lock key now holds a lock with more than one holder".into(),
         Verdict::PlaceGone => {
             "our place in the lock is gone (it expired, or was released or force-released)".into()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uptime_is_read_from_info_server() {
+        let info =
+            "# Server\r\nredis_version:7.2.4\r\nuptime_in_seconds:42\r\nuptime_in_days:0\r\n";
+        assert_eq!(uptime(info), Some(42));
+        assert_eq!(uptime("# Server\r\nredis_version:7.2.4\r\n"), None);
+    }
+
+    /// A restart is claimed only when the server surely started after the acquisition: its
+    /// uptime, rounded down, plus the second it may have lost, fits in the hold.
+    #[test]
+    fn a_server_started_within_the_hold_is_told_by_its_uptime() {
+        let s = Duration::from_secs;
+        for (uptime, held, restarted) in [
+            (0, s(1), true),
+            (0, Duration::from_millis(999), false),
+            (3, s(5), true),
+            (4, s(5), true),
+            (5, s(5), false),
+            (6, s(5), false),
+            (86_400, s(60), false),
+            (u64::MAX, s(60), false),
+        ] {
+            assert_eq!(
+                started_within(uptime, held),
+                restarted,
+                "uptime {uptime}s, held {held:?}"
+            );
         }
     }
 }

@@ -919,7 +919,7 @@ impl Relay {
         let unavailable = |what: String| failure(Kind::Unavailable, what);
         match lost {
             Lost::Unanswered { command, error } if error.is_timeout() => unavailable(format!(
-                "the server did not answer {command} within --io-timeout ({})",
+                "the server did not answer {command} within {} (--io-timeout)",
                 human_ms(self.io_timeout)
             )),
             Lost::Refused { error, why, .. }
@@ -951,7 +951,7 @@ impl Relay {
 fn unanswered_ping(io_timeout: Duration, e: &redis::RedisError) -> String {
     if e.is_timeout() {
         format!(
-            "the server did not answer a PING within --io-timeout ({})",
+            "the server did not answer a PING within {} (--io-timeout)",
             human_ms(io_timeout)
         )
     } else {

@@ -2,7 +2,8 @@
 //!
 //! `completions/` and `man/` hold nothing but the output of this file: every completion script
 //! and man page is rendered into memory from `src/cli.rs` (and the exit-status table from
-//! `src/exit.rs`) and compared with the committed copy. A stale, missing or unexpected file fails
+//! `src/exit.rs`, the environment variables from `src/env.rs`) and compared with the committed
+//! copy. A stale, missing or unexpected file fails
 //! the test with the one command that refreshes them all:
 //!
 //! ```text
@@ -18,11 +19,14 @@
 //! written text describes behaviour that `src/cli.rs` cannot express (environment, signals,
 //! exit status); keep it consistent with the code when either changes.
 
-// Both files depend only on clap and std (cli.rs also on humantime for its duration parser), so
+// These files depend only on clap and std (cli.rs also on humantime for its duration parser), so
 // the test renders exactly the parser users run. Not every item is used here.
 #[allow(dead_code)]
 #[path = "../src/cli.rs"]
 mod cli;
+#[allow(dead_code)]
+#[path = "../src/env.rs"]
+mod env;
 #[allow(dead_code)]
 #[path = "../src/exit.rs"]
 mod exit;
@@ -119,6 +123,97 @@ fn readme_carries_the_exit_table() {
     );
 }
 
+/// The file of the docs that carries the environment tables: `docs/operations.md` once it
+/// exists, else the README. Point it elsewhere if the tables move.
+fn environment_doc() -> PathBuf {
+    let operations = root().join("docs/operations.md");
+    if operations.exists() {
+        operations
+    } else {
+        root().join("README.md")
+    }
+}
+
+#[test]
+fn the_docs_carry_the_environment_tables() {
+    let doc = environment_doc();
+    let text =
+        fs::read_to_string(&doc).unwrap_or_else(|e| panic!("cannot read {}: {e}", doc.display()));
+    for (table, what) in [(env::TABLE, "env::TABLE"), (env::GIVEN, "env::GIVEN")] {
+        let table = env::markdown_table(table);
+        assert!(
+            text.contains(&table),
+            "{} must contain the environment table exactly as src/env.rs renders it \
+             (env::markdown_table({what})):\n\n{table}",
+            doc.display()
+        );
+    }
+}
+
+/// Names of `REDLOCK_*` in `src/` that are no environment variables: the build's commit (a
+/// compile-time variable of `build.rs`), the lock scripts' error codes, a unit test's variable.
+const NOT_ENVIRONMENT: &[&str] = &[
+    "REDLOCK_BUILD",
+    "REDLOCK_EVICTS",
+    "REDLOCK_REPLICA",
+    "REDLOCK_TEST_VAR",
+];
+
+/// Every variable the code names (an option's `env`, a name in a string of `src/`) is in the
+/// tables of `src/env.rs`, so that `--help`, the man pages and the docs name it: a new variable
+/// fails here until it is described there.
+#[test]
+fn every_variable_the_code_names_is_in_the_environment_tables() {
+    let listed: BTreeSet<&str> = env::TABLE
+        .iter()
+        .chain(env::GIVEN)
+        .flat_map(env::Var::each)
+        .collect();
+    let read: BTreeSet<&str> = env::TABLE.iter().flat_map(env::Var::each).collect();
+    let mut cmd = cli::Cli::command();
+    cmd.build();
+    let mut commands = vec![cmd.clone()];
+    commands.extend(cmd.get_subcommands().cloned());
+    for c in &commands {
+        for arg in c.get_arguments() {
+            if let Some(name) = arg.get_env().and_then(|n| n.to_str()) {
+                assert!(
+                    read.contains(name),
+                    "{} reads {name}, which env::TABLE does not list",
+                    arg.get_id()
+                );
+            }
+        }
+    }
+    let mut files = vec![root().join("src")];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = fs::read_to_string(&path).unwrap();
+        for (i, _) in text.match_indices("\"RE") {
+            let name: String = text[i + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            // (`"REDLOCK_"` alone is a prefix, not a name.)
+            if (name.starts_with("REDLOCK_") && !name.ends_with('_') || name == "REDIS_URL")
+                && !NOT_ENVIRONMENT.contains(&name.as_str())
+            {
+                assert!(
+                    listed.contains(name.as_str()),
+                    "{} names {name}, which src/env.rs does not list",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn every_subcommand_has_a_man_page_with_examples() {
     let files = generated_files();
@@ -131,6 +226,25 @@ fn every_subcommand_has_a_man_page_with_examples() {
         for heading in [".SH \"EXIT STATUS\"", ".SH EXAMPLES", ".SH \"SEE ALSO\""] {
             assert!(page.contains(heading), "{name} has no {heading}");
         }
+    }
+}
+
+/// Every example that names redlock's path names the one the package installs: a crontab line
+/// copied with `/usr/local/bin/redlock` failed with "not found" (127), silently on a host
+/// without mail.
+#[test]
+fn examples_use_the_installed_path() {
+    for (path, text) in generated_files() {
+        assert!(
+            !text.contains("/usr/local/bin/redlock"),
+            "{path} names /usr/local/bin/redlock; the package installs /usr/bin/redlock"
+        );
+    }
+    let help = cli::command().render_long_help().to_string();
+    assert!(!help.contains("/usr/local/bin/redlock"), "{help}");
+    for sub in cli::command().get_subcommands_mut() {
+        let help = sub.render_long_help().to_string();
+        assert!(!help.contains("/usr/local/bin/redlock"), "{help}");
     }
 }
 
@@ -557,103 +671,29 @@ fn exit_status(r: &mut Roff, include_exec_only: bool) {
     }
 }
 
-const FENCE_HELP: &str = "the fencing token of this acquisition, a per-key number that grows \
-    with every acquisition: the server's clock in microseconds at the acquisition, or one more \
-    than the fence before if that is higher (16 digits, below 2^53). Pass it to the storage the \
-    command writes to, and have that storage refuse writes carrying a lower fence than it has \
-    seen: then a holder that lost the lock without noticing cannot overwrite the work of the \
-    next one.";
+/// `text` as roff: what is between backticks (code) in bold, the rest roman.
+fn code_marked(text: &str) -> Vec<Inline> {
+    text.split('`')
+        .enumerate()
+        .filter(|(_, part)| !part.is_empty())
+        .map(|(i, part)| if i % 2 == 1 { bold(part) } else { roman(part) })
+        .collect()
+}
 
-/// The variables `exec` puts in its command's environment, for the `exec` page.
-fn child_environment(r: &mut Roff) {
-    item(r, "REDLOCK_KEY", [roman("The name of the lock.")]);
-    item(
-        r,
-        "REDLOCK_TOKEN",
-        [roman("The token that holds the lock.")],
-    );
-    item(r, "REDLOCK_FENCE", [roman(capitalized(FENCE_HELP))]);
-    item(
-        r,
-        "REDLOCK_SLOT",
-        [
-            roman("With "),
-            bold("--slots"),
-            roman(", "),
-            bold("--pool"),
-            roman(" or "),
-            bold("--shared"),
-            roman(
-                ": the command's place, from 0, unique among the lock's holders and the same for \
-                 the whole hold (the lowest free one when it started). Removed otherwise.",
-            ),
-        ],
-    );
-    item(
-        r,
-        "REDLOCK_RESOURCE",
-        [
-            roman("With "),
-            bold("--pool"),
-            roman(": the name of the place the command holds. Removed otherwise."),
-        ],
-    );
-    item(
-        r,
-        "REDLOCK_URL",
-        [roman(
-            "The Redis URLs in use, comma-separated and without passwords (an ACL user stays), \
-             so that a redlock run by the command reaches the same servers as the same user.",
-        )],
-    );
-    item(
-        r,
-        "REDLOCK_PREFIX",
-        [roman("The key namespace in use, for the same reason.")],
-    );
-    item(
-        r,
-        "REDLOCK_PASSWORD_FILE",
-        [roman(
-            "When the servers take a password (from the URL, REDLOCK_PASSWORD or \
-             --password-file): /dev/fd/N, a sealed read-only in-memory file holding it, which the \
-             command inherits as descriptor N. REDLOCK_PASSWORD is removed from the command's \
-             environment, so that no password is in it. Servers with different passwords get \
-             none.",
-        )],
-    );
-    item(
-        r,
-        "REDLOCK_TLS_CA, REDLOCK_TLS_CERT, REDLOCK_TLS_KEY",
-        [
-            roman("The files of "),
-            bold("--tls-ca"),
-            roman(", "),
-            bold("--tls-cert"),
-            roman(" and "),
-            bold("--tls-key"),
-            roman(" as absolute paths, when given."),
-        ],
-    );
-    item(
-        r,
-        "REDIS_URL",
-        [roman(
-            "Passed on unchanged: it belongs to the user's own programs (a redlock in the \
-             command uses REDLOCK_URL first).",
-        )],
-    );
-    item(
-        r,
-        "REDLOCK_CLUSTER, REDLOCK_SENTINEL",
-        [
-            roman("Set when "),
-            bold("--cluster"),
-            roman(" or "),
-            bold("--sentinel"),
-            roman(" is in use, for the same reason."),
-        ],
-    );
+/// The variables of `vars` (from `src/env.rs`) as tagged paragraphs: the meaning as a sentence,
+/// then what the man page says besides.
+fn environment(r: &mut Roff, vars: &[env::Var]) {
+    for var in vars {
+        let mut text = capitalized(var.meaning);
+        if !text.ends_with('.') {
+            text.push('.');
+        }
+        if !var.more.is_empty() {
+            text.push(' ');
+            text.push_str(var.more);
+        }
+        item(r, var.names, code_marked(&text));
+    }
 }
 
 /// Quorum, Cluster and Sentinel: the main page's section on several servers.
@@ -740,167 +780,17 @@ fn root_sections(r: &mut Roff) {
     several_servers_section(r);
 
     heading(r, "ENVIRONMENT");
-    item(
+    environment(r, env::TABLE);
+    let given: Vec<&str> = env::GIVEN.iter().flat_map(env::Var::each).collect();
+    para(
         r,
-        "REDLOCK_URL",
         [
-            roman("The Redis URL to use when "),
-            bold("--url"),
-            roman(
-                " is not given (default redis://127.0.0.1:6379); several, comma-separated, make a \
-                 quorum (see SEVERAL SERVERS). ",
-            ),
+            roman("The command that "),
             bold("redlock exec"),
-            roman(
-                " sets it for the command to the URLs in use, without passwords, so that a \
-                 redlock run by the command reaches the same servers.",
-            ),
-        ],
-    );
-    item(
-        r,
-        "REDLOCK_CLUSTER",
-        [roman("1 (or true): as "), bold("--cluster"), roman(".")],
-    );
-    item(
-        r,
-        "REDLOCK_SENTINEL",
-        [
-            roman("The master's name: as "),
-            bold("--sentinel"),
-            roman("."),
-        ],
-    );
-    item(
-        r,
-        "REDLOCK_ALLOW_EVICTION",
-        [
-            roman("1 (or true): as "),
-            bold("--allow-eviction"),
-            roman(
-                " for acquire and exec. Without it they refuse (exit status 2) a server whose \
-                 maxmemory-policy is allkeys-*, and warn about volatile-* (lock keys have a TTL, \
-                 so those policies evict them first); a replica is always refused (69). Each \
-                 server is checked: every quorum node, the Cluster master of the lock's slot, the \
-                 master the Sentinels name.",
-            ),
-        ],
-    );
-    item(
-        r,
-        "REDIS_URL",
-        [
-            roman("Used instead when "),
-            bold("REDLOCK_URL"),
-            roman(" is unset or empty."),
-        ],
-    );
-    item(
-        r,
-        "REDLOCK_PASSWORD",
-        [
-            roman("The Redis password. It overrides a password in the URL; "),
-            bold("--password-file"),
-            roman(
-                " overrides it. A password is never printed. In a URL, a password's #, ? and / \
-                 must be percent-encoded (%23, %3F, %2F), and a , in REDLOCK_URL as %2C; here \
-                 they need not be.",
-            ),
-        ],
-    );
-    item(
-        r,
-        "REDLOCK_PASSWORD_FILE",
-        [
-            roman("As "),
-            bold("--password-file"),
-            roman(
-                ": its first line (at most 4 KiB) is the password. redlock exec sets it for the \
-                 command (see redlock-exec(1)).",
-            ),
-        ],
-    );
-    item(
-        r,
-        "REDLOCK_TLS_CA, REDLOCK_TLS_CERT, REDLOCK_TLS_KEY",
-        [
-            roman("As "),
-            bold("--tls-ca"),
-            roman(", "),
-            bold("--tls-cert"),
-            roman(" and "),
-            bold("--tls-key"),
-            roman("."),
-        ],
-    );
-    item(
-        r,
-        "REDLOCK_PREFIX",
-        [
-            roman("The namespace for every Redis key redlock uses, as "),
-            bold("--prefix"),
-            roman(" (default redlock:)."),
-        ],
-    );
-    item(
-        r,
-        "REDLOCK_META_TTL",
-        [
-            roman(
-                "How long a lock's record (fence counter, last holder) is kept after the lock \
-                   and its waiters are gone, as ",
-            ),
-            bold("--meta-ttl"),
-            roman(
-                " (default 30days). Fences keep increasing without it; status no longer shows \
-                 the last holder of a lock idle that long.",
-            ),
-        ],
-    );
-    item(
-        r,
-        "REDLOCK_TOKEN",
-        [
-            roman("The default "),
-            italic("TOKEN"),
-            roman(" of "),
-            bold("redlock release"),
-            roman(" and "),
-            bold("redlock extend"),
-            roman(". "),
-            bold("redlock exec"),
-            roman(" sets it for the command to the token that holds the lock."),
-        ],
-    );
-    item(
-        r,
-        "REDLOCK_COMPLETE",
-        [roman(
-            "A shell's name (bash, zsh, fish, elvish, powershell): print the completion glue for \
-             that shell instead of running, as in source <(REDLOCK_COMPLETE=bash redlock). It \
-             completes the lock names the server knows (held, waited for, or with a history), \
-             bounded to about a second. The bash completion file the package installs \
-             (subcommands and flags only) is loaded only with the bash-completion package; \
-             this glue works without it.",
-        )],
-    );
-    item(
-        r,
-        "REDLOCK_KEY",
-        [
-            roman("Set by "),
-            bold("redlock exec"),
-            roman(" for the command: the name of the lock."),
-        ],
-    );
-    item(
-        r,
-        "REDLOCK_FENCE",
-        [
-            roman("Set by "),
-            bold("redlock exec"),
-            roman(" for the command: "),
-            roman(FENCE_HELP),
+            roman(format!(
+                " runs gets {}: see redlock-exec(1).",
+                given.join(", ")
+            )),
         ],
     );
 
@@ -914,13 +804,15 @@ fn root_sections(r: &mut Roff) {
             ),
             bold("-E 0 -q"),
             roman(
-                "), so cron mails nothing. cron's PATH is /usr/bin:/bin, so give redlock's full \
-                 path, and the Redis URL:",
+                "), so cron mails nothing. Give redlock's full path, which stays right wherever \
+                 the line is copied (/usr/bin/redlock from the package, in cron's PATH of \
+                 /usr/bin:/bin; ~/.cargo/bin/redlock from cargo install, which is not), and the \
+                 Redis URL:",
             ),
         ],
         &[
             "REDLOCK_URL=redis://redis.internal:6379",
-            "0 3 * * * /usr/local/bin/redlock exec nightly-backup -n -E 0 -q -- /usr/local/bin/backup.sh",
+            "0 3 * * * /usr/bin/redlock exec nightly-backup -n -E 0 -q -- /usr/local/bin/backup.sh",
         ],
     );
     example(
@@ -963,16 +855,16 @@ fn root_sections(r: &mut Roff) {
         ],
         &[
             "[Service]",
-            "ExecStart=/usr/local/bin/redlock exec report -n -- /usr/local/bin/make-report",
+            "ExecStart=/usr/bin/redlock exec report -n -- /usr/local/bin/make-report",
             "KillMode=mixed",
         ],
     );
     example(
         r,
         [
-            roman("Pass the fencing token to the storage the command writes to (see "),
+            roman("Pass the fencing token to the storage the command writes to ("),
             bold("REDLOCK_FENCE"),
-            roman(" above):"),
+            roman(", see redlock-exec(1)):"),
         ],
         &["redlock exec ledger -c 'import-ledger --fence \"$REDLOCK_FENCE\" ledger.csv'"],
     );
@@ -1245,8 +1137,14 @@ fn exec_sections(r: &mut Roff) {
     waiting_section(r);
 
     heading(r, "ENVIRONMENT");
-    para(r, [roman("The command runs with these variables set:")]);
-    child_environment(r);
+    para(
+        r,
+        [roman(
+            "The command runs with these variables set: what a redlock it runs needs to reach \
+             the same servers as the same user, and no secret.",
+        )],
+    );
+    environment(r, env::GIVEN);
 
     heading(r, "SIGNALS AND LOCK LOSS");
     para(
@@ -1349,9 +1247,7 @@ fn exec_sections(r: &mut Roff) {
             "In a crontab: skip the run, quietly and with exit status 0, while another host's \
              run still holds the lock:",
         )],
-        &[
-            "0 3 * * * /usr/local/bin/redlock exec nightly-backup -n -E 0 -q -- /usr/local/bin/backup.sh",
-        ],
+        &["0 3 * * * /usr/bin/redlock exec nightly-backup -n -E 0 -q -- /usr/local/bin/backup.sh"],
     );
     example(
         r,

@@ -152,7 +152,10 @@ pub(super) fn command_error(
     match redis_kind(&e) {
         Kind::Unavailable if e.is_timeout() => failure(
             Kind::Unavailable,
-            format!("{display} did not answer {what} within --io-timeout"),
+            format!(
+                "{display} did not answer {what} within {} (--io-timeout)",
+                humantime::format_duration(config.io_timeout)
+            ),
         ),
         Kind::Unavailable => failure(
             Kind::Unavailable,
@@ -288,8 +291,9 @@ pub(super) fn handshake_error(
         return failure(
             Kind::Unavailable,
             format!(
-                "{} did not complete the TLS handshake within --connect-timeout",
-                ep.display
+                "{} did not complete the TLS handshake within {} (--connect-timeout)",
+                ep.display,
+                humantime::format_duration(config.connect_timeout)
             ),
         );
     }

@@ -70,6 +70,31 @@ fn bad_durations_are_usage_errors() {
     ]);
 }
 
+/// A duration option left without its value takes the next argument, an option: said as the
+/// missing value it is (before: "invalid value '--' for '--wait <DUR>': '--' is negative").
+#[test]
+fn a_missing_duration_is_said_to_be_missing() {
+    assert_usage_errors(&[
+        case(
+            &["exec", "k", "-w", "--", "true"],
+            "-w/--wait needs a duration, e.g. -w 30s; the next argument, '--', is not one",
+        ),
+        case(
+            &["exec", "k", "--wait", "-n", "--", "true"],
+            "-w/--wait needs a duration, e.g. -w 30s; the next argument, '-n', is not one",
+        ),
+        case(
+            &["acquire", "k", "--ttl", "-n"],
+            "--ttl needs a duration, e.g. --ttl 30s; the next argument, '-n', is not one",
+        ),
+        case(&["wait", "-w", "--", "k"], "-w/--wait needs a duration"),
+        // A negative duration is still refused as one.
+        case(&["exec", "k", "-w", "-5s", "--", "true"], "negative"),
+    ]);
+    let out = redlock().args(["exec", "k", "-w", "--", "true"]).run();
+    assert!(!out.stderr.contains("negative"), "{out}");
+}
+
 #[test]
 fn bad_urls_are_usage_errors() {
     let dir = tempfile::tempdir().unwrap();
@@ -86,7 +111,11 @@ fn bad_urls_are_usage_errors() {
             "malformed",
         ),
         case(&["--url", "redis://[::1", "status"], "malformed"),
-        case(&["--url", "localhost:6379", "status"], "scheme"),
+        case(
+            &["--url", "localhost:6391", "status"],
+            "the Redis URL 'localhost:6391' has no scheme; use redis://localhost:6391",
+        ),
+        case(&["--url", "s3cret:6391", "status"], "not printed"),
         case(&["--url", "http://127.0.0.1:6379", "status"], "scheme"),
         case(&["--url", "redis://", "status"], "host"),
         case(&["--url", "unix://", "status"], "socket"),
@@ -301,6 +330,75 @@ fn subcommand_help_does_not_bury_its_own_options() {
         .run()
         .expect(69);
     assert!(out.stderr.contains("redis://127.0.0.1:1"), "{out}");
+}
+
+/// `redlock -h` and `--help` lead with the main job: examples of `exec` (cron, CI) and of a
+/// script-long lock right below the usage, then the commands with `exec` first (before: `exec`
+/// listed last, no examples); at 80 columns nothing in the examples wraps.
+#[test]
+fn the_top_level_help_leads_with_exec_and_examples() {
+    for flag in ["-h", "--help"] {
+        let help = redlock()
+            .arg(flag)
+            .env("COLUMNS", "80")
+            .run()
+            .expect(0)
+            .stdout;
+        let examples = help.find("\nExamples:\n").expect(&help);
+        let commands = help.find("\nCommands:\n").expect(&help);
+        assert!(
+            help.find("\nUsage: ").unwrap() < examples && examples < commands,
+            "{flag}: the examples are not between the usage and the commands:\n{help}"
+        );
+        let shown = &help[examples..commands];
+        for example in [
+            "  redlock exec nightly-backup -n -- /usr/local/sbin/backup.sh\n",
+            "  redlock exec deploy-prod --wait 30m -- ./deploy.sh\n",
+            "  T=$(redlock acquire migrate --while-pid $$) || exit\n",
+        ] {
+            assert!(
+                shown.contains(example),
+                "{flag}: no {example:?} in\n{shown}"
+            );
+        }
+        for line in shown.lines() {
+            assert!(line.chars().count() <= 80, "{flag}: too wide: {line:?}");
+        }
+        let first = help[commands..].lines().nth(2).unwrap_or_default();
+        assert!(
+            first.starts_with("  exec "),
+            "{flag}: exec is not the first command:\n{help}"
+        );
+    }
+}
+
+/// `--help` lists every environment variable redlock reads, from the one table the man page and
+/// the docs render too (`src/env.rs`), each name on its own line, its meaning under it, within
+/// 80 columns; `-h` stays short without them.
+#[test]
+fn the_long_help_lists_the_environment() {
+    let help = redlock()
+        .arg("--help")
+        .env("COLUMNS", "80")
+        .run()
+        .expect(0)
+        .stdout;
+    let start = help
+        .find("\nEnvironment:\n")
+        .unwrap_or_else(|| panic!("no environment in --help:\n{help}"));
+    let listed = &help[start..];
+    for var in redlock::env::TABLE {
+        assert!(
+            listed.contains(&format!("\n  {}\n      ", var.names)),
+            "{} is not listed:\n{listed}",
+            var.names
+        );
+    }
+    for line in listed.lines() {
+        assert!(line.chars().count() <= 80, "too wide: {line:?}");
+    }
+    let short = redlock().arg("-h").run().expect(0).stdout;
+    assert!(!short.contains("Environment:"), "{short}");
 }
 
 /// The exit table in `--help` keeps each entry whole: a wrapped entry continues indented under

@@ -258,7 +258,47 @@ fn limit_since_and_log_max_bound_what_is_kept_and_shown() {
     // A lock without history: nothing on stdout, a notice on stderr, exit 0.
     let out = redis.redlock().args(["log", "other"]).run().expect(0);
     assert_eq!(out.stdout, "");
-    assert!(out.stderr.contains("no history for 'other'"), "{out}");
+    assert!(
+        out.stderr.contains("no history is recorded for 'other'"),
+        "{out}"
+    );
+}
+
+/// `log` of a name never used says that nothing is recorded and every reason there can be, not
+/// only `--log-max 0` (before: "no history for 'never' (none kept with --log-max 0, or a Redis
+/// user without XADD)", which blamed a setting nobody used); a history with nothing in the
+/// range asked for says so.
+#[test]
+fn an_empty_listing_says_why() {
+    let redis = or_skip!(RedisServer::start());
+    let out = redis.redlock().args(["log", "never"]).run().expect(0);
+    assert_eq!(out.stdout, "", "{out}");
+    assert_eq!(
+        out.stderr,
+        "redlock: no history is recorded for 'never': it was never used, or its history expired \
+         (--meta-ttl after its last use), or its holders kept none (--log-max 0, or a Redis user \
+         without XADD)\n",
+        "{out}"
+    );
+    // A history whose events are all older than --since.
+    let key = log_key("old");
+    let now = redis.now_ms();
+    let then = format!("{}-0", now - 3_600_000);
+    let at = (now - 3_600_000).to_string();
+    redis.query::<()>(&["XADD", &key, &then, "event", "released", "at_ms", &at]);
+    let out = redis
+        .redlock()
+        .args(["log", "old", "--since", "10m"])
+        .run()
+        .expect(0);
+    assert_eq!(out.stdout, "", "{out}");
+    assert_eq!(
+        out.stderr, "redlock: no events for 'old' in the last 10m\n",
+        "{out}"
+    );
+    // -q silences the notice.
+    let out = redis.redlock().args(["-q", "log", "never"]).run().expect(0);
+    assert_eq!(out.stderr, "", "{out}");
 }
 
 #[test]

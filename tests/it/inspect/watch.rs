@@ -754,7 +754,7 @@ fn a_silent_subscription_is_said_to_have_timed_out() {
     let out = watch.finish(EVENT).expect(143);
     assert!(
         out.stderr
-            .contains("the server did not answer a PING within --io-timeout (1s)"),
+            .contains("the server did not answer a PING within 1s (--io-timeout)"),
         "{out}"
     );
     assert!(!out.stderr.contains("os error"), "{out}");

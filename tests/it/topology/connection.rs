@@ -180,7 +180,8 @@ fn a_silent_server_exits_69_within_the_io_timeout() {
         .run()
         .expect(69);
     assert_one_error_line(&out);
-    assert!(out.stderr.contains("--io-timeout"), "{out}");
+    // The bound is said with its value (before: "within --io-timeout").
+    assert!(out.stderr.contains("within 500ms (--io-timeout)"), "{out}");
     assert!(
         out.elapsed < Duration::from_secs(4),
         "--io-timeout 500ms:\n{out}"

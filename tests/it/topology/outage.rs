@@ -251,7 +251,7 @@ fn a_waiter_that_gives_up_during_a_freeze_leaves_nothing_held() {
     // The last line names what the user was doing, not an internal step (`status`).
     let last = out.stderr.lines().last().unwrap_or_default();
     assert!(
-        last.ends_with("did not answer within --io-timeout while waiting for 'k'"),
+        last.ends_with("did not answer within 500ms (--io-timeout) while waiting for 'k'"),
         "{out}"
     );
     assert_eq!(redis.get(&key), None, "an orphan lock:\n{out}");

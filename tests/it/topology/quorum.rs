@@ -426,6 +426,13 @@ fn a_single_frozen_server_exits_69_after_the_io_timeout() {
         out.elapsed < Duration::from_secs(4),
         "--io-timeout 500ms:\n{out}"
     );
+    // The bound is said with its value (before: "within --io-timeout", which left the user to
+    // find out how long that was).
+    assert!(
+        out.stderr
+            .contains(" did not answer acquire within 500ms (--io-timeout)"),
+        "{out}"
+    );
 }
 
 /// `exec` on 5 nodes: renewal goes on with 3 nodes after 2 are killed; when a 3rd dies the lock

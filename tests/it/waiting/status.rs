@@ -49,9 +49,9 @@ fn a_waiter_in_a_log_says_what_it_waits_for_and_when_it_got_it() {
         let err = waiter.stderr();
         let line = err.lines().find(|l| l.contains(place)).unwrap();
         assert!(
-            line.starts_with("redlock: waiting for 'k': held by ")
-                && line.contains(" running './deploy.sh' for ")
-                && line.contains(&format!("; {place}; waited ")),
+            line.starts_with(&format!("redlock: waiting for 'k': {place}; waited "))
+                && line.contains("; held by ")
+                && line.ends_with(", running './deploy.sh'"),
             "{err}"
         );
         assert!(!err.contains("acquired"), "{err}");
@@ -94,8 +94,8 @@ fn a_waiters_status_line_rides_on_its_attempt() {
     waiter.wait_for_stderr("next in line", EVENT);
     let err = waiter.stderr();
     assert!(
-        err.contains("redlock: waiting for 'k': held by ")
-            && err.contains(" running './deploy.sh' for "),
+        err.contains("redlock: waiting for 'k': next in line; waited ")
+            && err.contains(", running './deploy.sh'\n"),
         "{err}"
     );
     assert!(
@@ -174,6 +174,17 @@ fn a_short_wait_says_nothing() {
 /// the terminal received. The waiter must take the lock and succeed.
 fn in_terminal(redis: &RedisServer, args: &[&str], columns: u16, draws: usize) -> String {
     let token = hold_deploy(redis, "k");
+    in_terminal_behind(redis, &token, args, columns, draws)
+}
+
+/// [`in_terminal`] behind a holder of `k` that holds it with `token`.
+fn in_terminal_behind(
+    redis: &RedisServer,
+    token: &str,
+    args: &[&str],
+    columns: u16,
+    draws: usize,
+) -> String {
     let Pty { master, slave } = pty(Some(columns));
     let mut cmd = redis.redlock();
     cmd.args(args)
@@ -193,7 +204,7 @@ fn in_terminal(redis: &RedisServer, args: &[&str], columns: u16, draws: usize) -
         "{:?}",
         seen.lock().unwrap()
     );
-    release(redis, "k", &token);
+    release(redis, "k", token);
     assert!(
         wait_for(|| child.try_wait().unwrap().is_some(), HANG),
         "{:?}",
@@ -218,7 +229,7 @@ fn in_terminal(redis: &RedisServer, args: &[&str], columns: u16, draws: usize) -
 }
 
 /// How a status line starts on a terminal: at the start of the line.
-const LINE: &str = "\rredlock: waiting for 'k': held by ";
+const LINE: &str = "\rredlock: waiting for 'k': ";
 
 /// On a terminal: one line, redrawn in place (carriage return, erase to the end of the line)
 /// about once a second, cut to the terminal's width, and cleared when the lock is taken.
@@ -239,6 +250,36 @@ fn a_waiter_on_a_terminal_redraws_one_line_and_clears_it() {
     assert!(seen.ends_with("…\x1b[K\r\x1b[K"), "{seen:?}");
 }
 
+/// On an 80-column terminal a long note (a command line, say) is what the cut takes: the
+/// waiter's place and wait come first and stay in sight, the holder and its note last (before:
+/// "held by ... running '<note>'" filled the line and cut off "next in line; waited 2s").
+#[test]
+fn a_waiter_on_an_80_column_terminal_keeps_its_place_and_wait_in_sight() {
+    let redis = or_skip!(RedisServer::start());
+    let note = format!(
+        "./deploy.sh --environment production {}",
+        "--verbose ".repeat(8)
+    );
+    let token = redis
+        .redlock()
+        .args(["acquire", "k", "--ttl", "60s", "--note", note.trim_end()])
+        .run()
+        .ok();
+    let seen = in_terminal_behind(&redis, &token, &["acquire", "k", "-w", "60s"], 80, 2);
+    for drawn in seen.split(LINE).skip(1) {
+        let line = drawn.split("\x1b[K").next().unwrap();
+        assert!(
+            line.starts_with("next in line; waited ") && line.contains("s; held by "),
+            "{line:?} in {seen:?}"
+        );
+        let visible = format!("{}{line}", &LINE[1..]);
+        assert!(
+            visible.chars().count() <= 79 && visible.ends_with('…'),
+            "{visible:?} in {seen:?}"
+        );
+    }
+}
+
 /// `-v` on a terminal: the wake-ups that redraw the line every second are logged as what they
 /// are, never as errors ("Resource temporarily unavailable"), and log lines clear the status
 /// line before they are printed.
@@ -257,15 +298,15 @@ fn verbose_shows_the_redraw_wake_ups_as_no_errors() {
         assert!(rest.is_empty() || rest.starts_with("\r\x1b[K"), "{seen:?}");
     }
     // The full line, at 200 columns.
-    assert!(seen.contains(" running './deploy.sh' for "), "{seen:?}");
+    assert!(seen.contains(", running './deploy.sh'\x1b[K"), "{seen:?}");
     // Drawn about a second into the wait (the waiter's own wake-ups come every 3 s, the holder's
     // TTL being a minute); up to 3 s allowed for a busy machine.
     let first = seen.split(LINE).nth(1).unwrap();
     let first = first.split("\x1b[K").next().unwrap();
     assert!(
-        ["; waited 1s", "; waited 2s", "; waited 3s"]
+        ["1s", "2s", "3s"]
             .iter()
-            .any(|w| first.ends_with(w)),
+            .any(|w| first.contains(&format!("; waited {w}; held by "))),
         "{first:?} in {seen:?}"
     );
 }
@@ -286,8 +327,8 @@ fn a_waiter_on_a_quorum_says_what_it_waits_for() {
     waiter.wait_for_stderr("next in line", EVENT);
     let err = waiter.stderr();
     assert!(
-        err.contains("redlock: waiting for 'k': held by ")
-            && err.contains(" running './deploy.sh' for "),
+        err.contains("redlock: waiting for 'k': next in line; waited ")
+            && err.contains(", running './deploy.sh'\n"),
         "{err}"
     );
     // The queue node's view came with the attempt: no node ran a status read.
