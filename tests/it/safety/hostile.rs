@@ -377,28 +377,28 @@ fn an_output_that_cannot_be_written_exits_74() {
     assert!(out.stderr.contains("rc=0"), "{out}");
 }
 
-/// The ACL rules the README gives for a user that may only touch redlock's keys and channels.
-const README_ACL: &str = "resetkeys ~redlock:* resetchannels &redlock:* &redlock:{*}:watch \
+/// The ACL rules docs/security.md gives for a user that may only touch redlock's keys and channels.
+const DOCUMENTED_ACL: &str = "resetkeys ~redlock:* resetchannels &redlock:* &redlock:{*}:watch \
 -@all +@connection \
 +eval +evalsha +script|load +scan +blpop +subscribe +wait +get +set +del +exists +pttl +pexpire +persist +hget +hset \
 +hdel +hmget +hgetall +hincrby +zadd +zrem +zrange +zscore +zcard +lpush +publish +time +info \
 +xadd +type +xrange +xrevrange +xread +psubscribe +pubsub|numsub +multi +exec";
 
 #[test]
-fn the_readme_acl_confines_redlock_to_its_prefix() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+fn the_documented_acl_confines_redlock_to_its_prefix() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/security.md"))
         .unwrap()
         .replace("\\\n", " ")
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ");
     assert!(
-        readme.contains(&format!("ACL SETUSER locks on >PASSWORD {README_ACL}")),
-        "the README's ACL example differs from the one tested here"
+        doc.contains(&format!("ACL SETUSER locks on >PASSWORD {DOCUMENTED_ACL}")),
+        "the ACL example of docs/security.md differs from the one tested here"
     );
     let redis = or_skip!(RedisServer::start());
     let mut rule = vec!["ACL", "SETUSER", "locks", "on", ">pw"];
-    rule.extend(README_ACL.split(' '));
+    rule.extend(DOCUMENTED_ACL.split(' '));
     redis.query::<()>(&rule);
     let url = format!("redis://locks:pw@127.0.0.1:{}", redis.port());
     let with_user = || {
@@ -470,7 +470,7 @@ fn the_readme_acl_confines_redlock_to_its_prefix() {
     watch.signal(libc::SIGINT);
     watch.finish(Duration::from_secs(20)).expect(130);
     // A lock key someone set without a TTL: the waiter's script keeps the record alive with
-    // PERSIST (the README's list must have it: this exited 70 without).
+    // PERSIST (the documented list must have it: this exited 70 without).
     redis.query::<()>(&["SET", &lock_key("stuck"), "x"]);
     with_user()
         .args(["acquire", "stuck", "-w", "1s"])
@@ -502,7 +502,7 @@ fn scripts_under_a_strict_acl_work_or_say_permission() {
     let a = or_skip!(RedisServer::start());
     let b = or_skip!(RedisServer::start());
     let mut rule = vec!["ACL", "SETUSER", "locks", "on", ">pw"];
-    rule.extend(README_ACL.split(' '));
+    rule.extend(DOCUMENTED_ACL.split(' '));
     rule.push("-info");
     for server in [&a, &b] {
         server.query::<()>(&rule);
