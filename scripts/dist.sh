@@ -136,7 +136,7 @@ Version: $deb_version
 Architecture: amd64
 Maintainer: redlock developers <redlock@users.noreply.github.com>
 Installed-Size: $installed_kib
-Suggests: redis-server
+Suggests: redis-server, bash-completion
 Section: utils
 Priority: optional
 Description: distributed lock for shell scripts, cron jobs and CI, on Redis

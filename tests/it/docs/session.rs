@@ -211,8 +211,10 @@ fn is_cron_variable(entry: &str) -> bool {
 fn parse_all(block: &Block, text: &str) -> Result<(), String> {
     // A session's commands, not the output shown under them; any other block whole.
     let pieces: Vec<(usize, String)> = if block.info.starts_with("console") {
+        // A command shown failing with a usage error (`? 2`) is the parser's to refuse.
         markdown::commands(block)?
             .into_iter()
+            .filter(|c| c.status != 2)
             .map(|c| (c.line, c.text))
             .collect()
     } else {
