@@ -20,6 +20,7 @@
 //! test first on PATH and standing in for `/usr/bin/redlock`.
 
 mod expect;
+mod links;
 mod markdown;
 mod session;
 
@@ -128,6 +129,23 @@ fn man_page_examples_parse() {
     }
     assert!(examples > 10, "only {examples} examples found in man/");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Every relative link of the docs (README, CONTRIBUTING, CHANGELOG, docs/) leads to a file and
+/// a heading that exist.
+#[test]
+fn links_between_the_docs_lead_somewhere() {
+    let mut files = docs_there_are();
+    files.push("CHANGELOG.md".into());
+    let problems: Vec<String> = files
+        .iter()
+        .flat_map(|f| links::broken(&root(), f))
+        .collect();
+    assert!(
+        problems.is_empty(),
+        "broken links:\n{}",
+        problems.join("\n")
+    );
 }
 
 #[test]
