@@ -387,15 +387,17 @@ fn status_shows_the_note_and_redlocks_own_pid() {
 /// the process group began outside the pid namespace, and `getsid`/`getpgid` answer 0 for them.
 /// redlock asks both (exec: whether it leads its session and group; `--while-pid`: whether the
 /// pid leads its group); a 0 is "not ours", never a panic. `unshare --pid --fork` builds that
-/// namespace here (skipped where it cannot: neither root nor user namespaces).
+/// namespace here (skipped where it cannot: neither root nor user namespaces), with its own /proc
+/// as a container has (`--mount-proc`): with the host's, /proc/PID names another process than
+/// the namespace's PID, and the command's credentials would be compared with a stranger's.
 #[test]
 fn works_in_a_pid_namespace_whose_session_began_outside_it() {
     let redis = or_skip!(RedisServer::start());
     let tried = std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "true"])
+        .args(["--pid", "--fork", "--mount-proc", "true"])
         .output();
     if !tried.is_ok_and(|o| o.status.success()) {
-        eprintln!("skipped: `unshare --pid --fork` does not work here");
+        eprintln!("skipped: `unshare --pid --fork --mount-proc` does not work here");
         return;
     }
     // `sh` is pid 1 of the namespace; its session and group are outside it.
@@ -407,7 +409,7 @@ fn works_in_a_pid_namespace_whose_session_began_outside_it() {
             redlock release k "$T" || exit 13' || exit
     "#;
     let out = redis
-        .sh(r#"exec unshare --pid --fork sh -c "$S""#)
+        .sh(r#"exec unshare --pid --fork --mount-proc sh -c "$S""#)
         .env("S", script)
         .run()
         .expect(0);
