@@ -89,7 +89,12 @@ url="redis://127.0.0.1:$PORT"
 "$bin" --url "$url" exec demo --note "quick start demo" -- sh -c '"$0" status; echo "I hold $REDLOCK_KEY with fence $REDLOCK_FENCE"' "$bin"
 
 echo
-echo "redlock works: $bin (install it with: cargo install --path . --root /usr/local)"
+echo "redlock works: $bin"
+echo "Put it on your PATH to try the README's examples:  export PATH=\"$(dirname "$bin"):\$PATH\""
+echo "(or install it for cron and systemd too:  sudo install -m 755 $bin /usr/bin/)"
+if [ "$PORT" != 6379 ]; then
+  echo "and point redlock at this Redis:  export REDLOCK_URL=$url"
+fi
 if [ -n "$started" ]; then
   echo "The Redis on 127.0.0.1:$PORT keeps running for you to try redlock; stop it with:"
   echo "    redis-cli -p $PORT shutdown nosave && rm -r $started"

@@ -18,9 +18,10 @@ const ABOUT: &str = "A distributed lock for shell scripts, cron jobs and CI, bac
 const LONG_ABOUT: &str = "\
 A distributed lock for shell scripts, cron jobs and CI, backed by Redis.
 
-redlock takes a lock with SET NX PX, releases and extends it only with the holder's token (atomic \
-Lua compare-and-delete / compare-and-PEXPIRE), hands out a strictly increasing fencing token with \
-every acquisition, and records who holds each lock so that 'redlock status' can show it.";
+Every machine that reaches the same Redis sees the same locks. 'redlock exec' runs a command while \
+it holds a lock and releases it when the command ends; the command is stopped if the lock is lost, \
+and dies with redlock. Waiters queue in arrival order, and 'redlock status' shows who holds what, \
+since when, and who waits.";
 
 /// The examples a newcomer needs first, between the usage and the commands of `-h` and `--help`
 /// (see `HELP_TEMPLATE`): `exec` from cron and from CI, and a lock held as long as a script
