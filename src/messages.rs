@@ -107,6 +107,12 @@ pub fn progress(config: &Config, text: &str, terminal: bool) {
     DRAWN.store(true, Ordering::SeqCst);
 }
 
+/// How many columns a progress line's text has on this terminal (after "redlock: ", and less the
+/// last column, as [`progress`] draws it).
+pub fn progress_room() -> usize {
+    terminal_width().saturating_sub(1 + "redlock: ".len())
+}
+
 /// Removes a progress line drawn on the terminal, if there is one: the next line starts clean.
 pub fn clear_progress() {
     if DRAWN.swap(false, Ordering::SeqCst) {
