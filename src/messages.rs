@@ -107,6 +107,12 @@ pub fn progress(config: &Config, text: &str, terminal: bool) {
     DRAWN.store(true, Ordering::SeqCst);
 }
 
+/// How many columns a progress line's text has on this terminal (after "redlock: ", and less the
+/// last column, as [`progress`] draws it).
+pub fn progress_room() -> usize {
+    terminal_width().saturating_sub(1 + "redlock: ".len())
+}
+
 /// Removes a progress line drawn on the terminal, if there is one: the next line starts clean.
 pub fn clear_progress() {
     if DRAWN.swap(false, Ordering::SeqCst) {
@@ -244,7 +250,7 @@ pub fn usage_error(e: &clap::Error) -> u8 {
         Some(sub) => format!("redlock {sub} --help"),
         None => "redlock --help".to_string(),
     };
-    if let Some(line) = missing_duration(e, &cmd, sub.as_deref()) {
+    if let Some(line) = missing_duration(e, &cmd, sub.as_deref(), &args) {
         eline!("redlock: {line} (see '{help}')");
         return exit::USAGE;
     }
@@ -273,39 +279,70 @@ pub fn usage_error(e: &clap::Error) -> u8 {
 /// A duration option whose value was left out, so that it took the next argument, an option
 /// (`exec k -w -- cmd`): said as the missing value it is. (Duration options take values that
 /// start with `-`, so that a negative one is refused by name rather than taken for an option;
-/// before, this said "'--' is negative".)
-fn missing_duration(e: &clap::Error, cmd: &clap::Command, sub: Option<&str>) -> Option<String> {
+/// before, this said "'--' is negative".) clap reports it as the option's invalid value, or, when
+/// the option it took had a value of its own (`acquire k -w --while-pid 812`), as that value
+/// being unexpected: `args` (the command line) tells that case.
+fn missing_duration(
+    e: &clap::Error,
+    cmd: &clap::Command,
+    sub: Option<&str>,
+    args: &[std::ffi::OsString],
+) -> Option<String> {
     use clap::error::{ContextKind, ContextValue};
-    if e.kind() != ErrorKind::ValueValidation {
-        return None;
-    }
-    let Some(ContextValue::String(value)) = e.get(ContextKind::InvalidValue) else {
-        return None;
+    let scope = sub.and_then(|s| cmd.find_subcommand(s)).unwrap_or(cmd);
+    // A duration option, and a value shaped like an option (not a negative number).
+    let stolen = |option: &clap::Arg, value: &str| {
+        let mut chars = value.chars();
+        chars.next() == Some('-')
+            && chars
+                .next()
+                .is_some_and(|c| c == '-' || c.is_ascii_alphabetic())
+            && option
+                .get_value_names()
+                .and_then(|names| names.first())
+                .is_some_and(|name| name.as_str() == "DUR")
     };
-    let mut chars = value.chars();
-    let an_option = chars.next() == Some('-')
-        && chars
-            .next()
-            .is_some_and(|c| c == '-' || c.is_ascii_alphabetic());
-    if !an_option {
-        return None;
-    }
     let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
         return None;
     };
-    let long = arg.split(' ').next()?.strip_prefix("--")?;
-    let scope = sub.and_then(|s| cmd.find_subcommand(s)).unwrap_or(cmd);
-    let option = scope.get_arguments().find(|a| a.get_long() == Some(long))?;
-    if option.get_value_names()?.first()?.as_str() != "DUR" {
+    let (option, value) = match e.kind() {
+        ErrorKind::ValueValidation => {
+            let Some(ContextValue::String(value)) = e.get(ContextKind::InvalidValue) else {
+                return None;
+            };
+            let long = arg.split(' ').next()?.strip_prefix("--")?;
+            let option = scope.get_arguments().find(|a| a.get_long() == Some(long))?;
+            (option, value.clone())
+        }
+        // The option's stolen value is followed by the argument clap did not expect.
+        ErrorKind::UnknownArgument => args.windows(3).find_map(|w| {
+            let [opt, value, unexpected] = w else {
+                return None;
+            };
+            let opt = opt.to_str()?;
+            let short = |a: &clap::Arg| a.get_short().map(|c| format!("-{c}"));
+            let option = scope.get_arguments().find(|a| {
+                opt.strip_prefix("--")
+                    .is_some_and(|l| a.get_long() == Some(l))
+                    || short(a).as_deref() == Some(opt)
+            })?;
+            let value = value.to_str()?;
+            (unexpected.to_str()? == arg.as_str() && stolen(option, value))
+                .then(|| (option, value.to_string()))
+        })?,
+        _ => return None,
+    };
+    if !stolen(option, &value) {
         return None;
     }
+    let long = option.get_long()?;
     let (names, example) = match option.get_short() {
         Some(short) => (format!("-{short}/--{long}"), format!("-{short} 30s")),
         None => (format!("--{long}"), format!("--{long} 30s")),
     };
     Some(format!(
         "{names} needs a duration, e.g. {example}; the next argument, '{}', is not one",
-        printable(value)
+        printable(&value)
     ))
 }
 

@@ -136,13 +136,70 @@ pub const LOG_EVERY: Duration = Duration::from_secs(60);
 /// very end: a terminal cuts the line to its width, and a long note must not push the place and
 /// the wait out of sight. Durations in whole seconds: the line is redrawn every second.
 pub fn status_text(w: &Waiting) -> String {
-    let mut s = format!("waiting for '{}': ", w.keys.name);
-    match w.ahead {
-        Some(0) => s.push_str("next in line; "),
-        Some(n) => s.push_str(&format!("{n} ahead of you; ")),
-        None => {}
+    status_text_named(w, &w.keys.name)
+}
+
+/// [`status_text`] for a terminal line of `room` columns: a lock name too long to leave our
+/// place and our wait in sight is shortened in its middle (`deploy-pr…-service`), down to
+/// [`NAME_MIN`] columns; what is still too long is cut at the end, as any progress line is.
+pub fn status_text_within(w: &Waiting, room: usize) -> String {
+    let full = status_text(w);
+    let name = &w.keys.name;
+    // A line cut at its end ends in an ellipsis: one more column.
+    let name_room = room.saturating_sub(width(&head(w, "")) + 1).max(NAME_MIN);
+    if width(&full) <= room || width(name) <= name_room {
+        return full;
     }
-    s.push_str(&format!("waited {}", secs(w.waited)));
+    status_text_named(w, &elide_middle(name, name_room))
+}
+
+/// The fewest columns a shortened lock name keeps.
+const NAME_MIN: usize = 12;
+
+/// What the line must keep in sight: "waiting for 'NAME': 2 ahead of you; waited 41s".
+fn head(w: &Waiting, name: &str) -> String {
+    let place = match w.ahead {
+        Some(0) => "next in line; ".to_string(),
+        Some(n) => format!("{n} ahead of you; "),
+        None => String::new(),
+    };
+    format!("waiting for '{name}': {place}waited {}", secs(w.waited))
+}
+
+fn width(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
+}
+
+/// `name` in `cols` columns: its start and its end, an ellipsis between.
+fn elide_middle(name: &str, cols: usize) -> String {
+    use unicode_width::UnicodeWidthChar;
+    let keep = cols.saturating_sub(1);
+    let (mut front, mut back) = (keep - keep / 2, keep / 2);
+    let mut start = String::new();
+    for c in name.chars() {
+        let w = c.width().unwrap_or(0);
+        if w > front {
+            break;
+        }
+        front -= w;
+        start.push(c);
+    }
+    let mut end: Vec<char> = Vec::new();
+    for c in name.chars().rev() {
+        let w = c.width().unwrap_or(0);
+        if w > back {
+            break;
+        }
+        back -= w;
+        end.push(c);
+    }
+    start.push('…');
+    start.extend(end.into_iter().rev());
+    start
+}
+
+fn status_text_named(w: &Waiting, name: &str) -> String {
+    let mut s = head(w, name);
     if let Some(state) = w.state {
         s.push_str("; ");
         match &state.holder {
@@ -265,7 +322,12 @@ impl Park for Parker<'_> {
     }
 
     fn report(&mut self, waiting: &Waiting) {
-        messages::progress(self.config, &status_text(waiting), self.terminal);
+        let text = if self.terminal {
+            status_text_within(waiting, messages::progress_room())
+        } else {
+            status_text(waiting)
+        };
+        messages::progress(self.config, &text, self.terminal);
     }
 
     fn end_report(&mut self, keys: &Keys, acquired: Option<Duration>) {
@@ -340,6 +402,44 @@ mod tests {
             counters: Default::default(),
             slots: None,
         }
+    }
+
+    /// On a terminal, a long lock name gives way so that our place and our wait stay in sight
+    /// within the line's room (before: at 80 columns, a 35-character name cut the line at
+    /// "1 ahead of you; wa…").
+    #[test]
+    fn a_long_name_is_shortened_to_keep_the_place_and_the_wait_in_sight() {
+        let keys = Keys::new("redlock:", "deploy-production-eu-west-1-service").unwrap();
+        let held = state(Some("t"), Some(Holder::default()));
+        let w = Waiting {
+            keys: &keys,
+            state: Some(&held),
+            ahead: Some(1),
+            waited: Duration::from_secs(41),
+            preempt: false,
+        };
+        // 80 columns, less one and "redlock: ".
+        let room = 80 - 1 - 9;
+        let line = status_text_within(&w, room);
+        let head = line.split("; held").next().unwrap();
+        // The rest of the line is cut behind it, with an ellipsis in the last column.
+        assert!(width(head) < room, "{line}");
+        assert!(
+            head.starts_with("waiting for 'deploy-produ")
+                && head.ends_with("-1-service': 1 ahead of you; waited 41s")
+                && head.matches('…').count() == 1,
+            "{line}"
+        );
+        assert_eq!(elide_middle("abcdefghij", 6), "abc…ij");
+        assert_eq!(elide_middle("ab界cdefg界h", 7), "ab…界h");
+        // A name that fits is kept whole, and so is a line that fits.
+        assert_eq!(status_text_within(&w, 500), status_text(&w));
+        let short = Keys::new("redlock:", "deploy").unwrap();
+        let w = Waiting { keys: &short, ..w };
+        assert!(status_text_within(&w, room).starts_with("waiting for 'deploy': 1 ahead"));
+        // However narrow, the name keeps its start and its end.
+        let narrow = Waiting { keys: &keys, ..w };
+        assert!(status_text_within(&narrow, 30).starts_with("waiting for 'deploy…rvice': "));
     }
 
     /// The status line names our place, our wait, then the holder, for how long, and what it runs.

@@ -247,21 +247,38 @@ fn started_within(uptime_secs: u64, held: Duration) -> bool {
 /// What a lock found gone after its server restarted says, instead of the usual reasons.
 const RESTARTED: &str = "the Redis server restarted (its data was not kept)";
 
+/// Whether the lock's record (its meta hash) shows that the server lost what it kept of the lock,
+/// as a restart without persistence does: the fence counter below ours (it never goes down while
+/// the record lasts), or, under another holder with a newer fence, a count of acquisitions that
+/// leaves ours out. A server that kept its data (an append-only file) kept the record: a lock
+/// deleted, overwritten or expired after such a restart is not the restart's doing.
+fn record_lost(verdict: &Verdict, our_fence: i64, fence: i64, acquisitions: u64) -> bool {
+    match verdict {
+        Verdict::Free | Verdict::PlaceGone => fence < our_fence,
+        Verdict::HeldByOther(_) => fence < our_fence || (fence > our_fence && acquisitions <= 1),
+        _ => false,
+    }
+}
+
 /// Why a renewal or the release found the lock no longer ours: the verdict and, if a forced
 /// release took it, who forced it and when, or if the server restarted since the lock was taken
-/// (one or two more reads, on this rare path; without an answer, the verdict alone).
+/// and lost the lock's record with it (one or two more reads, on this rare path; without an
+/// answer, the verdict alone).
 pub fn loss_reason(store: &mut dyn Store, lock: &Lock, verdict: &Verdict) -> String {
-    let forced = store
-        .inspect(&lock.keys)
-        .ok()
+    let state = store.inspect(&lock.keys).ok();
+    let forced = state
+        .as_ref()
         .and_then(|s| s.forced_of(&lock.token).cloned());
+    let lost = state
+        .as_ref()
+        .is_some_and(|s| record_lost(verdict, lock.fence, s.fence, s.counters.acquisitions));
     match (forced, verdict) {
         (Some(f), Verdict::HeldByOther(_)) => {
             format!("{}; {}", forced_reason(Some(&f)), lost_reason(verdict))
         }
         (Some(f), _) => forced_reason(Some(&f)),
         (None, Verdict::Free | Verdict::PlaceGone | Verdict::HeldByOther(_))
-            if store.restarted_within(&lock.keys, lock.taken.elapsed()) =>
+            if lost && store.restarted_within(&lock.keys, lock.taken.elapsed()) =>
         {
             match verdict {
                 Verdict::HeldByOther(_) => format!("{RESTARTED}; {}", lost_reason(verdict)),

@@ -88,6 +88,21 @@ fn a_missing_duration_is_said_to_be_missing() {
             "--ttl needs a duration, e.g. --ttl 30s; the next argument, '-n', is not one",
         ),
         case(&["wait", "-w", "--", "k"], "-w/--wait needs a duration"),
+        // The option it took has a value of its own, which clap finds unexpected (before:
+        // "unexpected argument '812' found").
+        case(
+            &["acquire", "k", "--wait", "--while-pid", "812"],
+            "-w/--wait needs a duration, e.g. -w 30s; the next argument, '--while-pid', is not one",
+        ),
+        case(
+            &["acquire", "k", "-w", "--ttl", "5s"],
+            "-w/--wait needs a duration, e.g. -w 30s; the next argument, '--ttl', is not one",
+        ),
+        // An unexpected argument that is only that stays so.
+        case(
+            &["acquire", "k", "-w", "5s", "extra"],
+            "unexpected argument 'extra'",
+        ),
         // A negative duration is still refused as one.
         case(&["exec", "k", "-w", "-5s", "--", "true"], "negative"),
     ]);
