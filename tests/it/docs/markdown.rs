@@ -207,7 +207,7 @@ pub fn invocations(text: &str) -> Vec<Vec<String>> {
 fn is_prefix(word: &str) -> bool {
     let assignment = word
         .split_once('=')
-        .is_some_and(|(name, _)| !name.is_empty() && name.chars().all(|c| c.is_alnum_or_us()));
+        .is_some_and(|(name, _)| !name.is_empty() && name.chars().all(name_char));
     assignment
         || word.ends_with(':')
         || word.starts_with('-') && word.len() == 1
@@ -222,14 +222,9 @@ fn is_prefix(word: &str) -> bool {
             .all(|c| c.is_ascii_digit() || "*/,-".contains(c))
 }
 
-trait Ident {
-    fn is_alnum_or_us(self) -> bool;
-}
-
-impl Ident for char {
-    fn is_alnum_or_us(self) -> bool {
-        self.is_ascii_alphanumeric() || self == '_'
-    }
+/// A character of a shell variable's name.
+fn name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
 }
 
 #[derive(Debug)]
@@ -404,12 +399,12 @@ fn expansion(
             }
             i
         }
-        Some(c) if !c.is_alnum_or_us() => {
+        Some(c) if !name_char(*c) => {
             text.push(*c);
             i + 1
         }
         _ => {
-            while i < chars.len() && chars[i].is_alnum_or_us() {
+            while i < chars.len() && name_char(chars[i]) {
                 text.push(chars[i]);
                 i += 1;
             }
