@@ -105,13 +105,33 @@ fn bad_urls_are_usage_errors() {
         case(&["--cluster", "-u", "unix:///tmp/r.sock", "status"], "TCP"),
         case(&["--sentinel", "m\u{1}", "status"], "--sentinel"),
         case(&["--cluster", "--sentinel", "m", "status"], "--sentinel"),
-        case(&["--tls-ca", pem, "status"], "rediss://"),
-        case(&["--tls-ca", "/dev/null", "status"], "PEM"),
         case(
             &["--password-file", "/nonexistent/pw", "status"],
             "password-file",
         ),
+    ]);
+    #[cfg(feature = "tls")]
+    assert_usage_errors(&[
+        case(&["--tls-ca", pem, "status"], "rediss://"),
+        case(&["--tls-ca", "/dev/null", "status"], "PEM"),
         case(&["--tls-cert", "/etc/hostname", "status"], "tls-key"),
+    ]);
+    // A build without TLS says so, whatever asks for it.
+    #[cfg(not(feature = "tls"))]
+    assert_usage_errors(&[
+        case(&["--tls-ca", pem, "status"], "built without TLS"),
+        case(
+            &["--tls-cert", pem, "--tls-key", pem, "status"],
+            "--tls-cert",
+        ),
+        case(
+            &["-u", "rediss://127.0.0.1:1", "status"],
+            "built without TLS",
+        ),
+        case(
+            &["-u", "rediss://:hunter2@127.0.0.1:1", "status"],
+            "rediss://:***@",
+        ),
     ]);
 }
 
