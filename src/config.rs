@@ -399,9 +399,17 @@ fn read_password(path: &Path, warn: &mut dyn FnMut(String)) -> Result<String> {
     let mut line = Vec::new();
     let mut chunk = [0u8; 512];
     let deadline = Instant::now() + PASSWORD_WAIT;
+    // A file is read from its start whatever its offset: on macOS `/dev/fd/N` shares the offset
+    // of descriptor N (an exec's password file), which an earlier reader moved to its end.
+    let from_start = meta.is_file();
     loop {
         let room = (MAX_PASSWORD + 1 - line.len()).min(chunk.len());
-        match file.read(&mut chunk[..room]) {
+        let read = if from_start {
+            std::os::unix::fs::FileExt::read_at(&file, &mut chunk[..room], line.len() as u64)
+        } else {
+            file.read(&mut chunk[..room])
+        };
+        match read {
             Ok(0) => break,
             Ok(n) => {
                 line.extend_from_slice(&chunk[..n]);
