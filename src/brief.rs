@@ -431,7 +431,9 @@ fn stderr_may_stay(pid: i32) -> bool {
     if matches!(ours.kind, FileType::RegularFile | FileType::CharacterDevice) {
         return true;
     }
-    platform::holds_file(pid, 2, ours.dev, ours.ino)
+    // Where PID's descriptors cannot be read (macOS), a pipe is let go of: a keeper that held
+    // one that a process of the work reads (`SCRIPT 2>&1 | tee`) would wait for it for ever.
+    platform::holds_file(pid, 2, ours.dev, ours.ino).unwrap_or(false)
 }
 
 /// Waits up to `bound` for acquire's word on `word`: true when it came.

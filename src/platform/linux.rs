@@ -484,12 +484,12 @@ fn read_only(pid: i32, fd: &str) -> bool {
         .is_some_and(|flags| flags & i64::from(libc::O_ACCMODE) == i64::from(libc::O_RDONLY))
 }
 
-/// Whether descriptor `fd` of process `pid` is open on the file `(dev, ino)`; false where that
-/// cannot be read.
-pub fn holds_file(pid: i32, fd: i32, dev: u64, ino: u64) -> bool {
+/// Whether descriptor `fd` of process `pid` is open on the file `(dev, ino)` (false where that
+/// cannot be read); always told here.
+pub fn holds_file(pid: i32, fd: i32, dev: u64, ino: u64) -> Option<bool> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/proc/{pid}/fd/{fd}"))
-        .is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+    let file = std::fs::metadata(format!("/proc/{pid}/fd/{fd}"));
+    Some(file.is_ok_and(|m| m.dev() == dev && m.ino() == ino))
 }
 
 /// Our own binary, to run again: `/proc/self/exe`, the very file, even if it was replaced or

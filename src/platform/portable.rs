@@ -417,7 +417,8 @@ fn parse_ps(line: &str) -> Option<(Proc, bool)> {
     let mut fields = line.split_whitespace();
     let mut number = || fields.next()?.parse::<i32>().ok();
     let (pid, ppid, pgrp) = (number()?, number()?, number()?);
-    let state = fields.next()?.chars().next()?;
+    let stat = fields.next()?;
+    let state = stat.chars().next()?;
     let tty = fields.next()?;
     let rest: Vec<&str> = fields.collect();
     Some((
@@ -426,7 +427,10 @@ fn parse_ps(line: &str) -> Option<(Proc, bool)> {
             state,
             ppid,
             pgrp,
-            threads: 1,
+            // `l`: more than one thread (Linux's ps says so; macOS's has no such flag), so
+            // that a process whose main thread exited while others run is not taken for a
+            // zombie.
+            threads: if stat.contains('l') { 2 } else { 1 },
             start: start_seconds(&rest).unwrap_or(0),
         },
         !tty.chars().all(|c| c == '?'),
@@ -487,9 +491,9 @@ pub fn one_reads(_pids: &[i32], _dev: u64, _ino: u64) -> bool {
     false
 }
 
-/// Whose descriptors are open on what cannot be read here: never known.
-pub fn holds_file(_pid: i32, _fd: i32, _dev: u64, _ino: u64) -> bool {
-    false
+/// Whose descriptors are open on what cannot be read here: `None`, never known.
+pub fn holds_file(_pid: i32, _fd: i32, _dev: u64, _ino: u64) -> Option<bool> {
+    None
 }
 
 /// Our own binary, to run again (its path when we started: a binary replaced since runs anew).
@@ -609,6 +613,9 @@ mod tests {
         assert!(q.start < p.start);
         let (z, _) = parse_ps("77 1 77 Z ?").unwrap();
         assert!(!z.living() && z.start == 0);
+        // A main thread that exited while another runs.
+        let (z, _) = parse_ps("77 1 77 Zl ? Mon Apr 14 10:00:00 2026").unwrap();
+        assert!(z.living());
         assert!(parse_ps("garbage").is_none());
     }
 
