@@ -32,7 +32,9 @@
 //!   wrappers are the usual way to drop root in containers, and with one the guarantee holds
 //!   again wherever redlock may signal the command (as root, or as the user who ran `sudo`).
 //!   What it cannot cover: a kill of redlock before the switch was seen (up to a second), and
-//!   a command that redlock's user may not signal.
+//!   a command that redlock's user may not signal. Where there is no parent-death signal
+//!   (macOS: see `platform`), a watchdog is started with every command instead, and a kill of
+//!   both redlock and its watchdog leaves the command running.
 //! - What the command started dies with redlock too when redlock leads its process group (a
 //!   terminal's job, cron's `sh -c` that execs it, `setsid`): a watchdog is started with every
 //!   command then, leaves the group, and at redlock's death signals the whole group (SIGTERM,

@@ -307,8 +307,8 @@ fn subcommand_help_does_not_bury_its_own_options() {
     }
     let exec = redlock().args(["exec", "--help"]).run().expect(0).stdout;
     // 80 lines until --slots, --pool and --shared came (issue 14), then --max-runtime and
-    // --warn-after (issue 15).
-    assert!(exec.lines().count() <= 100, "exec --help is long:\n{exec}");
+    // --warn-after (issue 15), then what is weaker on macOS (issue 30).
+    assert!(exec.lines().count() <= 110, "exec --help is long:\n{exec}");
     // The global options still work after the subcommand.
     let out = redlock()
         .args([
