@@ -1,5 +1,7 @@
-//! Two things the binary needs that are cheaper to work out once, here, than at every start:
+//! Three things the binary needs that are cheaper to work out once, here, than at every start:
 //!
+//! - `cfg(portable)`: the portable implementation of `src/platform/` is the one built, for a
+//!   target other than Linux, or for Linux with `--features portable`;
 //! - the build's name in `redlock --version`: the git commit it was built from (when built from a
 //!   git checkout of this repository) and the target triple, as `REDLOCK_BUILD` for `cli.rs`
 //!   ("abc1234, x86_64-unknown-linux-musl", or the target alone outside git);
@@ -450,6 +452,11 @@ fn main() {
         std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     assemble_scripts(&manifest, &out);
+    println!("cargo::rustc-check-cfg=cfg(portable)");
+    let linux = std::env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "linux");
+    if !linux || std::env::var_os("CARGO_FEATURE_PORTABLE").is_some() {
+        println!("cargo::rustc-cfg=portable");
+    }
     let target = std::env::var("TARGET").unwrap_or_default();
     let dir = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     // Only this repository's own checkout: a source tree unpacked inside another repository

@@ -1,14 +1,15 @@
 //! What `acquire --while-pid` and its keeper agree on, and starting one: the [`Brief`] acquire
-//! hands the keeper on its stdin, the [`Pid`] it watches through a pidfd, the readiness pipe on
-//! which the keeper says it runs (or why not) and acquire's word that the token was printed, and
-//! the keeper's start-up ([`start`] in acquire, [`detach`] in the keeper). `commands` (acquire)
+//! hands the keeper on its stdin, the [`Pid`] it watches (through a pidfd on Linux), the
+//! readiness pipe on which the keeper says it runs (or why not) and acquire's word that the
+//! token was printed, and the keeper's start-up ([`start`] in acquire, [`detach`] in the keeper). `commands` (acquire)
 //! and `keeper` both use it, and neither imports the other.
 //!
 //! Invariants: acquire prints the token only once the keeper said it runs ([`RUNNING`] on the
 //! readiness pipe); the keeper keeps the lock only once acquire's word came ([`awaited_word`]),
 //! and gives it back otherwise. The keeper is a re-exec of our own binary, never a fork without
 //! exec (acquire has threads), and inherits exactly two descriptors: the pidfd and the pipe's
-//! write end ([`Brief::read`] closes every other one). The brief is in the keeper's stdin before
+//! write end (on macOS the pipe's alone: the brief names the pid by its start time instead;
+//! [`Brief::read`] closes every other one). The brief is in the keeper's stdin before
 //! the keeper exists: an acquire killed at any moment leaves a keeper that knows its lock (and
 //! gives it back), never one that read half a brief. See `keeper.rs` for why and how it keeps
 //! the lock.
@@ -32,6 +33,7 @@ use crate::lock::{Keys, Lock, Slot};
 use crate::messages;
 use crate::os;
 use crate::output::human_ms;
+use crate::platform;
 use crate::work;
 
 /// The keeper's `argv[0]`, by which `main` knows it (`ps` shows `redlock-keeper --pid PID -- KEY`).
@@ -45,7 +47,7 @@ pub const READY_GRACE: Duration = Duration::from_secs(5);
 pub const RUNNING: u8 = 0;
 
 /// Warns (one line, on acquire's stderr) when the keeper cannot know all the work `pid` starts:
-/// `pid` does not lead its process group, so its descendants are what scans of /proc find.
+/// `pid` does not lead its process group, so its descendants are what scans of the process table find.
 /// Also when `pid` is an interactive shell (it leads a session with a terminal): its jobs have
 /// groups of their own, and a loss or preemption stops the operator's shell itself.
 pub fn warn_unless_group(config: &Config, pid: i32) {
@@ -77,17 +79,17 @@ pub fn warn_unless_group(config: &Config, pid: i32) {
     );
 }
 
-/// A process watched through a pidfd (`--while-pid`).
+/// A process watched through a pidfd (`--while-pid`; its pid and start time on macOS).
 pub struct Pid {
     pub pid: i32,
-    fd: os::PidFd,
+    fd: platform::Process,
 }
 
 impl Pid {
     /// Opens a pidfd for `pid`. No such process is a usage error, as is one we could not signal
     /// when `on_lost` would have to.
     pub fn open(pid: i32, on_lost: PidOnLost) -> Result<Pid> {
-        let watched = match os::PidFd::open(pid) {
+        let watched = match platform::Process::open(pid) {
             Ok(fd) => Pid { pid, fd },
             Err(e) => {
                 return Err(match e.raw_os_error() {
@@ -172,16 +174,19 @@ pub struct Brief {
     slot: Option<u32>,
     resource: Option<String>,
     pid: i32,
-    /// The inherited pidfd for `pid`, and the write end of the readiness pipe.
-    pidfd: RawFd,
+    /// The inherited pidfd for `pid` (none on macOS), and the write end of the readiness pipe.
+    pidfd: Option<RawFd>,
+    /// When `pid` started, where that names it (macOS: see `platform::Process`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    started: Option<u64>,
     ready: RawFd,
     /// The password acquire resolved, if any: the keeper cannot read a `--password-file` again
     /// when it was a pipe (`<(vault read ...)`). On this private pipe only, never in argv.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
-    /// The two descriptors, once [`Brief::read`] took them.
+    /// The pidfd (if any) and the pipe's write end, once [`Brief::read`] took them.
     #[serde(skip)]
-    inherited: Option<[OwnedFd; 2]>,
+    inherited: Option<(Option<OwnedFd>, OwnedFd)>,
 }
 
 impl Brief {
@@ -209,7 +214,8 @@ impl Brief {
             slot: lock.slot.as_ref().map(|s| s.index),
             resource: lock.slot.as_ref().and_then(|s| s.resource.clone()),
             pid: pid.pid,
-            pidfd: pid.fd.as_raw_fd(),
+            pidfd: pid.fd.inheritable(),
+            started: pid.fd.start(),
             ready,
             password: config.for_child.password.clone(),
             inherited: None,
@@ -217,7 +223,7 @@ impl Brief {
     }
 
     /// Reads the brief from stdin: one line, and takes the two descriptors it names, closing
-    /// every other one the keeper inherited (see [`os::take_inherited`]). (The pipe stays open:
+    /// every other one the keeper inherited (see [`platform::take_inherited`]). (The pipe stays open:
     /// acquire's word that it printed the token comes on it later, see [`start`].)
     pub fn read() -> Result<Brief> {
         let mut text = Vec::new();
@@ -234,22 +240,27 @@ impl Brief {
         }
         let mut brief: Brief = serde_json::from_slice(&text)
             .map_err(|e| usage(format!("the keeper's brief is not one: {e}")))?;
-        let inherited = os::take_inherited([brief.pidfd, brief.ready])
+        let mut inherited = platform::take_inherited(&brief.inherited_fds())
             .context("the keeper's brief names descriptors it did not inherit")?;
-        brief.inherited = Some(inherited);
+        let ready = inherited.pop().context("no readiness pipe was inherited")?;
+        brief.inherited = Some((inherited.pop(), ready));
         Ok(brief)
+    }
+
+    /// The descriptors the keeper inherits: the pidfd (if any), then the pipe's write end.
+    fn inherited_fds(&self) -> Vec<RawFd> {
+        self.pidfd.into_iter().chain([self.ready]).collect()
     }
 
     /// The watched pid and the readiness pipe's write end, which [`Brief::read`] took; once.
     pub fn inherited(&mut self) -> Result<(Pid, std::fs::File)> {
-        let [pidfd, ready] = self
+        let (pidfd, ready) = self
             .inherited
             .take()
             .context("the keeper's descriptors were taken already")?;
-        let pid = Pid {
-            pid: self.pid,
-            fd: os::PidFd::from(pidfd),
-        };
+        let fd = platform::Process::inherited(self.pid, pidfd, self.started)
+            .context("the keeper's brief names no process")?;
+        let pid = Pid { pid: self.pid, fd };
         Ok((pid, std::fs::File::from(ready)))
     }
 
@@ -293,20 +304,21 @@ impl Started {
 /// Starts the keeper of `lock` for `pid` and waits until it says it runs. An error leaves no
 /// keeper behind (the lock is the caller's to give back).
 pub fn start(config: &Config, lock: &Lock, pid: Pid) -> Result<Started> {
-    let (ready_r, ready_w) = os::pipe().context("cannot make the keeper's pipe")?;
+    let (ready_r, ready_w) = platform::pipe().context("cannot make the keeper's pipe")?;
     let brief = Brief::of(config, lock, &pid, ready_w.as_raw_fd())?;
     // The brief is in the keeper's stdin before the keeper exists: an acquire killed at any
     // moment after the spawn leaves a keeper that knows its lock (and gives it back when nobody
     // reads its word), never one that reads half a brief and ends with the lock still held.
-    let (brief_r, word) = os::pipe().context("cannot make the keeper's pipe")?;
+    let (brief_r, word) = platform::pipe().context("cannot make the keeper's pipe")?;
     let mut word = std::fs::File::from(word);
     let mut text = serde_json::to_vec(&brief)?;
     text.push(b'\n');
-    os::hold_in_pipe(word.as_fd(), text.len())
+    platform::hold_in_pipe(word.as_fd(), text.len())
         .and_then(|()| word.write_all(&text))
         .context("cannot hand the keeper its brief")?;
-    let inherited = [brief.pidfd, brief.ready];
-    let mut cmd = Command::new("/proc/self/exe");
+    let inherited = brief.inherited_fds();
+    let own = platform::own_binary().context("cannot find redlock's own binary")?;
+    let mut cmd = Command::new(own);
     // The arguments are for `ps` only: what the keeper acts on is in its brief.
     cmd.arg0(ARGV0)
         .args(["--pid", &pid.pid.to_string(), "--", &lock.keys.name])
@@ -323,7 +335,7 @@ pub fn start(config: &Config, lock: &Lock, pid: Pid) -> Result<Started> {
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
-            for fd in inherited {
+            for &fd in &inherited {
                 let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
                 rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             }
@@ -335,6 +347,8 @@ pub fn start(config: &Config, lock: &Lock, pid: Pid) -> Result<Started> {
         .map_err(|e| failure(Kind::Io, format!("cannot start the keeper: {e}")))?;
     // Ours closed, the keeper's end is the only one: its exit reads as EOF.
     drop(ready_w);
+    // (Our pidfd, which the keeper has its own of; nothing to close on macOS.)
+    #[allow(clippy::drop_non_drop)]
     drop(pid);
     let bound = config.io_timeout * 4 + READY_GRACE;
     match await_ready(ready_r, bound) {
@@ -411,15 +425,15 @@ fn kind_of_code(code: u8) -> Kind {
 /// with the keeper on it. (A loss is also told to the lock's history.)
 fn stderr_may_stay(pid: i32) -> bool {
     use rustix::fs::FileType;
-    use std::os::unix::fs::MetadataExt;
     let Ok(ours) = os::file_id(std::io::stderr()) else {
         return false;
     };
     if matches!(ours.kind, FileType::RegularFile | FileType::CharacterDevice) {
         return true;
     }
-    std::fs::metadata(format!("/proc/{pid}/fd/2"))
-        .is_ok_and(|theirs| theirs.dev() == ours.dev && theirs.ino() == ours.ino)
+    // Where PID's descriptors cannot be read (macOS), a pipe is let go of: a keeper that held
+    // one that a process of the work reads (`SCRIPT 2>&1 | tee`) would wait for it for ever.
+    platform::holds_file(pid, 2, ours.dev, ours.ino).unwrap_or(false)
 }
 
 /// Waits up to `bound` for acquire's word on `word`: true when it came.
@@ -466,7 +480,8 @@ mod tests {
             slot: None,
             resource: None,
             pid: 1,
-            pidfd: -1,
+            pidfd: None,
+            started: None,
             ready: -1,
             password: None,
             inherited: None,

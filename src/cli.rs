@@ -368,6 +368,13 @@ pub struct GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Take a lock, run a command while renewing it, release it when the command exits
+    ///
+    /// If redlock dies, even by kill -9, the command gets SIGTERM, and the lock frees itself
+    /// within its TTL. On macOS (no parent-death signal, child subreaper or /proc) a watchdog
+    /// process stops the command instead: a kill of both (killall -9 redlock) leaves it running
+    /// unlocked, as consul lock and etcdctl lock leave theirs; what the command left running is
+    /// stopped (--max-runtime, --preemptible) only if it stayed in redlock's process group; and a
+    /// Ctrl-C reaches the command twice, the terminal's and the one redlock passes on.
     #[command(
         override_usage = "redlock exec [OPTIONS] <KEY> -- CMD [ARGS...]\n       \
                           redlock exec [OPTIONS] <KEY> -c <SHELL-COMMAND>",
@@ -502,11 +509,14 @@ pub struct AcquireArgs {
     /// the work it started run, and releases it once they have all ended (however PID ended, even
     /// by SIGKILL); `redlock release` with the token stops it. The work is PID's process group
     /// when PID leads one (cron, CI runners, setsid and terminals start a script so): its steps
-    /// and background jobs. Otherwise (acquire warns) it is PID's descendants as scans of /proc
-    /// find them, every 500ms: best effort, run the script with setsid for the full guarantee. If
-    /// the lock is lost (or preempted, with --preemptible), or the keeper gets SIGTERM, it stops
-    /// PID and its work as --on-lost says (SIGKILL after --kill-after), keeping the lock until they
-    /// have ended (a lost lock cannot be kept).
+    /// and background jobs. Otherwise (acquire warns) it is PID's descendants as scans of the
+    /// process table find them, every 500ms: best effort, run the script with setsid for the full
+    /// guarantee. If the lock is lost (or preempted, with --preemptible), or the keeper gets
+    /// SIGTERM, it stops PID and its work as --on-lost says (SIGKILL after --kill-after), keeping
+    /// the lock until they have ended (a lost lock cannot be kept). On macOS (no pidfds or
+    /// /proc), PID is known by its pid and start time and its work by ps; the keeper's warnings
+    /// reach a terminal or a file, not a pipe; status cannot show a holder gone; a release
+    /// reaches the keeper through Redis.
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
     pub while_pid: Option<i32>,
 

@@ -30,7 +30,27 @@ pub struct Endpoint {
     pub display: String,
     /// The URL without any password, for a child's `REDLOCK_URL`.
     pub public: String,
-    pub tls: Option<redis::TlsCertificates>,
+    pub tls: Option<TlsFiles>,
+}
+
+/// The certificates a `rediss://` connection trusts and presents: redis's own type in a build
+/// with the `tls` feature; without it, a type with no values, as such a build makes no TLS
+/// connection (a `rediss://` URL or a `--tls-*` flag is refused here, see `no_tls`).
+#[cfg(feature = "tls")]
+pub type TlsFiles = redis::TlsCertificates;
+/// The certificates a `rediss://` connection trusts and presents: none in a build without the
+/// `tls` feature (a `rediss://` URL or a `--tls-*` flag is refused, see `no_tls`).
+#[cfg(not(feature = "tls"))]
+#[derive(Clone)]
+pub enum TlsFiles {}
+
+/// Why a build without the `tls` feature refuses `what`: a `rediss://` URL or a `--tls-*` flag.
+#[cfg(not(feature = "tls"))]
+fn no_tls(what: &str) -> anyhow::Error {
+    usage(format!(
+        "this redlock was built without TLS (the cargo feature `tls`, on by default), so it \
+         cannot use {what}; use a build with TLS"
+    ))
 }
 
 impl Endpoint {
@@ -235,7 +255,7 @@ fn parse_url_list(
     var: &str,
     list: &str,
     password: &Option<String>,
-    tls: &Option<redis::TlsCertificates>,
+    tls: &Option<TlsFiles>,
 ) -> Result<Vec<Endpoint>> {
     let mut endpoints = Vec::new();
     let mut start = 0;
@@ -379,9 +399,17 @@ fn read_password(path: &Path, warn: &mut dyn FnMut(String)) -> Result<String> {
     let mut line = Vec::new();
     let mut chunk = [0u8; 512];
     let deadline = Instant::now() + PASSWORD_WAIT;
+    // A file is read from its start whatever its offset: on macOS `/dev/fd/N` shares the offset
+    // of descriptor N (an exec's password file), which an earlier reader moved to its end.
+    let from_start = meta.is_file();
     loop {
         let room = (MAX_PASSWORD + 1 - line.len()).min(chunk.len());
-        match file.read(&mut chunk[..room]) {
+        let read = if from_start {
+            std::os::unix::fs::FileExt::read_at(&file, &mut chunk[..room], line.len() as u64)
+        } else {
+            file.read(&mut chunk[..room])
+        };
+        match read {
             Ok(0) => break,
             Ok(n) => {
                 line.extend_from_slice(&chunk[..n]);
@@ -440,6 +468,7 @@ fn readable_before(file: &std::fs::File, deadline: Instant) -> bool {
     crate::os::readable_within(file.as_fd(), Some(left)).unwrap_or(true)
 }
 
+#[cfg(feature = "tls")]
 fn read_pem(path: &Path, flag: &str) -> Result<Vec<u8>> {
     let bytes = std::fs::read(path)
         .map_err(|e| usage(format!("cannot read {flag} {}: {e}", path.display())))?;
@@ -452,7 +481,21 @@ fn read_pem(path: &Path, flag: &str) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-fn tls_certificates(args: &GlobalArgs) -> Result<Option<redis::TlsCertificates>> {
+#[cfg(not(feature = "tls"))]
+fn tls_certificates(args: &GlobalArgs) -> Result<Option<TlsFiles>> {
+    let given = [
+        ("--tls-ca", &args.tls_ca),
+        ("--tls-cert", &args.tls_cert),
+        ("--tls-key", &args.tls_key),
+    ];
+    match given.iter().find(|(_, path)| path.is_some()) {
+        Some((flag, _)) => Err(no_tls(flag)),
+        None => Ok(None),
+    }
+}
+
+#[cfg(feature = "tls")]
+fn tls_certificates(args: &GlobalArgs) -> Result<Option<TlsFiles>> {
     let root_cert = args
         .tls_ca
         .as_deref()
@@ -482,11 +525,7 @@ fn tls_certificates(args: &GlobalArgs) -> Result<Option<redis::TlsCertificates>>
 }
 
 /// Validates a Redis URL and builds its connection info, with the password applied.
-pub fn parse_url(
-    raw: &str,
-    password: Option<String>,
-    tls: Option<redis::TlsCertificates>,
-) -> Result<Endpoint> {
+pub fn parse_url(raw: &str, password: Option<String>, tls: Option<TlsFiles>) -> Result<Endpoint> {
     if userinfo_cut_short(raw) {
         // Whatever the parser would make of it, part of the password would end up in the host,
         // port, path or fragment, and from there in messages: refuse it, naming the fix.
@@ -524,6 +563,10 @@ pub fn parse_url(
     let scheme = url.scheme().to_string();
     check_shape(&url, raw)?;
     refuse_port_zero(&url, raw)?;
+    #[cfg(not(feature = "tls"))]
+    if scheme == "rediss" {
+        return Err(no_tls(&format!("'{}'", public_and_display(url).1)));
+    }
     if tls.is_some() && scheme != "rediss" {
         return Err(usage(
             "--tls-ca, --tls-cert and --tls-key need a rediss:// URL",

@@ -32,7 +32,9 @@
 //!   wrappers are the usual way to drop root in containers, and with one the guarantee holds
 //!   again wherever redlock may signal the command (as root, or as the user who ran `sudo`).
 //!   What it cannot cover: a kill of redlock before the switch was seen (up to a second), and
-//!   a command that redlock's user may not signal.
+//!   a command that redlock's user may not signal. Where there is no parent-death signal
+//!   (macOS: see `platform`), a watchdog is started with every command instead, and a kill of
+//!   both redlock and its watchdog leaves the command running.
 //! - What the command started dies with redlock too when redlock leads its process group (a
 //!   terminal's job, cron's `sh -c` that execs it, `setsid`): a watchdog is started with every
 //!   command then, leaves the group, and at redlock's death signals the whole group (SIGTERM,
@@ -357,7 +359,8 @@ impl Report {
     }
 }
 
-/// A sealed, read-only memory file holding `password`, which the command inherits: the
+/// A sealed, read-only memory file holding `password` (an unlinked temporary file readable by
+/// its owner alone on macOS), which the command inherits: the
 /// descriptor is not close-on-exec. It is made just before the spawn and closed by the caller
 /// right after, and nothing else in redlock starts a process meanwhile, so only the command gets
 /// it. It is at least 3, so that it never stands in for a closed stdin, stdout or stderr.
@@ -366,7 +369,7 @@ fn password_fd(password: &str) -> std::io::Result<OwnedFd> {
         // A password file gives its first line only.
         return Err(std::io::Error::other("the password holds a line break"));
     }
-    crate::os::sealed_memfd(c"redlock-password", password.as_bytes())
+    crate::platform::password_file(c"redlock-password", password.as_bytes())
 }
 
 /// The renewal thread, not started yet: a command that ends within TTL/3 never needs it.
@@ -576,12 +579,15 @@ impl<'a> Supervisor<'a> {
 /// When we do not lead our group (one line of a script: the group is the script's), the group
 /// is never signalled and only the command is stopped. It is started with the command, not
 /// later, so that no kill is missed; a fork costs little (measured on `exec -- true`).
+///
+/// Where the kernel has no parent-death signal (macOS: see `platform`), a watchdog over the
+/// command alone is started otherwise, since nothing else would stop it.
 fn group_watchdog(child: &Child, grace: Duration) -> Option<spawn::Watchdog> {
-    if !crate::os::leads_process_group() {
+    let group = crate::os::leads_process_group().then(crate::os::pid);
+    if group.is_none() && crate::platform::DEATH_SIGNAL {
         return None;
     }
-    let me = crate::os::pid();
-    match spawn::Watchdog::start(child.id() as libc::pid_t, Some(me), grace) {
+    match spawn::Watchdog::start(child.id() as libc::pid_t, group, grace) {
         Ok(watchdog) => Some(watchdog),
         Err(e) => {
             messages::alert(format_args!("cannot start a watchdog process: {e}"));

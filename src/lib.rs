@@ -11,12 +11,12 @@
 //! Bottom first. A module uses only modules of lower layers (`tests/layers.rs` checks it, reading
 //! this list):
 //!
-//! 0. `arena`, `env`, `exit`, `os`, `printable`, `redact`, `scripts`, `tell`: the allocator; tables, pure
-//!    text helpers, the Lua scripts, the safe wrappers of the OS calls, the word a release sends
-//!    its keeper
-//! 1. `cli`, `error`, `signals`, `spawn`, `work`: the command line's definition; the error kinds
-//!    and their exit codes; signal delivery, starting the command, the processes a `--while-pid`
-//!    pid started
+//! 0. `arena`, `env`, `exit`, `os`, `platform`, `printable`, `redact`, `scripts`: the allocator;
+//!    tables, pure text helpers, the Lua scripts, the safe wrappers of the OS calls, and what Linux
+//!    has and other systems lack (one implementation for each)
+//! 1. `cli`, `error`, `signals`, `spawn`, `tell`, `work`: the command line's definition; the error
+//!    kinds and their exit codes; signal delivery, starting the command, the word a release sends
+//!    its keeper, the processes a `--while-pid` pid started
 //! 2. `config`: flags and environment resolved and validated
 //! 3. `messages`: every line for humans on stderr, and what `-q` silences
 //! 4. `client`: a connection to one server (timeouts, TLS, auth, Redis errors mapped to ours)
@@ -50,9 +50,13 @@
 //!   scripts write is the protocol: an older and a newer redlock share a lock.
 //! - Decisions that are pure (a quorum's verdict, a renewal's due time) are functions with table
 //!   tests; side effects happen around them.
-//! - `unsafe` lives in `os.rs` (the few calls rustix lacks), `spawn.rs` (the measured vfork-style
-//!   spawn, async-signal-safe code only), `brief.rs` (the keeper's `pre_exec`) and `arena.rs` (the
+//! - `unsafe` lives in `os.rs` (the few calls rustix lacks), `platform/` (the measured vfork-style
+//!   spawn, posix_spawn, kqueue, inherited descriptors), `spawn.rs` (the watchdog's fork,
+//!   async-signal-safe code only), `brief.rs` (the keeper's `pre_exec`) and `arena.rs` (the
 //!   allocator), each block with its `SAFETY` note; everything else calls safe wrappers.
+//! - What is Linux's alone (pidfds, the parent-death signal, a child subreaper, memfds, `/proc`)
+//!   is called through `platform` only, whose portable implementation (macOS) is also built and
+//!   tested on Linux (`--features portable`).
 //! - Tests: one integration crate, `tests/it/`, in feature folders, on real redis-servers
 //!   (`or_skip!` skips without one, fails under `REDLOCK_REQUIRE_REDIS`); `tests/chaos.rs`,
 //!   `tests/generated.rs` and `tests/layers.rs` stand alone.
@@ -82,6 +86,7 @@ mod os;
 mod output;
 mod owner;
 mod park;
+mod platform;
 mod printable;
 mod quorum;
 mod redact;

@@ -1,25 +1,23 @@
-//! Safe wrappers of the OS calls that the safe crates leave to us, and the Linux-only pieces a
-//! port would replace: a pidfd, a sealed memory file, who we are, signal dispositions and masks,
-//! the descriptors a process inherited, a terminal's size, the clocks two processes share.
+//! Safe wrappers of the OS calls that the safe crates leave to us, on every Unix: who we are,
+//! signal dispositions and masks, a terminal's size, the clocks two processes share. (What Linux
+//! has and other systems lack is in `platform`.)
 //!
 //! Everything here is a thin, safe function; callers hold no `unsafe`. rustix (raw system calls,
 //! no errno) does what it can; the few calls it lacks are libc's, each behind one `unsafe`
 //! block whose safety comment says why it holds: signal dispositions and masks (rustix has none
-//! outside its unstable runtime module), the passwd lookup (NSS is libc's), a signal 0 through a
-//! pidfd (rustix's `Signal` has no 0), a process's group and session (rustix asserts that
-//! the kernel's answer is a pid, but a group or session begun outside our pid namespace is 0:
-//! see [`process_group_of`]), and taking or closing inherited descriptors (which no
-//! safe call can do: only the process knows that nothing else owns them). Where a call fails,
+//! outside its unstable runtime module), the passwd lookup (NSS is libc's), and a process's group
+//! and session (rustix asserts that the kernel's answer is a pid, but a group or session begun
+//! outside our pid namespace is 0: see [`process_group_of`]). Where a call fails,
 //! the wrapper says so (`io::Result`) or gives the same fallback its callers used before.
 //!
-//! Starting the command between fork and exec (async-signal-safe code only) stays in
-//! `spawn.rs`.
+//! Starting the command (async-signal-safe code only) is `platform`'s; the watchdog's life
+//! after its fork stays in `spawn.rs`.
 //!
 //! Layer 0 of the list in `lib.rs`.
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use rustix::event::{PollFd, PollFlags, poll};
@@ -115,100 +113,6 @@ pub fn wait_child(pid: Option<i32>, block: bool) -> io::Result<Option<(i32, i32)
         Err(rustix::io::Errno::INTR) => Ok(None),
         Err(e) => Err(e.into()),
     }
-}
-
-/// Makes this process the reaper of its orphaned descendants (`PR_SET_CHILD_SUBREAPER`).
-pub fn become_subreaper() -> io::Result<()> {
-    Ok(rustix::process::set_child_subreaper(Some(
-        rustix::process::getpid(),
-    ))?)
-}
-
-/// A process named by a pidfd: a pid reused after it ended never passes for it.
-#[derive(Debug)]
-pub struct PidFd(OwnedFd);
-
-impl PidFd {
-    /// Opens a pidfd for `pid` (close-on-exec). The raw OS error says why not: ESRCH (no such
-    /// process), ENOSYS (Linux before 5.3), EINVAL or ENOENT (not a process).
-    pub fn open(pid: i32) -> io::Result<PidFd> {
-        let pid = pid_of(pid).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())?;
-        Ok(PidFd(fd))
-    }
-
-    /// Whether the process has ended (its pidfd is readable then, zombie or reaped).
-    pub fn ended(&self) -> bool {
-        readable_within(self.0.as_fd(), Some(Duration::ZERO)).unwrap_or(false)
-    }
-
-    /// Blocks until the process has ended; an error when the pidfd cannot be polled.
-    pub fn wait_ended(&self) -> io::Result<()> {
-        readable_within(self.0.as_fd(), None).map(|_| ())
-    }
-
-    /// Sends `signo` to the process, never to a later holder of its pid; 0 only checks that we
-    /// may. A signal without a name is refused (EINVAL).
-    pub fn signal(&self, signo: i32) -> io::Result<()> {
-        if signo == 0 {
-            // SAFETY: pidfd_send_signal on a pidfd we own, signal 0, no siginfo, no flags: it
-            // only checks the process and our permission, and touches no memory of ours.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    self.0.as_raw_fd(),
-                    0,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                )
-            };
-            return if rc == -1 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(())
-            };
-        }
-        let sig = Signal::from_named_raw(signo)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        Ok(rustix::process::pidfd_send_signal(&self.0, sig)?)
-    }
-
-    /// Another handle on the same process.
-    pub fn try_clone(&self) -> io::Result<PidFd> {
-        self.0.try_clone().map(PidFd)
-    }
-
-    /// Makes the descriptor close-on-exec (an inherited one is not).
-    pub fn set_cloexec(&self) {
-        let _ = rustix::io::fcntl_setfd(&self.0, rustix::io::FdFlags::CLOEXEC);
-    }
-}
-
-impl AsRawFd for PidFd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
-    }
-}
-
-impl From<OwnedFd> for PidFd {
-    fn from(fd: OwnedFd) -> PidFd {
-        PidFd(fd)
-    }
-}
-
-/// A pipe, both ends close-on-exec: (read, write).
-pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
-}
-
-/// Makes the pipe whose write end is `fd` hold `len` bytes, so that writing them cannot block
-/// while nobody reads yet: a pipe holds 64 KiB (one page for a user over
-/// `pipe-user-pages-soft`); only a longer text asks for a larger pipe (up to `pipe-max-size`).
-pub fn hold_in_pipe(fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
-    if len > rustix::pipe::fcntl_getpipe_size(fd)? {
-        rustix::pipe::fcntl_setpipe_size(fd, len)?;
-    }
-    Ok(())
 }
 
 /// Waits up to `timeout` (`None`: for ever) until `fd` is readable (or its writer closed it, or
@@ -312,11 +216,13 @@ pub struct FileId {
 /// What `fd` is open on.
 pub fn file_id(fd: impl AsFd) -> io::Result<FileId> {
     let st = rustix::fs::fstat(fd)?;
+    // (Device numbers are i32 on macOS.)
+    #[allow(clippy::unnecessary_cast)]
     Ok(FileId {
         kind: rustix::fs::FileType::from_raw_mode(st.st_mode),
-        dev: st.st_dev,
+        dev: st.st_dev as u64,
         ino: st.st_ino,
-        rdev: st.st_rdev,
+        rdev: st.st_rdev as u64,
     })
 }
 
@@ -347,60 +253,6 @@ pub fn set_stderr(fd: impl AsFd) -> io::Result<()> {
 /// A copy of `fd`, close-on-exec, numbered 3 or more.
 pub fn dup_cloexec(fd: impl AsFd) -> io::Result<OwnedFd> {
     Ok(rustix::io::fcntl_dupfd_cloexec(fd, 3)?)
-}
-
-/// A sealed, read-only memory file named `name` holding `bytes`, which a command started next
-/// inherits: not close-on-exec, and numbered 3 or more, so that it never stands in for a closed
-/// stdin, stdout or stderr.
-pub fn sealed_memfd(name: &CStr, bytes: &[u8]) -> io::Result<OwnedFd> {
-    use rustix::fs::{MemfdFlags, SealFlags};
-    use std::io::Write;
-    let fd = rustix::fs::memfd_create(name, MemfdFlags::ALLOW_SEALING)?;
-    let fd = if fd.as_raw_fd() < 3 {
-        // The low one closes when the first `fd` drops.
-        let dup = rustix::io::fcntl_dupfd_cloexec(&fd, 3)?;
-        rustix::io::fcntl_setfd(&dup, rustix::io::FdFlags::empty())?;
-        dup
-    } else {
-        fd
-    };
-    let mut file = std::fs::File::from(fd);
-    file.write_all(bytes)?;
-    rustix::fs::fchmod(&file, rustix::fs::Mode::RUSR)?;
-    let seals = SealFlags::SEAL | SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE;
-    rustix::fs::fcntl_add_seals(&file, seals)?;
-    Ok(OwnedFd::from(file))
-}
-
-/// Takes the descriptors `keep`, inherited across exec, and closes every other one above
-/// stderr: a caller's `5>&1`, a file it locked with flock(1) on fd 3, a pipe someone waits on,
-/// would otherwise stay open as long as this process lives. An error when one of `keep` is not
-/// open (then nothing is taken).
-///
-/// For the start of a process that inherited them (the keeper), before it opens descriptors of
-/// its own: it closes what it does not know.
-pub fn take_inherited<const N: usize>(keep: [RawFd; N]) -> io::Result<[OwnedFd; N]> {
-    let open: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
-        .map(|dir| {
-            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(&missing) = keep.iter().find(|&&fd| fd < 3 || !open.contains(&fd)) {
-        return Err(io::Error::other(format!(
-            "descriptor {missing} was not inherited"
-        )));
-    }
-    // SAFETY: at the start of the process, nothing in it owns a descriptor above stderr yet
-    // (the directory's own was closed when it dropped: closing that number again fails
-    // harmlessly), so each is ours to close, and each of `keep`, open and distinct from
-    // stdio, ours to own.
-    unsafe {
-        for &fd in open.iter().filter(|fd| **fd > 2 && !keep.contains(fd)) {
-            libc::close(fd);
-        }
-        Ok(keep.map(|fd| OwnedFd::from_raw_fd(fd)))
-    }
 }
 
 /// Whether `signo` is ignored (SIG_IGN) in this process.
@@ -456,37 +308,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pidfd_sees_its_process_end() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("10")
-            .spawn()
-            .unwrap();
-        let fd = PidFd::open(child.id() as i32).unwrap();
-        assert!(!fd.ended());
-        assert!(fd.signal(0).is_ok());
-        fd.signal(libc::SIGKILL).unwrap();
-        fd.wait_ended().unwrap();
-        assert!(fd.ended());
-        child.wait().unwrap();
-    }
-
-    #[test]
-    fn a_sealed_memfd_holds_its_bytes_and_is_inherited() {
-        use std::io::Read;
-        let fd = sealed_memfd(c"test", b"secret").unwrap();
-        assert!(fd.as_raw_fd() >= 3);
-        assert!(rustix::io::fcntl_getfd(&fd).unwrap().is_empty());
-        let mut text = String::new();
-        let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        std::fs::File::open(path)
-            .unwrap()
-            .read_to_string(&mut text)
-            .unwrap();
-        assert_eq!(text, "secret");
-    }
-
-    #[test]
     fn a_pipe_is_readable_once_written_or_closed() {
+        let pipe = rustix::pipe::pipe;
         let (r, w) = pipe().unwrap();
         assert!(!readable_within(r.as_fd(), Some(Duration::ZERO)).unwrap());
         assert!(!peer_gone(w.as_fd(), false));

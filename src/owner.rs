@@ -1,6 +1,7 @@
 //! Facts about the acquiring process for the owner record: host, user, pid, command line.
 //!
-//! All of it is best effort: a missing /proc or passwd entry gives a placeholder, never an error.
+//! All of it is best effort: a missing /proc (or `ps`) or passwd entry gives a placeholder, never
+//! an error.
 //! Text is cleaned of control characters so that `status` stays one line per lock.
 //!
 //! A note is stored in Redis (and kept in `:meta` after release) and shown by `status` to anyone
@@ -13,6 +14,7 @@
 
 use crate::lock::{Liveness, Owner};
 use crate::os;
+use crate::platform;
 use crate::redact::{redact, redact_args};
 
 /// Longest note kept, in characters.
@@ -34,16 +36,11 @@ pub fn owner(pid: u32, note: Option<&str>, default_note: impl FnOnce() -> String
     }
 }
 
-/// Our pid namespace: the inode in `/proc/self/ns/pid` (`pid:[4026531836]`). The calling script
-/// (the recorded pid) is in it too: a namespace is entered by a new process, not by its parent.
+/// Our pid namespace: the inode in `/proc/self/ns/pid` (`pid:[4026531836]`; none on macOS). The
+/// calling script (the recorded pid) is in it too: a namespace is entered by a new process, not
+/// by its parent.
 fn pid_namespace() -> Option<String> {
-    let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
-    let link = link.to_str()?;
-    let inode = link.strip_prefix("pid:[")?.strip_suffix(']')?;
-    inode
-        .bytes()
-        .all(|b| b.is_ascii_digit())
-        .then(|| inode.to_string())
+    platform::pid_namespace()
 }
 
 /// The calling script: our parent process.
@@ -51,19 +48,17 @@ pub fn parent_pid() -> u32 {
     u32::try_from(os::parent_pid()).unwrap_or(0)
 }
 
-/// The command line of `pid` from /proc, its secrets hidden argument by argument, or "" where
-/// unreadable.
+/// The command line of `pid` from /proc, its secrets hidden argument by argument (as text where
+/// the arguments come as one line: macOS), or "" where unreadable.
 pub fn command_line(pid: u32) -> String {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|raw| {
-            let args: Vec<String> = raw
-                .split(|&b| b == 0)
-                .filter(|part| !part.is_empty())
-                .map(|part| String::from_utf8_lossy(part).into_owned())
-                .collect();
-            redact_args(&args)
-        })
-        .unwrap_or_default()
+    let Some(args) = i32::try_from(pid).ok().and_then(platform::command_line) else {
+        return String::new();
+    };
+    if !platform::EXACT_ARGS {
+        return redact(&args.join(" "));
+    }
+    let args: Vec<String> = args.into_iter().filter(|a| !a.is_empty()).collect();
+    redact_args(&args)
 }
 
 /// Joins arguments into one line for humans (not for a shell), their secrets hidden argument
@@ -98,8 +93,8 @@ impl Here {
     /// dead holder look alive (never the reverse), and two hosts can share a name; `status` shows it
     /// as `stale?`. A kept lock (`kept`: `acquire --while-pid`) whose pid is gone while its keeper
     /// (`redlock-keeper --pid PID`) still runs here is [`Liveness::Draining`]: the keeper holds
-    /// it until what the pid started has ended. (Read from /proc, only for a holder gone: no
-    /// write to Redis on the keeper's path.)
+    /// it until what the pid started has ended. (Read from the process table, only for a holder
+    /// gone: no write to Redis on the keeper's path.)
     pub fn stale(&self, host: &str, pid: &str, pidns: &str, kept: bool) -> Option<Liveness> {
         if host != self.host || pidns.is_empty() || Some(pidns) != self.pidns.as_deref() {
             return None;
@@ -118,16 +113,14 @@ impl Here {
 /// Whether a keeper for `pid` runs here: a process whose command line starts
 /// `redlock-keeper --pid PID --` (see `brief::start`).
 fn keeper_runs_for(pid: i32) -> bool {
-    let wanted = format!("{}\0--pid\0{pid}\0--\0", crate::work::KEEPER_ARGV0);
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    dir.flatten().any(|entry| {
-        let name = entry.file_name();
-        name.to_str()
-            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-            && std::fs::read(entry.path().join("cmdline"))
-                .is_ok_and(|c| c.starts_with(wanted.as_bytes()))
+    let wanted = [crate::work::KEEPER_ARGV0, "--pid", &pid.to_string(), "--"];
+    platform::command_lines().into_iter().any(|(_, args)| {
+        if platform::EXACT_ARGS {
+            args.len() >= wanted.len() && args[..wanted.len()] == wanted
+        } else {
+            args.first()
+                .is_some_and(|line| line.starts_with(&format!("{} ", wanted.join(" "))))
+        }
     })
 }
 
@@ -136,13 +129,7 @@ fn alive(pid: i32) -> bool {
         return false;
     }
     // A zombie has exited (its parent has not reaped it yet). Unreadable: alive, to be safe.
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return true;
-    };
-    let state = stat
-        .rfind(')')
-        .and_then(|i| stat[i + 1..].split_whitespace().next());
-    !matches!(state, Some("Z" | "X"))
+    platform::process(pid).is_none_or(|p| !matches!(p.state, 'Z' | 'X'))
 }
 
 fn clean(s: &str) -> String {
@@ -204,6 +191,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(portable))]
     fn a_holder_is_stale_only_on_this_host_in_this_namespace_when_its_process_is_gone() {
         let me = std::process::id().to_string();
         let ns = pid_namespace().expect("/proc/self/ns/pid");
@@ -226,6 +214,40 @@ mod tests {
         // In another namespace (a container on this host name) or unrecorded: cannot tell.
         assert_eq!(here.stale(&hostname(), &pid, "1", false), None);
         assert_eq!(here.stale(&hostname(), &pid, "", false), None);
+    }
+
+    /// Without pid namespaces, nothing tells a holder gone.
+    #[test]
+    #[cfg(portable)]
+    fn without_a_namespace_no_holder_is_stale() {
+        let me = std::process::id().to_string();
+        let here = Here::now();
+        assert_eq!(pid_namespace(), None);
+        assert_eq!(here.stale(&hostname(), &me, "", false), None);
+    }
+
+    /// Fails if a password in another process's arguments reaches the note, whether the
+    /// arguments come one by one (Linux) or as one line (macOS).
+    #[test]
+    fn a_command_line_read_hides_its_secrets() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 10", "sh", "--password", "hunter2", "x"])
+            .spawn()
+            .unwrap();
+        // (Until the exec, it is a copy of this test.)
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut line = command_line(child.id());
+        while !line.contains("sleep") && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            line = command_line(child.id());
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            line.contains("sleep 10") && line.contains("--password"),
+            "{line}"
+        );
+        assert!(!line.contains("hunter2"), "{line}");
     }
 
     #[test]

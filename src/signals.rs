@@ -12,11 +12,9 @@ use std::sync::mpsc::Sender;
 
 use anyhow::{Context, Result};
 use signal_hook::consts::signal::*;
-use signal_hook::iterator::SignalsInfo;
-use signal_hook::iterator::exfiltrator::WithOrigin;
-use signal_hook::low_level::siginfo::Cause;
 
 use crate::os;
+use crate::platform;
 
 /// The signals that stop a wait for a lock.
 pub const STOP: &[i32] = &[SIGINT, SIGTERM, SIGHUP, SIGQUIT];
@@ -28,7 +26,7 @@ pub const FORWARD: &[i32] = &[SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2
 pub struct Signal {
     pub signo: i32,
     /// Raised by the kernel for a terminal (Ctrl-C, Ctrl-\, hangup): the whole foreground process
-    /// group, our child included, got it too.
+    /// group, our child included, got it too. (Never known on macOS: see `platform`.)
     pub from_terminal: bool,
 }
 
@@ -46,8 +44,7 @@ pub fn deliver<T: Send + 'static>(
         .copied()
         .filter(|&signo| signo == SIGCHLD || !os::signal_ignored(signo))
         .collect();
-    let mut info =
-        SignalsInfo::<WithOrigin>::new(&signals).context("cannot install signal handlers")?;
+    let mut info = platform::Signals::new(&signals).context("cannot install signal handlers")?;
     let handled = signals.clone();
     std::thread::Builder::new()
         .name("signals".into())
@@ -57,11 +54,10 @@ pub fn deliver<T: Send + 'static>(
             // takes them; every other thread blocks them (below).
             let _ = os::mask_signals(false, &handled);
             warm_cpu_features();
-            for origin in info.forever() {
-                let from_terminal = matches!(origin.cause, Cause::Kernel);
+            for (signo, from_terminal) in info.forever() {
                 if tx
                     .send(wrap(Signal {
-                        signo: origin.signal,
+                        signo,
                         from_terminal,
                     }))
                     .is_err()

@@ -6,7 +6,8 @@
 //!
 //! The keeper listens on an abstract unix socket (no file to clean up; gone when the keeper
 //! dies) named after the token's fingerprint, which `status` shows anyway: the name says
-//! nothing of the token that was not public. Invariants:
+//! nothing of the token that was not public. Where there are none (macOS: see `platform`), the
+//! keeper does not listen, and hears of the release from Redis alone. Invariants:
 //! - Each side talks only to a peer with its own uid or root (SO_PEERCRED, which the kernel
 //!   fills in): such a peer could kill the keeper, or read its token, anyway. So a stranger who
 //!   took the name first (a fingerprint is public once the lock is held) learns nothing: the
@@ -19,11 +20,9 @@
 //! - Best effort both ways: a failure costs `release` a connect (microseconds) and changes
 //!   nothing.
 //!
-//! Layer 0 of the list in `lib.rs`.
+//! Layer 1 of the list in `lib.rs`.
 
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
-use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::time::Duration;
 
@@ -39,15 +38,13 @@ const HEARD: u8 = b'1';
 /// The socket's abstract name for `token`: its fingerprint (as `status` shows it).
 fn address(token: &str) -> std::io::Result<SocketAddr> {
     let fingerprint: String = token.chars().take(8).collect();
-    SocketAddr::from_abstract_name(format!("redlock-keeper/{fingerprint}"))
+    crate::platform::socket_address(&format!("redlock-keeper/{fingerprint}"))
 }
 
 /// Whether the peer on `stream` runs with our uid, or as root.
 fn trusted(stream: &UnixStream) -> bool {
-    rustix::net::sockopt::socket_peercred(stream.as_fd()).is_ok_and(|cred| {
-        let uid = cred.uid.as_raw();
-        uid == 0 || uid == rustix::process::geteuid().as_raw()
-    })
+    crate::platform::peer_uid(stream)
+        .is_some_and(|uid| uid == 0 || uid == rustix::process::geteuid().as_raw())
 }
 
 /// The keeper's socket for `token`; an error when the name is taken (another keeper whose token
@@ -107,6 +104,7 @@ mod tests {
     /// Fails if the word does not reach a listener of the same token, or reaches one of another
     /// token that shares its fingerprint.
     #[test]
+    #[cfg(not(portable))]
     fn the_word_reaches_the_keeper_of_its_token_only() {
         let token = format!("{:032x}", std::process::id() as u128 * 7919 + 12345);
         let listener = listen(&token).unwrap();
@@ -123,5 +121,14 @@ mod tests {
         assert!(heard);
         drop(listener);
         assert!(!released(&token), "a word heard with nobody listening");
+    }
+
+    /// Without abstract sockets nobody listens, and a release tells nobody.
+    #[test]
+    #[cfg(portable)]
+    fn without_abstract_sockets_nobody_listens() {
+        let token = format!("{:032x}", std::process::id() as u128 * 7919 + 12345);
+        assert!(listen(&token).is_err());
+        assert!(!released(&token));
     }
 }

@@ -8,11 +8,11 @@
 //!   whole (`killpg`), and has ended when no living member is left. Nothing PID starts leaves
 //!   the group but by `setpgid`/`setsid` of its own, which `timeout`, `set -m` jobs and an
 //!   interactive shell's jobs do: those are caught as descendants.
-//! - Descendants: found by scans of `/proc/*/stat` (this kernel has no
-//!   `/proc/PID/task/*/children`) following parent links, and remembered by (pid, start time)
-//!   once seen, so that an orphan (its parent ended, it was re-parented to init) stays known,
-//!   and so are its own children. Best effort: a process started and orphaned between two scans
-//!   ([`SCAN_EVERY`]) is missed. For a pid that does not lead its group (GitHub Actions runs a
+//! - Descendants: found by scans of the process table (`/proc/*/stat`: this kernel has no
+//!   `/proc/PID/task/*/children`; `ps` on macOS) following parent links, and remembered by
+//!   (pid, start time) once seen, so that an orphan (its parent ended, it was re-parented to
+//!   init) stays known, and so are its own children. Best effort: a process started and
+//!   orphaned between two scans ([`SCAN_EVERY`]) is missed. For a pid that does not lead its group (GitHub Actions runs a
 //!   step's shell in the runner's group; a `sleep` started by a program) they are all the work:
 //!   the group is someone else's, never signalled.
 //!
@@ -37,7 +37,9 @@ pub const KEEPER_ARGV0: &str = "redlock-keeper";
 
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 
-/// How often the keeper scans `/proc` for the pid's descendants while it lives.
+use crate::platform::{self, Proc};
+
+/// How often the keeper scans the process table for the pid's descendants while it lives.
 /// A scan costs about 4.5 µs of CPU time per process (measured, release build, on a loaded
 /// 2-core machine: 2.0 to 2.3 ms for 440 to 520 processes; `a_scan_costs_little` prints it), so
 /// 0.4 % of a core at this period with 450 processes: a keeper may live for hours. Only a process
@@ -81,7 +83,7 @@ impl Work {
     pub fn of(pid: i32) -> Work {
         let me = rustix::process::getpid().as_raw_nonzero().get();
         let table = processes();
-        let root_start = table.iter().find(|p| p.pid == pid).map(|p| p.starttime);
+        let root_start = table.iter().find(|p| p.pid == pid).map(|p| p.start);
         let mut work = Work {
             root: pid,
             root_start,
@@ -153,7 +155,7 @@ impl Work {
             // Still the process found then (pids are reused), and not signalled with its group
             // just now (twice would run a TERM trap twice).
             if let Some(p) = by_pid.get(&pid)
-                && p.starttime == since
+                && p.start == since
                 && !(self.group && p.pgrp == self.root)
                 && let Some(p) = Pid::from_raw(pid)
             {
@@ -164,7 +166,7 @@ impl Work {
 
     /// Whether `p` is the pid itself (not a later process given its pid).
     fn is_root(&self, p: &Proc) -> bool {
-        p.pid == self.root && Some(p.starttime) == self.root_start
+        p.pid == self.root && Some(p.start) == self.root_start
     }
 
     /// How many descendants are known.
@@ -192,7 +194,7 @@ impl Work {
         todo.extend(
             self.known
                 .iter()
-                .filter(|&(pid, since)| by_pid.get(pid).is_some_and(|p| p.starttime == *since))
+                .filter(|&(pid, since)| by_pid.get(pid).is_some_and(|p| p.start == *since))
                 .map(|(&pid, _)| pid),
         );
         let mut found: HashMap<i32, u64> = HashMap::new();
@@ -206,7 +208,7 @@ impl Work {
                 && p.living()
                 && p.pid != self.me
             {
-                found.insert(pid, p.starttime);
+                found.insert(pid, p.start);
             }
             if let Some(kids) = children.get(&pid) {
                 todo.extend(kids.iter().map(|k| k.pid));
@@ -222,30 +224,9 @@ pub fn leads_its_group(pid: i32) -> bool {
 }
 
 /// Whether one of `pids` holds the file `(dev, ino)` (a pipe or FIFO) open for reading only:
-/// it reads what is written to it, and waits for its end.
+/// it reads what is written to it, and waits for its end. (Never known on macOS.)
 pub fn one_reads(pids: &[i32], dev: u64, ino: u64) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    pids.iter().any(|pid| {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-            return false;
-        };
-        fds.flatten().any(|fd| {
-            let is_it =
-                std::fs::metadata(fd.path()).is_ok_and(|m| m.dev() == dev && m.ino() == ino);
-            is_it && read_only(*pid, &fd.file_name().to_string_lossy())
-        })
-    })
-}
-
-/// Whether descriptor `fd` of `pid` was opened for reading only (`flags:` in its fdinfo, octal).
-fn read_only(pid: i32, fd: &str) -> bool {
-    let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")) else {
-        return false;
-    };
-    info.lines()
-        .find_map(|l| l.strip_prefix("flags:"))
-        .and_then(|f| i64::from_str_radix(f.trim(), 8).ok())
-        .is_some_and(|flags| flags & i64::from(libc::O_ACCMODE) == i64::from(libc::O_RDONLY))
+    platform::one_reads(pids, dev, ino)
 }
 
 /// Whether `pid` is most likely an interactive shell: it leads a session that has a controlling
@@ -254,83 +235,12 @@ fn read_only(pid: i32, fd: &str) -> bool {
 /// their own, so its work is its descendants as found, and stopping it stops the operator's
 /// shell.
 pub fn is_interactive_shell(pid: i32) -> bool {
-    let Ok(line) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    session_with_terminal(pid, &line)
+    platform::session_with_terminal(pid)
 }
 
-/// The test of [`is_interactive_shell`] on a `/proc/PID/stat` line: session id (field 6) is the
-/// pid, and the terminal (field 7) is not 0.
-fn session_with_terminal(pid: i32, line: &str) -> bool {
-    let Some((_, rest)) = line.rsplit_once(')') else {
-        return false;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let session = fields.get(3).and_then(|f| f.parse::<i32>().ok());
-    let tty = fields.get(4).and_then(|f| f.parse::<i64>().ok());
-    session == Some(pid) && tty.is_some_and(|t| t != 0)
-}
-
-/// One line of `/proc/PID/stat`, the fields used here.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Proc {
-    pid: i32,
-    state: char,
-    ppid: i32,
-    pgrp: i32,
-    /// Threads not yet reaped, the main one included (a zombie main thread counts).
-    threads: u32,
-    /// Clock ticks after boot: with the pid, names one process.
-    starttime: u64,
-}
-
-impl Proc {
-    /// Not exited: neither a zombie nor dead. A process whose main thread has exited while
-    /// others run (`pthread_exit` in main) reads as a zombie, but still has more than one
-    /// thread: it lives. (Once every thread has exited, only the main one is counted.)
-    fn living(&self) -> bool {
-        !matches!(self.state, 'Z' | 'X' | 'x') || self.threads > 1
-    }
-
-    /// Parses a `/proc/PID/stat` line. The command name, in parentheses, may hold spaces and
-    /// parentheses itself: the fields start after the last `)`.
-    fn parse(line: &str) -> Option<Proc> {
-        let (head, rest) = line.rsplit_once(')')?;
-        let pid = head.split_once(" (")?.0.trim().parse().ok()?;
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        Some(Proc {
-            pid,
-            state: fields.first()?.chars().next()?,
-            ppid: fields.get(1)?.parse().ok()?,
-            pgrp: fields.get(2)?.parse().ok()?,
-            // Field 20 of stat.
-            threads: fields.get(17)?.parse().ok()?,
-            // Field 22 of stat; the state is field 3.
-            starttime: fields.get(19)?.parse().ok()?,
-        })
-    }
-}
-
-/// Every process in `/proc` (those that end while it is read are left out).
+/// Every process (those that end while it is read are left out).
 fn processes() -> Vec<Proc> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut buf = String::new();
-    dir.flatten()
-        .filter_map(|entry| {
-            let name = entry.file_name();
-            let pid = name.to_str()?;
-            if !pid.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            buf.clear();
-            let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
-            std::io::Read::read_to_string(&mut file, &mut buf).ok()?;
-            Proc::parse(&buf)
-        })
-        .collect()
+    platform::processes()
 }
 
 #[cfg(test)]
@@ -339,49 +249,6 @@ mod tests {
     use std::os::unix::process::CommandExt;
     use std::process::Command;
     use std::time::Instant;
-
-    #[test]
-    fn a_stat_line_with_a_hostile_name_parses() {
-        let line = "4242 (a) b (c) R) S 17 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 \
-                    987654 1 2 3\n";
-        let p = Proc::parse(line).unwrap();
-        assert_eq!(
-            p,
-            Proc {
-                pid: 4242,
-                state: 'S',
-                ppid: 17,
-                pgrp: 4242,
-                threads: 1,
-                starttime: 987654,
-            }
-        );
-        assert!(Proc::parse("12 (x").is_none());
-        // A main thread that has exited while another runs: still living.
-        let p = Proc::parse(
-            &line
-                .replace(") S ", ") Z ")
-                .replace(" 20 0 1 0 ", " 20 0 2 0 "),
-        )
-        .unwrap();
-        assert_eq!((p.state, p.threads), ('Z', 2));
-        assert!(p.living());
-        let p = Proc::parse(&line.replace(") S ", ") Z ")).unwrap();
-        assert!(!p.living());
-    }
-
-    #[test]
-    fn an_interactive_shell_leads_a_session_with_a_terminal() {
-        let stat = |session: i32, tty: i32| {
-            format!("4242 (bash) S 17 4242 {session} {tty} 4242 4194560 1 0 0 0 0 0 0 0 20 0 1 0 9")
-        };
-        assert!(session_with_terminal(4242, &stat(4242, 34816)));
-        // setsid SCRIPT: a session without a terminal.
-        assert!(!session_with_terminal(4242, &stat(4242, 0)));
-        // A script started from a terminal: in the terminal shell's session.
-        assert!(!session_with_terminal(4242, &stat(17, 34816)));
-        assert!(!session_with_terminal(4242, "garbage"));
-    }
 
     /// A group leader's work is its group, members started after `of` included; another's is
     /// its descendants, an orphan included once seen.

@@ -739,13 +739,23 @@ impl ConnectionLike for Counted<'_> {
     }
 }
 
+/// A client for `info`, over TLS with `tls` when given.
+fn client_for(
+    info: redis::ConnectionInfo,
+    tls: Option<&crate::config::TlsFiles>,
+) -> redis::RedisResult<redis::Client> {
+    match tls {
+        #[cfg(feature = "tls")]
+        Some(certs) => redis::Client::build_with_tls(info, certs.clone()),
+        #[cfg(not(feature = "tls"))]
+        Some(none) => match *none {},
+        None => redis::Client::open(info),
+    }
+}
+
 /// Opens a connection to one server, authenticates, and sets the I/O timeouts.
 pub fn plain(config: &Config, ep: &Endpoint) -> Result<redis::Connection> {
-    let client = match &ep.tls {
-        Some(certs) => redis::Client::build_with_tls(ep.info.clone(), certs.clone()),
-        None => redis::Client::open(ep.info.clone()),
-    }
-    .map_err(|e| {
+    let client = client_for(ep.info.clone(), ep.tls.as_ref()).map_err(|e| {
         crate::error::usage(format!(
             "invalid Redis URL {}: {}",
             ep.display,
@@ -842,7 +852,12 @@ fn cluster(config: &Config, seeds: &[Endpoint]) -> Result<(Con, String)> {
         builder = builder.username(user);
     }
     if let Some(certs) = &first.tls {
-        builder = builder.certs(certs.clone());
+        #[cfg(feature = "tls")]
+        {
+            builder = builder.certs(certs.clone());
+        }
+        #[cfg(not(feature = "tls"))]
+        match *certs {}
     }
     let client = builder.build().map_err(|e| {
         crate::error::usage(format!(

@@ -18,11 +18,7 @@ pub(super) fn auth_refusal(ep: &Endpoint, config: &Config) -> Option<String> {
         .info
         .clone()
         .set_redis_settings(redis::RedisConnectionInfo::default().set_skip_set_lib_name());
-    let client = match &ep.tls {
-        Some(certs) => redis::Client::build_with_tls(bare, certs.clone()),
-        None => redis::Client::open(bare),
-    }
-    .ok()?;
+    let client = super::client_for(bare, ep.tls.as_ref()).ok()?;
     let mut con = client
         .get_connection_with_timeout(config.connect_timeout)
         .ok()?;

@@ -66,7 +66,17 @@ pub(super) fn has_ca(config: &Config) -> bool {
         .servers
         .endpoints()
         .iter()
-        .any(|e| e.tls.as_ref().is_some_and(|t| t.root_cert.is_some()))
+        .any(|e| e.tls.as_ref().is_some_and(has_root))
+}
+
+#[cfg(feature = "tls")]
+fn has_root(certs: &crate::config::TlsFiles) -> bool {
+    certs.root_cert.is_some()
+}
+
+#[cfg(not(feature = "tls"))]
+fn has_root(none: &crate::config::TlsFiles) -> bool {
+    match *none {}
 }
 
 #[cfg(test)]

@@ -108,15 +108,21 @@ impl Leftover {
     /// What `pid` is, from its command line (`redlock-keeper --pid PID -- KEY` for a keeper).
     /// A process gone, or one that cannot be read, counts as any other.
     fn of(pid: libc::pid_t) -> Leftover {
-        let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        let Some(line) = crate::platform::command_line(pid) else {
             return Leftover::Other;
         };
-        let mut args = raw.split(|&b| b == 0);
-        if args.next() != Some(crate::work::KEEPER_ARGV0.as_bytes()) {
+        // One line on macOS: the keeper's first words have no spaces.
+        let words: Vec<&str> = if crate::platform::EXACT_ARGS {
+            line.iter().map(String::as_str).collect()
+        } else {
+            line.iter().flat_map(|l| l.split(' ')).collect()
+        };
+        let mut args = words.into_iter();
+        if args.next() != Some(crate::work::KEEPER_ARGV0) {
             return Leftover::Other;
         }
         let kept_for = match (args.next(), args.next()) {
-            (Some(b"--pid"), Some(pid)) => std::str::from_utf8(pid).ok(),
+            (Some("--pid"), Some(pid)) => Some(pid),
             _ => None,
         };
         if kept_for == Some(std::process::id().to_string().as_str()) {

@@ -417,6 +417,10 @@ fn signals_blocked_by_the_caller_still_reach_redlock() {
 /// to its end leaves no watchdog behind (redlock would hang reaping it), and a command that
 /// keeps its user gets no warning.
 #[test]
+#[cfg_attr(
+    feature = "portable",
+    ignore = "portable: no parent-death signal, so no change of credentials to see"
+)]
 fn a_command_that_switches_users_is_still_stopped_when_redlock_is_sigkilled() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -504,6 +508,10 @@ fn a_command_that_switches_users_is_still_stopped_when_redlock_is_sigkilled() {
 /// only when the new set is not a subset of the old): no warning, while a switch of users still
 /// gets one. Failed before: `setpriv --bounding-set=-net_raw` was warned about as a change.
 #[test]
+#[cfg_attr(
+    feature = "portable",
+    ignore = "portable: no parent-death signal, so no change of credentials to see"
+)]
 fn dropping_capabilities_is_no_change_of_credentials() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {

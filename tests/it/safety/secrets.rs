@@ -499,6 +499,7 @@ fn a_redlock_in_the_command_extends_as_the_same_acl_user() {
 }
 
 #[test]
+#[cfg_attr(not(feature = "tls"), ignore = "a build without the tls feature")]
 fn a_redlock_in_the_command_extends_over_tls_with_a_private_ca_and_client_certificate() {
     let certs = Arc::new(Certs::generate());
     let redis = or_skip!(

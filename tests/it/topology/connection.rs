@@ -809,6 +809,7 @@ fn a_password_for_a_server_without_one_is_named() {
 /// `rediss://` to a server that does not speak TLS: say so and suggest `redis://` (before: "did
 /// not answer the TLS handshake within --io-timeout").
 #[test]
+#[cfg_attr(not(feature = "tls"), ignore = "a build without the tls feature")]
 fn rediss_to_a_plain_server_says_it_is_not_tls() {
     let redis = or_skip!(RedisServer::start());
     let url = format!("rediss://127.0.0.1:{}", redis.port());

@@ -492,6 +492,7 @@ fn the_password_reaches_the_sentinel_and_the_master() {
 /// TLS-only sentinel to a TLS-only master (and `exec`'s renewal and listener connect the same
 /// way); without it, the sentinel's certificate is not trusted and the error says so.
 #[test]
+#[cfg_attr(not(feature = "tls"), ignore = "a build without the tls feature")]
 fn tls_settings_reach_the_sentinel_and_the_master() {
     let certs = Arc::new(Certs::generate());
     let group = or_skip!(Replicated::with_tls(Arc::clone(&certs)));

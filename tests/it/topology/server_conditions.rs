@@ -451,6 +451,7 @@ fn tls_failure(redis: &RedisServer, ca: Option<&std::path::Path>) -> Output {
 }
 
 #[test]
+#[cfg_attr(not(feature = "tls"), ignore = "a build without the tls feature")]
 fn a_ca_certificate_presented_as_the_servers_own_is_named() {
     let certs = Arc::new(Certs::generate());
     let redis = or_skip!(tls_server_presenting(&certs, "ca.crt", "ca.key"));
@@ -462,6 +463,7 @@ fn a_ca_certificate_presented_as_the_servers_own_is_named() {
 }
 
 #[test]
+#[cfg_attr(not(feature = "tls"), ignore = "a build without the tls feature")]
 fn a_certificate_for_another_host_name_is_named() {
     let certs = Arc::new(Certs::generate());
     other_name_certificate(&certs);
@@ -478,6 +480,7 @@ fn a_certificate_for_another_host_name_is_named() {
 }
 
 #[test]
+#[cfg_attr(not(feature = "tls"), ignore = "a build without the tls feature")]
 fn an_unknown_issuer_asks_for_the_ca_that_signed_it() {
     let certs = Arc::new(Certs::generate());
     let redis = or_skip!(

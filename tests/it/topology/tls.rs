@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::common::*;
 
 #[test]
+#[cfg_attr(not(feature = "tls"), ignore = "a build without the tls feature")]
 fn rediss_works_with_the_private_ca_and_fails_clearly_without_it() {
     let certs = Arc::new(Certs::generate());
     let redis = or_skip!(
@@ -56,6 +57,7 @@ fn rediss_works_with_the_private_ca_and_fails_clearly_without_it() {
 }
 
 #[test]
+#[cfg_attr(not(feature = "tls"), ignore = "a build without the tls feature")]
 fn client_certificates_for_mutual_tls() {
     let certs = Arc::new(Certs::generate());
     let redis = or_skip!(RedisServer::builder().tls(Arc::clone(&certs), true).start());
@@ -85,7 +87,7 @@ fn client_certificates_for_mutual_tls() {
 /// The contract: fail clearly, naming the fix. The handshake happens on the first command, so
 /// the error is reported as a lost connection without the hint that `connect` would add.
 #[test]
-
+#[cfg_attr(not(feature = "tls"), ignore = "a build without the tls feature")]
 fn an_unknown_server_ca_names_the_tls_ca_flag() {
     let certs = Arc::new(Certs::generate());
     let redis = or_skip!(RedisServer::builder().tls(certs, false).start());
