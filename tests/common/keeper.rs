@@ -23,6 +23,7 @@ pub fn keepers_of(pid: u32) -> Vec<u32> {
             continue;
         };
         let args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
+        let args = without_emulator(&args);
         if args.len() >= 3
             && args[0] == b"redlock-keeper"
             && args[1] == b"--pid"
@@ -32,6 +33,16 @@ pub fn keepers_of(pid: u32) -> Vec<u32> {
         }
     }
     found
+}
+
+/// A command line without the emulator in front. `scripts/dist.sh --check` runs the aarch64
+/// binary under qemu-user, started by binfmt_misc with the P flag: the kernel shows the
+/// emulator's command line for it, `qemu-aarch64-static BINARY ARGV0 ARGS...`.
+fn without_emulator<'a>(args: &'a [&'a [u8]]) -> &'a [&'a [u8]] {
+    match args {
+        [emulator, _binary, rest @ ..] if emulator.ends_with(b"/qemu-aarch64-static") => rest,
+        _ => args,
+    }
 }
 
 /// A `sleep 1000` to keep locks for, with the default signal dispositions.
