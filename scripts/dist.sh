@@ -322,19 +322,27 @@ for test in "${aarch64_skips[@]}"; do skips+=(--skip "$test"); done
 # the command's own (binfmt_misc is per user namespace since Linux 6.7): nothing changes for the
 # rest of the machine. Its uids and gids map one to one onto ours (root stays root, a test can
 # still switch to nobody: root writes that map from outside). The entry's P flag passes argv[0]
-# on (the keeper is known by it), F opens the emulator at once.
+# on (the keeper is known by it), F opens the emulator at once. Returns NO_BINFMT when the
+# namespace or the entry cannot be made (an older kernel, a container that forbids user
+# namespaces or mounts in them), and COMMAND's status otherwise. REDLOCK_DIST_NO_BINFMT=1 acts as
+# if they could not, to try the fallback below.
+NO_BINFMT=97
 with_aarch64() {
   local go=$scratch/binfmt-go pid ours status=0
   local entry=':qemu-aarch64:M::\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00:\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff:'
   entry+="$(command -v qemu-aarch64-static):PF"
-  [[ $EUID -eq 0 ]] || { say "the aarch64 tests need root (to map every uid into their namespace)"; exit 1; }
+  if [[ $EUID -ne 0 ]]; then
+    say "the aarch64 tests need root to map every uid into their namespace"
+    return "$NO_BINFMT"
+  fi
+  if [[ ${REDLOCK_DIST_NO_BINFMT:-} == 1 ]]; then return "$NO_BINFMT"; fi
   mkfifo "$go"
   unshare --user --mount bash -c '
     read -r _ <"$1"
     if ! mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc ||
       ! printf %s "$2" >/proc/sys/fs/binfmt_misc/register; then
       echo "dist: cannot register qemu-aarch64-static with binfmt_misc in a user namespace (Linux 6.7 or later can)" >&2
-      exit 1
+      exit '"$NO_BINFMT"'
     fi
     shift 2
     exec "$@"' with_aarch64 "$go" "$entry" "$@" &
@@ -344,8 +352,9 @@ with_aarch64() {
   while [[ $(readlink "/proc/$pid/ns/user" 2>/dev/null || true) == "$ours" ]]; do sleep 0.01; done
   if ! { echo '0 0 4294967295' >"/proc/$pid/uid_map" && echo '0 0 4294967295' >"/proc/$pid/gid_map"; } 2>/dev/null; then
     wait "$pid" || true
+    rm -f "$go"
     say "cannot make a user namespace for the aarch64 tests"
-    exit 1
+    return "$NO_BINFMT"
   fi
   echo go >"$go"
   wait "$pid" || status=$?
@@ -358,9 +367,30 @@ installed=$(check_package aarch64-unknown-linux-musl qemu-aarch64-static)
 # One test at a time: an emulated `redlock exec -n` takes about 0.1 s of CPU (a few ms
 # natively), and a test that counts what fits in a time window (the renewal test counts the
 # competitors it turns away in 3.5 s) came up short beside one that starts two hundred.
+ran=0
 REDLOCK_TEST_BIN=$installed REDLOCK_REQUIRE_REDIS=1 \
   with_aarch64 cargo test --locked --quiet --test it -- "${aarch64_tests[@]}" "${skips[@]}" \
     --test-threads=1 2>&1 |
-  grep -E '^test result|FAILED|panicked|^dist: ' >&2
+  grep -E '^test result|FAILED|panicked|^dist: ' >&2 || ran=$?
+# Where no binfmt_misc entry can be made, the tests start the binary through the emulator
+# themselves (a wrapper that execs qemu-aarch64-static: signals sent to it reach the emulated
+# redlock). Everything but --while-pid runs so: its keeper re-executes itself, which needs the
+# entry. Said loudly, since the keeper then went untested on aarch64.
+if ((ran == NO_BINFMT)); then
+  say "WARNING: no binfmt_misc entry for qemu-aarch64-static can be made here: the aarch64 tests" \
+    "run through the emulator directly, WITHOUT the --while-pid (keeper) tests"
+  wrapper=$scratch/redlock-aarch64
+  printf '#!/bin/sh\nexec qemu-aarch64-static %q "$@"\n' "$installed" >"$wrapper"
+  chmod +x "$wrapper"
+  direct=()
+  for test in "${aarch64_tests[@]}"; do
+    [[ $test == safety::while_pid:: ]] || direct+=("$test")
+  done
+  REDLOCK_TEST_BIN=$wrapper REDLOCK_REQUIRE_REDIS=1 \
+    cargo test --locked --quiet --test it -- "${direct[@]}" "${skips[@]}" --test-threads=1 2>&1 |
+    grep -E '^test result|FAILED|panicked' >&2
+elif ((ran)); then
+  exit "$ran"
+fi
 say "checked aarch64-unknown-linux-musl under qemu-user in $((SECONDS - started)) s"
 say "checked"
