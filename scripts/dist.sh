@@ -370,8 +370,8 @@ installed=$(check_package aarch64-unknown-linux-musl qemu-aarch64-static)
 ran=0
 REDLOCK_TEST_BIN=$installed REDLOCK_REQUIRE_REDIS=1 \
   with_aarch64 cargo test --locked --quiet --test it -- "${aarch64_tests[@]}" "${skips[@]}" \
-    --test-threads=1 2>&1 |
-  grep -E '^test result|FAILED|panicked|^dist: ' >&2 || ran=$?
+    --test-threads=1 >"$scratch/aarch64.log" 2>&1 || ran=$?
+grep -E '^test result|FAILED|panicked|^dist: ' "$scratch/aarch64.log" >&2 || true
 # Where no binfmt_misc entry can be made, the tests start the binary through the emulator
 # themselves (a wrapper that execs qemu-aarch64-static: signals sent to it reach the emulated
 # redlock). Everything but --while-pid runs so: its keeper re-executes itself, which needs the
@@ -386,9 +386,12 @@ if ((ran == NO_BINFMT)); then
   for test in "${aarch64_tests[@]}"; do
     [[ $test == safety::while_pid:: ]] || direct+=("$test")
   done
+  ran=0
   REDLOCK_TEST_BIN=$wrapper REDLOCK_REQUIRE_REDIS=1 \
-    cargo test --locked --quiet --test it -- "${direct[@]}" "${skips[@]}" --test-threads=1 2>&1 |
-    grep -E '^test result|FAILED|panicked' >&2
+    cargo test --locked --quiet --test it -- "${direct[@]}" "${skips[@]}" --test-threads=1 \
+    >"$scratch/aarch64.log" 2>&1 || ran=$?
+  grep -E '^test result|FAILED|panicked' "$scratch/aarch64.log" >&2 || true
+  if ((ran)); then exit "$ran"; fi
 elif ((ran)); then
   exit "$ran"
 fi
