@@ -365,24 +365,29 @@ pub fn credentials_changed(_pid: i32) -> Option<String> {
     None
 }
 
-/// `ps` with `args`, in the C locale, its output; `None` when it could not run or failed.
-fn ps(args: &[&str]) -> Option<String> {
+/// `ps` with `args`, in the C locale: its output, and the pid of the `ps` that wrote it (which
+/// lists itself, a child of ours that has ended and been reaped by now: never to be taken for
+/// a process of the table, let alone signalled); `None` when it could not run or failed.
+fn ps(args: &[&str]) -> Option<(String, i32)> {
     let program = if std::path::Path::new("/bin/ps").exists() {
         "/bin/ps"
     } else {
         "ps"
     };
-    let out = Command::new(program)
+    let child = Command::new(program)
         .args(args)
         .env("LC_ALL", "C")
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .output()
+        .spawn()
         .ok()?;
+    let own = i32::try_from(child.id()).unwrap_or(0);
+    let out = child.wait_with_output().ok()?;
     // (`ps -p PID` exits 1 when there is no such process.)
     out.status
         .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        .then(|| (String::from_utf8_lossy(&out.stdout).into_owned(), own))
 }
 
 /// The columns [`parse_ps`] reads: the start time last, as it holds spaces.
@@ -391,9 +396,10 @@ const COLUMNS: &str = "pid=,ppid=,pgid=,stat=,tty=,lstart=";
 /// Every process, as `ps` lists them.
 pub fn processes() -> Vec<Proc> {
     ps(&["-A", "-o", COLUMNS])
-        .map(|out| {
+        .map(|(out, own)| {
             out.lines()
                 .filter_map(|l| parse_ps(l).map(|(p, _)| p))
+                .filter(|p| p.pid != own)
                 .collect()
         })
         .unwrap_or_default()
@@ -406,7 +412,7 @@ pub fn process(pid: i32) -> Option<Proc> {
 
 fn process_and_tty(pid: i32) -> Option<(Proc, bool)> {
     let pid = pid.to_string();
-    let out = ps(&["-p", &pid, "-o", COLUMNS])?;
+    let (out, _) = ps(&["-p", &pid, "-o", COLUMNS])?;
     out.lines().find_map(parse_ps)
 }
 
@@ -463,14 +469,14 @@ pub fn session_with_terminal(pid: i32) -> bool {
 
 /// The command line of process `pid`, as one line (`ps -o args=`), or `None` where unreadable.
 pub fn command_line(pid: i32) -> Option<Vec<String>> {
-    let out = ps(&["-p", &pid.to_string(), "-o", "args="])?;
+    let (out, _) = ps(&["-p", &pid.to_string(), "-o", "args="])?;
     let line = out.lines().next()?.trim();
     Some(vec![line.to_string()])
 }
 
 /// Every process's command line, as [`command_line`] gives them.
 pub fn command_lines() -> Vec<(i32, Vec<String>)> {
-    let Some(out) = ps(&["-A", "-o", "pid=,args="]) else {
+    let Some((out, own)) = ps(&["-A", "-o", "pid=,args="]) else {
         return Vec::new();
     };
     out.lines()
@@ -478,6 +484,7 @@ pub fn command_lines() -> Vec<(i32, Vec<String>)> {
             let (pid, args) = l.trim_start().split_once(' ')?;
             Some((pid.parse().ok()?, vec![args.trim().to_string()]))
         })
+        .filter(|(pid, _)| *pid != own)
         .collect()
 }
 
