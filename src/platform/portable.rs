@@ -339,15 +339,39 @@ pub fn adopt_orphans() -> io::Result<()> {
 
 /// The pids of the living children of `me`, and of the living members of its process group
 /// when `me` leads it (what the command left there: its orphans are init's), `except` and
-/// `me` left out.
+/// `me` left out. A member that our own parent started beside us (the `tee` of `redlock exec
+/// ... | tee log`, in a shell with job control) is not the command's: it is left out.
 pub fn children(me: i32, except: i32) -> Vec<i32> {
-    let leads = process(me).is_some_and(|p| p.pgrp == me);
-    processes()
-        .into_iter()
+    let table = processes();
+    let Some(parent) = table.iter().find(|p| p.pid == me).map(|p| p.ppid) else {
+        return Vec::new();
+    };
+    let leads = table.iter().any(|p| p.pid == me && p.pgrp == me);
+    let parents: std::collections::HashMap<i32, i32> =
+        table.iter().map(|p| (p.pid, p.ppid)).collect();
+    table
+        .iter()
         .filter(|p| p.pid != me && p.pid != except && p.living())
-        .filter(|p| p.ppid == me || (leads && p.pgrp == me))
+        .filter(|p| p.ppid == me || (leads && p.pgrp == me && ours(p.pid, me, parent, &parents)))
         .map(|p| p.pid)
         .collect()
+}
+
+/// Whether the member `pid` of our process group is the command's: it descends from `me`, or
+/// its line of parents ends (an orphan: init's) without passing through `parent`, ours, which
+/// started it beside us. Where our parent is init, every orphan counts as the command's.
+fn ours(pid: i32, me: i32, parent: i32, parents: &std::collections::HashMap<i32, i32>) -> bool {
+    let mut at = pid;
+    // (Bounded: a table read while processes come and go could hold a loop.)
+    for _ in 0..parents.len() {
+        match parents.get(&at) {
+            Some(&up) if up == me => return true,
+            Some(&up) if up == parent && parent > 1 => return false,
+            Some(&up) if up > 0 && up != at => at = up,
+            _ => return true,
+        }
+    }
+    true
 }
 
 /// The pids of the children of `me` that are zombies, `except` left out.
@@ -701,6 +725,31 @@ mod tests {
         watched.signal(Signal::KILL);
         child.wait().unwrap();
         assert_eq!(watched.exited_within(Duration::from_secs(1)), Some(true));
+    }
+
+    /// Fails if a member of our group that our parent started beside us counts as ours, or an
+    /// orphan of the command or its descendant does not.
+    #[test]
+    fn a_group_member_is_ours_unless_our_parent_started_it() {
+        // 1 init, 10 our parent (a shell), 20 us, 21 the command, 22 its child, 30 a `tee`
+        // beside us, 31 its child, 40 an orphan of the command, 41 its child.
+        let parents: std::collections::HashMap<i32, i32> = [
+            (1, 0),
+            (10, 1),
+            (20, 10),
+            (21, 20),
+            (22, 21),
+            (30, 10),
+            (31, 30),
+            (40, 1),
+            (41, 40),
+        ]
+        .into();
+        let ours = |pid| ours(pid, 20, 10, &parents);
+        assert!(ours(21) && ours(22) && ours(40) && ours(41));
+        assert!(!ours(30) && !ours(31));
+        // Started by init: every orphan in the group is the command's.
+        assert!(super::ours(30, 20, 1, &[(30, 1)].into()));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! (SIGTERM, SIGKILL after --kill-after) and exits 124; a warning that only says so. Both are
 //! told in the lock's history.
 
+use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -251,7 +252,9 @@ fn alive(pid: i32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };
-    let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+    let state = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next());
     !matches!(state, Some('Z' | 'X'))
 }
 
@@ -620,4 +623,34 @@ fn a_command_that_leaves_nothing_running_ends_exec_at_once() {
         .expect(124);
     assert!(!out.stderr.contains("left running"), "{out}");
     assert!(out.elapsed < Duration::from_secs(10), "{out}");
+}
+
+/// Found by review (portable platform): with redlock leading its process group, every other
+/// member was taken for what the command left running, such as the `tee` that a shell with job
+/// control puts in the group of `redlock exec ... | tee log`: it was killed at --max-runtime.
+/// What redlock's own parent started beside it is not the command's.
+#[test]
+fn a_process_started_beside_redlock_in_its_group_is_left_alone() {
+    let redis = or_skip!(RedisServer::start());
+    let mut run = redis
+        .redlock()
+        .args(["exec", "job", "--max-runtime", "1s", "--", "sleep", "30"])
+        .spawn_proc();
+    // A sibling of redlock's (the test is their parent) in redlock's group, as a pipeline's
+    // `tee` is.
+    let mut tee = std::process::Command::new("sleep")
+        .arg("30")
+        .process_group(run.id() as i32)
+        .spawn()
+        .unwrap();
+    // Looked at once redlock has exited, before `finish` kills what is left of its group.
+    assert!(wait_for(|| !run.running(), HANG), "{}", run.stderr());
+    let survived = tee.try_wait().unwrap().is_none();
+    let out = run.finish(HANG).expect(124);
+    let _ = tee.kill();
+    let _ = tee.wait();
+    assert!(
+        survived,
+        "a process beside redlock was stopped with the command:\n{out}"
+    );
 }
