@@ -244,9 +244,10 @@ pub fn hold_in_pipe(_fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
 
 /// A file holding `bytes` that a command started next inherits (not close-on-exec, numbered 3
 /// or more): a temporary file made readable by its owner alone (0600 while written, 0400 after)
-/// and unlinked at once, so that only a process holding the descriptor reaches it. Its offset
-/// is shared with whoever inherits it (`/dev/fd/N` duplicates it on macOS): readers read it
-/// from the start (`config.rs` does). `name` names the file while it exists.
+/// and unlinked at once, so that only a process holding the descriptor reaches it. The
+/// descriptor given is opened for reading only, and at the file's start: on macOS `/dev/fd/N`
+/// duplicates it, offset included, so a reader of that path starts where it stands (redlock's
+/// own reads do not move it: `config.rs`). `name` names the file while it exists.
 pub fn password_file(name: &CStr, bytes: &[u8]) -> io::Result<OwnedFd> {
     use rustix::fs::{Mode, OFlags};
     use std::io::Write;
@@ -258,16 +259,27 @@ pub fn password_file(name: &CStr, bytes: &[u8]) -> io::Result<OwnedFd> {
             name.to_string_lossy(),
             uuid::Uuid::new_v4().simple()
         ));
-        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
-        match rustix::fs::open(&path, flags, Mode::RUSR | Mode::WUSR) {
-            Ok(fd) => {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
+        match rustix::fs::open(&path, flags | OFlags::CLOEXEC, Mode::RUSR | Mode::WUSR) {
+            Ok(write) => {
+                let read = rustix::fs::open(
+                    &path,
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                );
                 let unlinked = std::fs::remove_file(&path);
-                let fd = at_least_3(fd)?;
+                let read = read?;
                 unlinked?;
-                let mut file = std::fs::File::from(fd);
+                // (The very file made above: nobody put another in its place meanwhile.)
+                let (w, r) = (rustix::fs::fstat(&write)?, rustix::fs::fstat(&read)?);
+                if (w.st_dev, w.st_ino) != (r.st_dev, r.st_ino) {
+                    return Err(io::Error::other("the password file was replaced"));
+                }
+                let read = at_least_3(read)?;
+                let mut file = std::fs::File::from(write);
                 file.write_all(bytes)?;
                 rustix::fs::fchmod(&file, Mode::RUSR)?;
-                return Ok(OwnedFd::from(file));
+                return Ok(read);
             }
             Err(rustix::io::Errno::EXIST) => last = Some(rustix::io::Errno::EXIST),
             Err(e) => return Err(e.into()),
@@ -691,17 +703,20 @@ mod tests {
         assert!(other.signal(0).is_err());
     }
 
+    /// Fails if the command could write the password, or if a reader of the descriptor as
+    /// inherited (macOS's `/dev/fd/N` duplicates it, offset included) does not read it from the
+    /// start: found by review (the offset stood at the end, and the descriptor could write).
     #[test]
-    fn a_password_file_is_unlinked_private_and_inherited() {
+    fn a_password_file_is_unlinked_private_read_only_and_inherited() {
         let fd = password_file(c"redlock-test", b"secret").unwrap();
         assert!(fd.as_raw_fd() >= 3);
         assert!(rustix::io::fcntl_getfd(&fd).unwrap().is_empty());
         let st = rustix::fs::fstat(&fd).unwrap();
         assert_eq!(st.st_nlink, 0);
         assert_eq!(st.st_mode & 0o777, 0o400);
-        let mut text = String::new();
         let mut file = std::fs::File::from(fd);
-        std::io::Seek::rewind(&mut file).unwrap();
+        assert!(std::io::Write::write_all(&mut file, b"x").is_err());
+        let mut text = String::new();
         file.read_to_string(&mut text).unwrap();
         assert_eq!(text, "secret");
     }
