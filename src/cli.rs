@@ -373,8 +373,9 @@ pub enum Command {
     /// within its TTL. On macOS (no parent-death signal, child subreaper or /proc) a watchdog
     /// process stops the command instead: a kill of both (killall -9 redlock) leaves it running
     /// unlocked, as consul lock and etcdctl lock leave theirs; what the command left running is
-    /// stopped (--max-runtime, --preemptible) only if it stayed in redlock's process group; and a
-    /// Ctrl-C reaches the command twice, the terminal's and the one redlock passes on.
+    /// stopped (--max-runtime, --preemptible) only if redlock leads its process group (setsid, a
+    /// terminal's job) and it stayed there; and a Ctrl-C reaches the command twice, the
+    /// terminal's and the one redlock passes on.
     #[command(
         override_usage = "redlock exec [OPTIONS] <KEY> -- CMD [ARGS...]\n       \
                           redlock exec [OPTIONS] <KEY> -c <SHELL-COMMAND>",

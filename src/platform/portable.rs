@@ -244,9 +244,10 @@ pub fn hold_in_pipe(_fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
 
 /// A file holding `bytes` that a command started next inherits (not close-on-exec, numbered 3
 /// or more): a temporary file made readable by its owner alone (0600 while written, 0400 after)
-/// and unlinked at once, so that only a process holding the descriptor reaches it. Its offset
-/// is shared with whoever inherits it (`/dev/fd/N` duplicates it on macOS): readers read it
-/// from the start (`config.rs` does). `name` names the file while it exists.
+/// and unlinked at once, so that only a process holding the descriptor reaches it. The
+/// descriptor given is opened for reading only, and at the file's start: on macOS `/dev/fd/N`
+/// duplicates it, offset included, so a reader of that path starts where it stands (redlock's
+/// own reads do not move it: `config.rs`). `name` names the file while it exists.
 pub fn password_file(name: &CStr, bytes: &[u8]) -> io::Result<OwnedFd> {
     use rustix::fs::{Mode, OFlags};
     use std::io::Write;
@@ -258,16 +259,27 @@ pub fn password_file(name: &CStr, bytes: &[u8]) -> io::Result<OwnedFd> {
             name.to_string_lossy(),
             uuid::Uuid::new_v4().simple()
         ));
-        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
-        match rustix::fs::open(&path, flags, Mode::RUSR | Mode::WUSR) {
-            Ok(fd) => {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
+        match rustix::fs::open(&path, flags | OFlags::CLOEXEC, Mode::RUSR | Mode::WUSR) {
+            Ok(write) => {
+                let read = rustix::fs::open(
+                    &path,
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                );
                 let unlinked = std::fs::remove_file(&path);
-                let fd = at_least_3(fd)?;
+                let read = read?;
                 unlinked?;
-                let mut file = std::fs::File::from(fd);
+                // (The very file made above: nobody put another in its place meanwhile.)
+                let (w, r) = (rustix::fs::fstat(&write)?, rustix::fs::fstat(&read)?);
+                if (w.st_dev, w.st_ino) != (r.st_dev, r.st_ino) {
+                    return Err(io::Error::other("the password file was replaced"));
+                }
+                let read = at_least_3(read)?;
+                let mut file = std::fs::File::from(write);
                 file.write_all(bytes)?;
                 rustix::fs::fchmod(&file, Mode::RUSR)?;
-                return Ok(OwnedFd::from(file));
+                return Ok(read);
             }
             Err(rustix::io::Errno::EXIST) => last = Some(rustix::io::Errno::EXIST),
             Err(e) => return Err(e.into()),
@@ -339,15 +351,39 @@ pub fn adopt_orphans() -> io::Result<()> {
 
 /// The pids of the living children of `me`, and of the living members of its process group
 /// when `me` leads it (what the command left there: its orphans are init's), `except` and
-/// `me` left out.
+/// `me` left out. A member that our own parent started beside us (the `tee` of `redlock exec
+/// ... | tee log`, in a shell with job control) is not the command's: it is left out.
 pub fn children(me: i32, except: i32) -> Vec<i32> {
-    let leads = process(me).is_some_and(|p| p.pgrp == me);
-    processes()
-        .into_iter()
+    let table = processes();
+    let Some(parent) = table.iter().find(|p| p.pid == me).map(|p| p.ppid) else {
+        return Vec::new();
+    };
+    let leads = table.iter().any(|p| p.pid == me && p.pgrp == me);
+    let parents: std::collections::HashMap<i32, i32> =
+        table.iter().map(|p| (p.pid, p.ppid)).collect();
+    table
+        .iter()
         .filter(|p| p.pid != me && p.pid != except && p.living())
-        .filter(|p| p.ppid == me || (leads && p.pgrp == me))
+        .filter(|p| p.ppid == me || (leads && p.pgrp == me && ours(p.pid, me, parent, &parents)))
         .map(|p| p.pid)
         .collect()
+}
+
+/// Whether the member `pid` of our process group is the command's: it descends from `me`, or
+/// its line of parents ends (an orphan: init's) without passing through `parent`, ours, which
+/// started it beside us. Where our parent is init, every orphan counts as the command's.
+fn ours(pid: i32, me: i32, parent: i32, parents: &std::collections::HashMap<i32, i32>) -> bool {
+    let mut at = pid;
+    // (Bounded: a table read while processes come and go could hold a loop.)
+    for _ in 0..parents.len() {
+        match parents.get(&at) {
+            Some(&up) if up == me => return true,
+            Some(&up) if up == parent && parent > 1 => return false,
+            Some(&up) if up > 0 && up != at => at = up,
+            _ => return true,
+        }
+    }
+    true
 }
 
 /// The pids of the children of `me` that are zombies, `except` left out.
@@ -365,24 +401,29 @@ pub fn credentials_changed(_pid: i32) -> Option<String> {
     None
 }
 
-/// `ps` with `args`, in the C locale, its output; `None` when it could not run or failed.
-fn ps(args: &[&str]) -> Option<String> {
+/// `ps` with `args`, in the C locale: its output, and the pid of the `ps` that wrote it (which
+/// lists itself, a child of ours that has ended and been reaped by now: never to be taken for
+/// a process of the table, let alone signalled); `None` when it could not run or failed.
+fn ps(args: &[&str]) -> Option<(String, i32)> {
     let program = if std::path::Path::new("/bin/ps").exists() {
         "/bin/ps"
     } else {
         "ps"
     };
-    let out = Command::new(program)
+    let child = Command::new(program)
         .args(args)
         .env("LC_ALL", "C")
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .output()
+        .spawn()
         .ok()?;
+    let own = i32::try_from(child.id()).unwrap_or(0);
+    let out = child.wait_with_output().ok()?;
     // (`ps -p PID` exits 1 when there is no such process.)
     out.status
         .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        .then(|| (String::from_utf8_lossy(&out.stdout).into_owned(), own))
 }
 
 /// The columns [`parse_ps`] reads: the start time last, as it holds spaces.
@@ -391,9 +432,10 @@ const COLUMNS: &str = "pid=,ppid=,pgid=,stat=,tty=,lstart=";
 /// Every process, as `ps` lists them.
 pub fn processes() -> Vec<Proc> {
     ps(&["-A", "-o", COLUMNS])
-        .map(|out| {
+        .map(|(out, own)| {
             out.lines()
                 .filter_map(|l| parse_ps(l).map(|(p, _)| p))
+                .filter(|p| p.pid != own)
                 .collect()
         })
         .unwrap_or_default()
@@ -406,7 +448,7 @@ pub fn process(pid: i32) -> Option<Proc> {
 
 fn process_and_tty(pid: i32) -> Option<(Proc, bool)> {
     let pid = pid.to_string();
-    let out = ps(&["-p", &pid, "-o", COLUMNS])?;
+    let (out, _) = ps(&["-p", &pid, "-o", COLUMNS])?;
     out.lines().find_map(parse_ps)
 }
 
@@ -463,14 +505,14 @@ pub fn session_with_terminal(pid: i32) -> bool {
 
 /// The command line of process `pid`, as one line (`ps -o args=`), or `None` where unreadable.
 pub fn command_line(pid: i32) -> Option<Vec<String>> {
-    let out = ps(&["-p", &pid.to_string(), "-o", "args="])?;
+    let (out, _) = ps(&["-p", &pid.to_string(), "-o", "args="])?;
     let line = out.lines().next()?.trim();
     Some(vec![line.to_string()])
 }
 
 /// Every process's command line, as [`command_line`] gives them.
 pub fn command_lines() -> Vec<(i32, Vec<String>)> {
-    let Some(out) = ps(&["-A", "-o", "pid=,args="]) else {
+    let Some((out, own)) = ps(&["-A", "-o", "pid=,args="]) else {
         return Vec::new();
     };
     out.lines()
@@ -478,6 +520,7 @@ pub fn command_lines() -> Vec<(i32, Vec<String>)> {
             let (pid, args) = l.trim_start().split_once(' ')?;
             Some((pid.parse().ok()?, vec![args.trim().to_string()]))
         })
+        .filter(|(pid, _)| *pid != own)
         .collect()
 }
 
@@ -660,17 +703,20 @@ mod tests {
         assert!(other.signal(0).is_err());
     }
 
+    /// Fails if the command could write the password, or if a reader of the descriptor as
+    /// inherited (macOS's `/dev/fd/N` duplicates it, offset included) does not read it from the
+    /// start: found by review (the offset stood at the end, and the descriptor could write).
     #[test]
-    fn a_password_file_is_unlinked_private_and_inherited() {
+    fn a_password_file_is_unlinked_private_read_only_and_inherited() {
         let fd = password_file(c"redlock-test", b"secret").unwrap();
         assert!(fd.as_raw_fd() >= 3);
         assert!(rustix::io::fcntl_getfd(&fd).unwrap().is_empty());
         let st = rustix::fs::fstat(&fd).unwrap();
         assert_eq!(st.st_nlink, 0);
         assert_eq!(st.st_mode & 0o777, 0o400);
-        let mut text = String::new();
         let mut file = std::fs::File::from(fd);
-        std::io::Seek::rewind(&mut file).unwrap();
+        assert!(std::io::Write::write_all(&mut file, b"x").is_err());
+        let mut text = String::new();
         file.read_to_string(&mut text).unwrap();
         assert_eq!(text, "secret");
     }
@@ -694,6 +740,31 @@ mod tests {
         watched.signal(Signal::KILL);
         child.wait().unwrap();
         assert_eq!(watched.exited_within(Duration::from_secs(1)), Some(true));
+    }
+
+    /// Fails if a member of our group that our parent started beside us counts as ours, or an
+    /// orphan of the command or its descendant does not.
+    #[test]
+    fn a_group_member_is_ours_unless_our_parent_started_it() {
+        // 1 init, 10 our parent (a shell), 20 us, 21 the command, 22 its child, 30 a `tee`
+        // beside us, 31 its child, 40 an orphan of the command, 41 its child.
+        let parents: std::collections::HashMap<i32, i32> = [
+            (1, 0),
+            (10, 1),
+            (20, 10),
+            (21, 20),
+            (22, 21),
+            (30, 10),
+            (31, 30),
+            (40, 1),
+            (41, 40),
+        ]
+        .into();
+        let ours = |pid| ours(pid, 20, 10, &parents);
+        assert!(ours(21) && ours(22) && ours(40) && ours(41));
+        assert!(!ours(30) && !ours(31));
+        // Started by init: every orphan in the group is the command's.
+        assert!(super::ours(30, 20, 1, &[(30, 1)].into()));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! (SIGTERM, SIGKILL after --kill-after) and exits 124; a warning that only says so. Both are
 //! told in the lock's history.
 
+use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -244,9 +245,17 @@ fn a_limit_of_zero_and_a_limit_on_acquire_are_usage_errors() {
         .expect(2);
 }
 
+/// Whether `pid` still runs: it exists and is no zombie. (An orphan that redlock stopped without
+/// adopting it, on the portable platform, stays a zombie until init reaps it, which some
+/// container inits do late.)
 fn alive(pid: i32) -> bool {
-    // SAFETY: kill with signal 0 only checks the pid.
-    unsafe { libc::kill(pid, 0) == 0 }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next());
+    !matches!(state, Some('Z' | 'X'))
 }
 
 /// Found by review: the loss (deadline 1 s) came before the limit (2 s) and is said first; when
@@ -588,4 +597,60 @@ fn every_huge_duration_is_a_usage_error() {
         ])
         .run();
     assert_eq!(out.code(), 0, "{out}");
+}
+
+/// Found by review (portable platform): the process table came from a `ps` that listed itself as
+/// a child of redlock, so every look for leftovers found one, already reaped: its pid got SIGTERM
+/// and SIGKILL (a pid free to be given to anyone), and exec spent --kill-after and 2 s more
+/// before saying that it "could not be stopped". A command that leaves nothing running ends exec
+/// at once.
+#[test]
+fn a_command_that_leaves_nothing_running_ends_exec_at_once() {
+    let redis = or_skip!(RedisServer::start());
+    // (`run` starts redlock leading its own process group, where leftovers are looked for.)
+    let out = redis
+        .redlock()
+        .args([
+            "exec",
+            "job",
+            "--max-runtime",
+            "300ms",
+            "--kill-after",
+            "20s",
+        ])
+        .args(["--", "sleep", "30"])
+        .run()
+        .expect(124);
+    assert!(!out.stderr.contains("left running"), "{out}");
+    assert!(out.elapsed < Duration::from_secs(10), "{out}");
+}
+
+/// Found by review (portable platform): with redlock leading its process group, every other
+/// member was taken for what the command left running, such as the `tee` that a shell with job
+/// control puts in the group of `redlock exec ... | tee log`: it was killed at --max-runtime.
+/// What redlock's own parent started beside it is not the command's.
+#[test]
+fn a_process_started_beside_redlock_in_its_group_is_left_alone() {
+    let redis = or_skip!(RedisServer::start());
+    let mut run = redis
+        .redlock()
+        .args(["exec", "job", "--max-runtime", "1s", "--", "sleep", "30"])
+        .spawn_proc();
+    // A sibling of redlock's (the test is their parent) in redlock's group, as a pipeline's
+    // `tee` is.
+    let mut tee = std::process::Command::new("sleep")
+        .arg("30")
+        .process_group(run.id() as i32)
+        .spawn()
+        .unwrap();
+    // Looked at once redlock has exited, before `finish` kills what is left of its group.
+    assert!(wait_for(|| !run.running(), HANG), "{}", run.stderr());
+    let survived = tee.try_wait().unwrap().is_none();
+    let out = run.finish(HANG).expect(124);
+    let _ = tee.kill();
+    let _ = tee.wait();
+    assert!(
+        survived,
+        "a process beside redlock was stopped with the command:\n{out}"
+    );
 }
