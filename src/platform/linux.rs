@@ -6,7 +6,7 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
@@ -205,36 +205,8 @@ pub fn password_file(name: &CStr, bytes: &[u8]) -> io::Result<OwnedFd> {
     Ok(OwnedFd::from(file))
 }
 
-/// Takes the descriptors `keep`, inherited across exec, and closes every other one above
-/// stderr: a caller's `5>&1`, a file it locked with flock(1) on fd 3, a pipe someone waits on,
-/// would otherwise stay open as long as this process lives. An error when one of `keep` is not
-/// open (then nothing is taken).
-///
-/// For the start of a process that inherited them (the keeper), before it opens descriptors of
-/// its own: it closes what it does not know.
-pub fn take_inherited(keep: &[RawFd]) -> io::Result<Vec<OwnedFd>> {
-    let open: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
-        .map(|dir| {
-            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(&missing) = keep.iter().find(|&&fd| fd < 3 || !open.contains(&fd)) {
-        return Err(io::Error::other(format!(
-            "descriptor {missing} was not inherited"
-        )));
-    }
-    // SAFETY: at the start of the process, nothing in it owns a descriptor above stderr yet
-    // (the directory's own was closed when it dropped: closing that number again fails
-    // harmlessly), so each is ours to close, and each of `keep`, open and distinct from
-    // stdio, ours to own.
-    unsafe {
-        for &fd in open.iter().filter(|fd| **fd > 2 && !keep.contains(fd)) {
-            libc::close(fd);
-        }
-        Ok(keep.iter().map(|&fd| OwnedFd::from_raw_fd(fd)).collect())
-    }
-}
+/// Where a process lists its open descriptors (for [`super::take_inherited`]).
+pub const FD_DIR: &str = "/proc/self/fd";
 
 /// Closes the descriptors `from..=to` (close_range, Linux 5.9; before it, one by one up to a
 /// bound). Async-signal-safe.

@@ -6,7 +6,7 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -300,31 +300,8 @@ fn at_least_3(fd: OwnedFd) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Takes the descriptors `keep`, inherited across exec, and closes every other one above
-/// stderr (see the Linux one): the open ones are listed by `/dev/fd`.
-pub fn take_inherited(keep: &[RawFd]) -> io::Result<Vec<OwnedFd>> {
-    let open: Vec<RawFd> = std::fs::read_dir("/dev/fd")
-        .map(|dir| {
-            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(&missing) = keep.iter().find(|&&fd| fd < 3 || !open.contains(&fd)) {
-        return Err(io::Error::other(format!(
-            "descriptor {missing} was not inherited"
-        )));
-    }
-    // SAFETY: at the start of the process, nothing in it owns a descriptor above stderr yet
-    // (the directory's own was closed when it dropped: closing that number again fails
-    // harmlessly), so each is ours to close, and each of `keep`, open and distinct from
-    // stdio, ours to own.
-    unsafe {
-        for &fd in open.iter().filter(|fd| **fd > 2 && !keep.contains(fd)) {
-            libc::close(fd);
-        }
-        Ok(keep.iter().map(|&fd| OwnedFd::from_raw_fd(fd)).collect())
-    }
-}
+/// Where a process lists its open descriptors (for [`super::take_inherited`]).
+pub const FD_DIR: &str = "/dev/fd";
 
 /// Closes the descriptors `from..=to`, one by one up to a bound. Async-signal-safe.
 ///
