@@ -50,7 +50,7 @@
 //! The protocol steps (one script call each) are in `lock/`; a quorum counts them in
 //! `quorum/`. This module decides only when to ask again and how to give up cleanly.
 //!
-//! Layer 8 of the list in `lib.rs`.
+//! Layer 9 of the list in `lib.rs`.
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! `store.rs` and `quorum/`; the commands, `exec` (and its renewal thread) and the waiting
 //! loop's signal thread open their store here.
 //!
-//! Layer 9 of the list in `lib.rs`.
+//! Layer 10 of the list in `lib.rs`.
 
 use anyhow::Result;
 

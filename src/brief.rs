@@ -14,7 +14,7 @@
 //! gives it back), never one that read half a brief. See `keeper.rs` for why and how it keeps
 //! the lock.
 //!
-//! Layer 7 of the list in `lib.rs`.
+//! Layer 8 of the list in `lib.rs`.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};

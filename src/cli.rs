@@ -5,7 +5,7 @@
 //! them with `#[path]` and render exactly what users see. Parsing helpers that clap calls (`parse_duration`) live here for
 //! that reason.
 //!
-//! Layer 1 of the list in `lib.rs`.
+//! Layer 2 of the list in `lib.rs`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;

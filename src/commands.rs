@@ -4,7 +4,7 @@
 //! rest, which `messages::report_error` prints and maps to its code. `exec` lives in `exec.rs`;
 //! what both take a lock with, in `take.rs`.
 //!
-//! Layer 12 of the list in `lib.rs`.
+//! Layer 13 of the list in `lib.rs`.
 
 use std::io::Write;
 use std::ops::ControlFlow;

@@ -15,7 +15,7 @@
 //! nothing (exit 0, no message) on any error. It uses SCAN, never KEYS, and returns at most
 //! [`CAP`] names. With several `--url` (a quorum) it asks the first server, which keeps the queue.
 //!
-//! Layer 12 of the list in `lib.rs`.
+//! Layer 13 of the list in `lib.rs`.
 
 use std::ffi::{OsStr, OsString};
 use std::sync::mpsc;

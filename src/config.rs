@@ -7,7 +7,7 @@
 //! built from a redacted copy of the URL: userinfo password and `pass=` shown as `***` or left
 //! out, and a URL that does not parse shown only from its last `@` on.
 //!
-//! Layer 2 of the list in `lib.rs`.
+//! Layer 3 of the list in `lib.rs`.
 
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};

@@ -4,7 +4,7 @@
 //! exit status, the root cause is a [`Failure`] (raised by redlock itself) or a
 //! [`redis::RedisError`] (raised by the driver); [`exit_code`] looks for either in the chain.
 //!
-//! Layer 1 of the list in `lib.rs`.
+//! Layer 2 of the list in `lib.rs`.
 
 use std::fmt;
 

@@ -5,7 +5,7 @@
 //! renewal's verdict from the renewal (`renew.rs`), an announcement about our token from the
 //! notification thread (`notify.rs`). The loops decide; nothing here acts.
 //!
-//! Layer 6 of the list in `lib.rs`.
+//! Layer 7 of the list in `lib.rs`.
 
 use std::time::{Duration, Instant};
 

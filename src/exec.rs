@@ -58,7 +58,7 @@
 //! `exec/facts.rs` (what `--report` says), `exec/leftovers.rs` (what a stopped command left
 //! running). The renewal is the one all holders share (`renew.rs`).
 //!
-//! Layer 12 of the list in `lib.rs`.
+//! Layer 13 of the list in `lib.rs`.
 
 mod command;
 mod end;

@@ -12,7 +12,7 @@
 //! after a silence, and a PING unanswered within `--io-timeout` counts as a lost subscription.
 //! What a failure means, and the words for it, are the listener's ([`Lost`]).
 //!
-//! Layer 7 of the list in `lib.rs`.
+//! Layer 8 of the list in `lib.rs`.
 
 use std::ops::ControlFlow;
 use std::time::Duration;

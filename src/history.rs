@@ -14,7 +14,7 @@
 //! escaped for display and bounded (printable.rs: kept to 4 KiB, shown to 200 characters in
 //! lines), the note redacted (redact.rs), numbers parsed, never trusted to fit. The stream lives on the lock's server (a quorum's queue node, the first URL).
 //!
-//! Layer 7 of the list in `lib.rs`.
+//! Layer 8 of the list in `lib.rs`.
 
 use std::ops::ControlFlow;
 use std::time::Duration;

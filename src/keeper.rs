@@ -102,7 +102,7 @@
 //! `keeper/end.rs` (the loss, the abandon, the release). The renewal is the one all holders
 //! share (`renew.rs`).
 //!
-//! Layer 12 of the list in `lib.rs`.
+//! Layer 13 of the list in `lib.rs`.
 
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};

@@ -11,30 +11,30 @@
 //! Bottom first. A module uses only modules of lower layers (`tests/layers.rs` checks it, reading
 //! this list):
 //!
-//! 0. `arena`, `env`, `exit`, `os`, `platform`, `printable`, `redact`, `scripts`: the allocator;
-//!    tables, pure text helpers, the Lua scripts, the safe wrappers of the OS calls, and what Linux
-//!    has and other systems lack (one implementation for each)
-//! 1. `cli`, `error`, `signals`, `spawn`, `tell`, `work`: the command line's definition; the error
+//! 0. `arena`, `env`, `exit`, `os`, `printable`, `redact`, `scripts`: the allocator; tables, pure
+//!    text helpers, the Lua scripts, the safe wrappers of the OS calls
+//! 1. `platform`: what Linux has and other systems lack, one implementation for each (over `os`)
+//! 2. `cli`, `error`, `signals`, `spawn`, `tell`, `work`: the command line's definition; the error
 //!    kinds and their exit codes; signal delivery, starting the command, the word a release sends
 //!    its keeper, the processes a `--while-pid` pid started
-//! 2. `config`: flags and environment resolved and validated
-//! 3. `messages`: every line for humans on stderr, and what `-q` silences
-//! 4. `client`: a connection to one server (timeouts, TLS, auth, Redis errors mapped to ours)
-//! 5. `lock`: the lock model and the one-server protocol, one script call per operation, and
+//! 3. `config`: flags and environment resolved and validated
+//! 4. `messages`: every line for humans on stderr, and what `-q` silences
+//! 5. `client`: a connection to one server (timeouts, TLS, auth, Redis errors mapped to ours)
+//! 6. `lock`: the lock model and the one-server protocol, one script call per operation, and
 //!    locks with more than one holder (`--slots`, `--pool`, `--shared`)
-//! 6. `output`, `events`, `owner`, `metrics`: what goes to stdout, and the words for a lock's
+//! 7. `output`, `events`, `owner`, `metrics`: what goes to stdout, and the words for a lock's
 //!    state; the events every holder loop reacts to, and the back-off; who we are; `status` as
 //!    Prometheus metrics
-//! 7. `store`, `history`, `follow`, `brief`: the `Store` trait and its one-server
+//! 8. `store`, `history`, `follow`, `brief`: the `Store` trait and its one-server
 //!    implementation; a lock's history; the one pub/sub follower (`wait`, `notify`, `--watch`);
 //!    what `acquire --while-pid` and its keeper agree on, and starting one
-//! 8. `quorum`, `acquire`, `renew`: a quorum of independent masters, the same trait over N
+//! 9. `quorum`, `acquire`, `renew`: a quorum of independent masters, the same trait over N
 //!    servers; taking a lock and waiting over any store; the one renewal (exec and the keeper)
-//! 9. `backend`: the store the configuration names
-//! 10. `park`, `notify`: parking a waiter on its wake list without going deaf to signals;
+//! 10. `backend`: the store the configuration names
+//! 11. `park`, `notify`: parking a waiter on its wake list without going deaf to signals;
 //!     hearing that our lock was taken or asked to stop (exec and the keeper)
-//! 11. `take`: what `exec` and the one-shot commands share to take a lock
-//! 12. `commands`, `exec`, `keeper`, `watch`, `wait`, `complete`: the subcommands, side by side,
+//! 12. `take`: what `exec` and the one-shot commands share to take a lock
+//! 13. `commands`, `exec`, `keeper`, `watch`, `wait`, `complete`: the subcommands, side by side,
 //!     none importing another (`acquire`, `release`, `extend`, `status`, `log`; `exec`; the
 //!     keeper an `acquire --while-pid` leaves; `status --watch`; `wait`; shell completion)
 //!

@@ -1,7 +1,7 @@
 //! Every line for humans on stderr, in one place: what each kind of line looks like, and what
 //! `-q` and `-v` do to it.
 //!
-//! Layer 3, above `config` (whose `quiet` and `verbose` it reads) and below every module that
+//! Layer 4, above `config` (whose `quiet` and `verbose` it reads) and below every module that
 //! has something to say, from `client` up; it uses only `cli`, `config`, `error`, `exit`,
 //! `printable`, and writes through its own `eline!`. Nothing else in `src/` writes to stderr.
 //!

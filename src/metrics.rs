@@ -22,7 +22,7 @@
 //!   fits a float64 exactly up to 2^53 (about 9.0e15, the year 2255); past it, Prometheus, which
 //!   stores float64 samples, rounds the last digits: `status --format json` has the exact value.
 //!
-//! Layer 6 of the list in `lib.rs`.
+//! Layer 7 of the list in `lib.rs`.
 
 use std::fmt::Write as _;
 

@@ -27,7 +27,7 @@
 //! changes nothing: the renewal decides, as for one never heard. Announcements naming other
 //! tokens cost no read.
 //!
-//! Layer 10 of the list in `lib.rs`.
+//! Layer 11 of the list in `lib.rs`.
 
 use std::ops::ControlFlow;
 use std::sync::mpsc::{self, Receiver, Sender};

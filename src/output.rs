@@ -10,7 +10,7 @@
 //! forced release ended that hold) and FENCE is the counter, while the other columns stay `-`. Columns are padded by display width, so wide (CJK) characters, which
 //! take two terminal cells, keep them aligned.
 //!
-//! Layer 6 of the list in `lib.rs`.
+//! Layer 7 of the list in `lib.rs`.
 
 use std::time::Duration;
 

@@ -10,7 +10,7 @@
 //! `redis-cli -a PW`). A default note built from an argv is redacted argument by argument before
 //! the arguments are joined (`--password 'two words'` is hidden whole), then as text like any.
 //!
-//! Layer 6 of the list in `lib.rs`.
+//! Layer 7 of the list in `lib.rs`.
 
 use crate::lock::{Liveness, Owner};
 use crate::os;

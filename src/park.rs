@@ -20,7 +20,7 @@
 //! `BLOCK_CAP`) and then one a minute, and a last line when the lock is taken; `-q` silences them
 //! (see `messages::progress`).
 //!
-//! Layer 10 of the list in `lib.rs`.
+//! Layer 11 of the list in `lib.rs`.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, Ordering};

@@ -9,7 +9,7 @@
 //! renewal that succeeded ([`Lock::valid_until`]); a renewal sent past the deadline comes too
 //! late to move it. The holder decides what a verdict means for its command or pid.
 //!
-//! Layer 8 of the list in `lib.rs`.
+//! Layer 9 of the list in `lib.rs`.
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! and renewal results alike, and decide what to forward without racing a handler. That thread is
 //! the only one that takes these signals, so no Redis read elsewhere is cut short by a handler.
 //!
-//! Layer 1 of the list in `lib.rs`.
+//! Layer 2 of the list in `lib.rs`.
 
 use std::sync::mpsc::Sender;
 

@@ -9,7 +9,7 @@
 //! started too. Where there is no such signal (`platform::DEATH_SIGNAL`), a watchdog is started
 //! with every command.
 //!
-//! Layer 1 of the list in `lib.rs`.
+//! Layer 2 of the list in `lib.rs`.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;

@@ -5,7 +5,7 @@
 //! (`quorum/`); `backend.rs` picks one for the configuration, and the waiting loop
 //! (`acquire.rs`), the commands and `exec` talk to a [`Store`] without caring which.
 //!
-//! Layer 7 of the list in `lib.rs`.
+//! Layer 8 of the list in `lib.rs`.
 
 use std::time::Duration;
 

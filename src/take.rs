@@ -3,7 +3,7 @@
 //! lock as they ask ([`take_lock`]), with what a wait given up says on stderr ([`GaveUp`]).
 //! The subcommands sit side by side above it, and none imports another.
 //!
-//! Layer 11 of the list in `lib.rs`.
+//! Layer 12 of the list in `lib.rs`.
 
 use std::ops::ControlFlow;
 use std::sync::mpsc::Receiver;

@@ -20,7 +20,7 @@
 //! - Best effort both ways: a failure costs `release` a connect (microseconds) and changes
 //!   nothing.
 //!
-//! Layer 1 of the list in `lib.rs`.
+//! Layer 2 of the list in `lib.rs`.
 
 use std::io::{Read, Write};
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};

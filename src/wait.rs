@@ -19,7 +19,7 @@
 //! end the wait: it reads again with backoff and fails (69) only when `--wait` runs out. A stop
 //! signal ends the wait (128+N); nothing is written to Redis either way.
 //!
-//! Layer 12 of the list in `lib.rs`.
+//! Layer 13 of the list in `lib.rs`.
 
 use std::ops::ControlFlow;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};

@@ -34,7 +34,7 @@
 //! line per change. Everything in an event came from Redis, which anyone may write to: strings
 //! are escaped for the terminal ([`printable`]) and notes redacted, in every mode.
 //!
-//! Layer 12 of the list in `lib.rs`.
+//! Layer 13 of the list in `lib.rs`.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{IsTerminal, Write as _};

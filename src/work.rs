@@ -26,7 +26,7 @@
 //! given to a new process while the group has a member, and a descendant is signalled only if
 //! its start time is the one it had when it was found.
 //!
-//! Layer 1 of the list in `lib.rs`.
+//! Layer 2 of the list in `lib.rs`.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! server and says what to do, from the driver's error and, after a failure, what probing the
 //! server finds out (see `probe.rs`).
 //!
-//! Layer 4 of the list in `lib.rs`.
+//! Layer 5 of the list in `lib.rs`.
 
 use crate::config::{Config, Endpoint};
 use crate::error::{Kind, failure, redis_kind, refusal};

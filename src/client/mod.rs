@@ -16,7 +16,7 @@
 //! to ours, `tls.rs` words certificate problems as their fix, and `probe.rs` asks a server that
 //! failed what it is.
 //!
-//! Layer 4 of the list in `lib.rs`.
+//! Layer 5 of the list in `lib.rs`.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};

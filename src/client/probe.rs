@@ -2,7 +2,7 @@
 //! does not say: the first bytes it sends back, and its own answer to the AUTH that failed. The
 //! probes are short ([`probe_timeout`]) and run only after a failure.
 //!
-//! Layer 4 of the list in `lib.rs`.
+//! Layer 5 of the list in `lib.rs`.
 
 use std::time::Duration;
 

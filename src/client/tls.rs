@@ -1,7 +1,7 @@
 //! TLS problems in the words of their fix: one hint per certificate problem that rustls names,
 //! and a plain Redis answering where TLS was expected.
 //!
-//! Layer 4 of the list in `lib.rs`.
+//! Layer 5 of the list in `lib.rs`.
 
 use crate::config::{Config, Endpoint};
 use crate::error::{Kind, failure};

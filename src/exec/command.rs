@@ -1,7 +1,7 @@
 //! The command `exec` runs: its words, its start with the lock's variables (and no secret in
 //! its environment), and its exit status as the shell gives it.
 //!
-//! Layer 12 of the list in `lib.rs` (a part of `exec`).
+//! Layer 13 of the list in `lib.rs` (a part of `exec`).
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::AsRawFd;

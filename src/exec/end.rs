@@ -1,7 +1,7 @@
 //! How an `exec` ends: the release after the command, and the exit status, which is the
 //! command's own only when the lock was provably ours for the command's whole run.
 //!
-//! Layer 12 of the list in `lib.rs` (a part of `exec`).
+//! Layer 13 of the list in `lib.rs` (a part of `exec`).
 
 use std::time::Instant;
 

@@ -1,7 +1,7 @@
 //! What `exec --report` says about one run, noted as the steps go: one JSON line at the end,
 //! whatever the outcome; never the token, only its fingerprint.
 //!
-//! Layer 12 of the list in `lib.rs` (a part of `exec`).
+//! Layer 13 of the list in `lib.rs` (a part of `exec`).
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! What a command that redlock stopped left running: found among redlock's adopted orphans,
 //! stopped (SIGTERM, then SIGKILL) and reaped before the lock is released.
 //!
-//! Layer 12 of the list in `lib.rs` (a part of `exec`).
+//! Layer 13 of the list in `lib.rs` (a part of `exec`).
 
 use std::time::{Duration, Instant};
 

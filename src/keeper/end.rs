@@ -1,7 +1,7 @@
 //! How the keeper ends: the loss said and told, the lock given back when acquire never handed
 //! the token on, and the release once PID and its work have ended.
 //!
-//! Layer 12 of the list in `lib.rs` (a part of `keeper`).
+//! Layer 13 of the list in `lib.rs` (a part of `keeper`).
 
 use std::time::SystemTime;
 

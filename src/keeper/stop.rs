@@ -2,7 +2,7 @@
 //! (a loss, a preemption, its SIGTERM), SIGKILL after `--kill-after`, and the looks, less and
 //! less often, until nothing of the work is left and the lock can be released.
 //!
-//! Layer 12 of the list in `lib.rs` (a part of `keeper`).
+//! Layer 13 of the list in `lib.rs` (a part of `keeper`).
 
 use std::time::{Duration, Instant};
 

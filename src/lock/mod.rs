@@ -25,7 +25,7 @@
 //! - No client clock is used for anything Redis decides: expiry is Redis's, acquired-at is
 //!   Redis's `TIME`. Client-side waits only decide when to *ask* again.
 //!
-//! Layer 5 of the list in `lib.rs`.
+//! Layer 6 of the list in `lib.rs`.
 
 mod ops;
 mod read;

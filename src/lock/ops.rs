@@ -3,7 +3,7 @@
 //! a quorum, a report to the history. Each decodes its script's reply into the model's verdicts
 //! (`mod.rs`); the atomicity is the scripts'.
 //!
-//! Layer 5 of the list in `lib.rs` (part of `lock`).
+//! Layer 6 of the list in `lib.rs` (part of `lock`).
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! have been written by anyone: values are escaped for display where they enter (printable.rs),
 //! and notes redacted.
 //!
-//! Layer 5 of the list in `lib.rs` (part of `lock`).
+//! Layer 6 of the list in `lib.rs` (part of `lock`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;

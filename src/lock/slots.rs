@@ -10,7 +10,7 @@
 //! `store.rs`). Not on a quorum: a limit kept per node is not one limit (three masters and N = 2
 //! let three clients each win a majority with different pairs), so the configuration refuses it.
 //!
-//! Layer 5 of the list in `lib.rs` (part of `lock`).
+//! Layer 6 of the list in `lib.rs` (part of `lock`).
 
 use std::time::Duration;
 

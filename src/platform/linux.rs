@@ -2,7 +2,7 @@
 //! clone and the exec, `PR_SET_CHILD_SUBREAPER`, sealed memfds, `/proc`, abstract unix sockets
 //! and a signal's `si_code`.
 //!
-//! Layer 0 of the list in `lib.rs` (a part of `platform`).
+//! Layer 1 of the list in `lib.rs` (a part of `platform`).
 
 use std::ffi::CStr;
 use std::io;
@@ -11,10 +11,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
-use rustix::event::{PollFd, PollFlags, poll};
 use rustix::process::{Pid, Signal};
 
 use super::{Plan, Proc, StartFailed};
+use crate::os;
 
 /// The kernel stops `exec`'s command when redlock dies (`PR_SET_PDEATHSIG`).
 pub const DEATH_SIGNAL: bool = true;
@@ -26,29 +26,6 @@ pub const EXACT_ARGS: bool = true;
 fn pid_of(raw: i32) -> Option<Pid> {
     if raw > 0 { Pid::from_raw(raw) } else { None }
 }
-
-/// Waits up to `timeout` (`None`: for ever) until `fd` is readable: true then, false at the
-/// timeout. A signal does not cut the wait short. (`os::readable_within`, which this layer
-/// cannot use.)
-fn readable_within(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
-    let deadline = timeout.map(|t| std::time::Instant::now() + t);
-    loop {
-        let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
-        let left = left.map(|l| rustix::time::Timespec::try_from(l).unwrap_or(FOREVER));
-        let mut fds = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
-        match poll(&mut fds, left.as_ref()) {
-            Ok(n) => return Ok(n > 0),
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// A timeout too long to matter (about 68 years).
-const FOREVER: rustix::time::Timespec = rustix::time::Timespec {
-    tv_sec: i32::MAX as i64,
-    tv_nsec: 0,
-};
 
 /// A process named by a pidfd: a pid reused after it ended never passes for it.
 #[derive(Debug)]
@@ -82,12 +59,12 @@ impl Process {
 
     /// Whether the process has ended (its pidfd is readable then, zombie or reaped).
     pub fn ended(&self) -> bool {
-        readable_within(self.0.as_fd(), Some(Duration::ZERO)).unwrap_or(false)
+        os::readable_within(self.0.as_fd(), Some(Duration::ZERO)).unwrap_or(false)
     }
 
     /// Blocks until the process has ended; an error when the pidfd cannot be polled.
     pub fn wait_ended(&self) -> io::Result<()> {
-        readable_within(self.0.as_fd(), None).map(|_| ())
+        os::readable_within(self.0.as_fd(), None).map(|_| ())
     }
 
     /// Sends `signo` to the process, never to a later holder of its pid; 0 only checks that we
@@ -163,7 +140,7 @@ impl Watched {
     /// pid). Async-signal-safe.
     pub fn exited_within(&self, wait: Duration) -> Option<bool> {
         let p = self.pidfd.as_ref()?;
-        Some(readable_within(p.0.as_fd(), Some(wait)).unwrap_or(false))
+        Some(os::readable_within(p.0.as_fd(), Some(wait)).unwrap_or(false))
     }
 }
 

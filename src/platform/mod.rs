@@ -29,7 +29,7 @@
 //! (async-signal-safe code only), taking inherited descriptors, kqueue, posix_spawn; each block
 //! with its `SAFETY` note.
 //!
-//! Layer 0 of the list in `lib.rs`.
+//! Layer 1 of the list in `lib.rs`.
 
 #[cfg(not(portable))]
 mod linux;

@@ -2,7 +2,7 @@
 //! kqueue's `EVFILT_PROC` on macOS. Compiled for every target but Linux, and on Linux with
 //! `--features portable`, where its tests run.
 //!
-//! Layer 0 of the list in `lib.rs` (a part of `platform`).
+//! Layer 1 of the list in `lib.rs` (a part of `platform`).
 
 use std::ffi::CStr;
 use std::io;

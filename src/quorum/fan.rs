@@ -2,7 +2,7 @@
 //! returning once the answers settle the outcome and the others have had their grace, and the
 //! connection a late call hands back to the node's next call.
 //!
-//! Layer 8 of the list in `lib.rs`.
+//! Layer 9 of the list in `lib.rs`.
 
 use std::sync::Arc;
 use std::sync::mpsc;

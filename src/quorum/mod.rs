@@ -60,7 +60,7 @@
 //! - Extend needs a majority within the validity; a majority that can no longer be reached
 //!   (enough nodes say free or another token) means the lock is lost.
 //!
-//! Layer 8 of the list in `lib.rs`.
+//! Layer 9 of the list in `lib.rs`.
 
 use std::sync::Arc;
 use std::sync::mpsc;

@@ -3,7 +3,7 @@
 //! lock from each node's state ([`verdict()`]); the majority, the drift allowance, and how long a
 //! waiter whose turn came too early waits ([`turn_delay`]).
 //!
-//! Layer 8 of the list in `lib.rs`.
+//! Layer 9 of the list in `lib.rs`.
 
 use std::time::Duration;
 

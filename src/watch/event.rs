@@ -2,7 +2,7 @@
 //! only as far as it is bounded (fields, strings, times) and escaped for the terminal, and
 //! described as a line for humans.
 //!
-//! Layer 12 of the list in `lib.rs` (a part of `watch`).
+//! Layer 13 of the list in `lib.rs` (a part of `watch`).
 
 use std::time::Duration;
 

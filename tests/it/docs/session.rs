@@ -7,7 +7,7 @@ use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::{self, RedisServer};
 
@@ -281,18 +281,7 @@ fn execute(session: &Path, work: &Path, server: &RedisServer) -> Result<String, 
         let _ = stdout.read_to_end(&mut bytes);
         String::from_utf8_lossy(&bytes).into_owned()
     });
-    let started = Instant::now();
-    let mut overran = false;
-    loop {
-        if child.try_wait().ok().flatten().is_some() {
-            break;
-        }
-        if started.elapsed() > BOUND {
-            overran = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let overran = !common::wait_for(|| child.try_wait().ok().flatten().is_some(), BOUND);
     // Whatever the session left running (a background job) goes with it.
     // SAFETY: kill(2) of our own child's process group.
     unsafe { libc::kill(-pgid, libc::SIGKILL) };
